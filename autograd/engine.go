@@ -1,0 +1,221 @@
+package autograd
+
+import (
+	"container/heap"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/godist/godist/tensor"
+)
+
+// Function is a differentiable operation that code outside this package can
+// implement (distributed autograd's send and receive, SyncBatchNorm).
+//
+// Forward computes the output from the input values; it may keep what
+// Backward needs in the receiver, so a Function value is used for one call
+// only. Backward receives the gradient of the output and returns one
+// gradient per input, in order; a nil entry means no gradient (zero) for
+// that input. Backward must not modify grad; it may return it (or a view of
+// it) as an input's gradient.
+type Function interface {
+	Forward(inputs []*tensor.Tensor) *tensor.Tensor
+	Backward(grad *tensor.Tensor) []*tensor.Tensor
+}
+
+// Apply runs f on the inputs' values and, when recording is on and some
+// input requires gradients, records it in the graph.
+func Apply(f Function, inputs ...*Var) *Var {
+	vals := make([]*tensor.Tensor, len(inputs))
+	for i, in := range inputs {
+		vals[i] = in.value
+	}
+	out := f.Forward(vals)
+	return record(fmt.Sprintf("%T", f), out, f.Backward, inputs...)
+}
+
+// node is a recorded operation.
+type node struct {
+	name     string
+	seq      uint64 // creation order; backward runs the newest ready node first
+	backward func(g *tensor.Tensor) []*tensor.Tensor
+	inputs   []*Var
+	out      *Var
+}
+
+var nodeSeq atomic.Uint64
+
+// record wraps an operation's output. If recording is off or no input
+// requires gradients the result is a constant.
+func record(name string, out *tensor.Tensor, backward func(*tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
+	v := &Var{value: out}
+	if !GradEnabled() {
+		return v
+	}
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			v.requiresGrad = true
+			break
+		}
+	}
+	if !v.requiresGrad {
+		return v
+	}
+	v.node = &node{name: name, seq: nodeSeq.Add(1), backward: backward, inputs: inputs, out: v}
+	return v
+}
+
+// BackwardOptions tune a backward pass.
+type BackwardOptions struct {
+	// RetainGraph keeps the recorded operations so that backward can run
+	// through them again.
+	RetainGraph bool
+}
+
+// Backward computes the gradient of v with respect to every leaf that
+// requires gradients and accumulates it into the leaves' Grad. v must hold
+// one element unless grad (the gradient of v, v's shape) is given.
+func (v *Var) Backward(grad *tensor.Tensor) { v.BackwardWith(grad, BackwardOptions{}) }
+
+// BackwardWith is Backward with options.
+//
+// Order: the engine runs a node once all the gradients flowing into it have
+// arrived (dependency counting), choosing among ready nodes the one created
+// last, so the order is the same on every run and every rank. A leaf's
+// gradient is accumulated, and its grad-ready hooks fire, as soon as its
+// last use has been processed.
+func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
+	if !v.requiresGrad {
+		panic("autograd: Backward of a Var that does not require gradients")
+	}
+	if grad == nil {
+		if v.value.Numel() != 1 {
+			panic(fmt.Sprintf("autograd: Backward of a non-scalar (shape %v) needs a gradient", v.value.Shape()))
+		}
+		grad = tensor.Full(v.value.DType(), 1, v.value.Shape()...)
+	}
+	if v.node == nil {
+		v.accumulate(grad)
+		return
+	}
+	e := newEngine(v.node)
+	e.run(v.node, grad)
+	if !opt.RetainGraph {
+		for n := range e.deps {
+			n.backward, n.inputs = nil, nil
+		}
+	}
+}
+
+type engine struct {
+	deps     map[*node]int // uses of each node's output not yet processed
+	leafDeps map[*Var]int  // uses of each leaf not yet processed
+	grads    map[*node]*tensor.Tensor
+	leafGrad map[*Var]*tensor.Tensor
+}
+
+// newEngine counts, for every node and leaf reachable from root, how many
+// edges of the graph lead into it.
+func newEngine(root *node) *engine {
+	e := &engine{
+		deps:     map[*node]int{root: 0},
+		leafDeps: map[*Var]int{},
+		grads:    map[*node]*tensor.Tensor{},
+		leafGrad: map[*Var]*tensor.Tensor{},
+	}
+	stack := []*node{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n.backward == nil {
+			panic(fmt.Sprintf("autograd: backward through %s a second time; pass RetainGraph the first time", n.name))
+		}
+		for _, in := range n.inputs {
+			if in == nil || !in.requiresGrad {
+				continue
+			}
+			if in.node == nil {
+				e.leafDeps[in]++
+				continue
+			}
+			if _, seen := e.deps[in.node]; !seen {
+				stack = append(stack, in.node)
+			}
+			e.deps[in.node]++
+		}
+	}
+	return e
+}
+
+func (e *engine) run(root *node, grad *tensor.Tensor) {
+	ready := &nodeHeap{}
+	e.grads[root] = grad
+	heap.Push(ready, root)
+	for ready.Len() > 0 {
+		n := heap.Pop(ready).(*node)
+		g := e.grads[n]
+		delete(e.grads, n)
+		var ins []*tensor.Tensor
+		if g != nil {
+			g = n.out.runHooks(g)
+			n.out.mu.Lock()
+			if n.out.mu.retainGrad {
+				n.out.mu.grad = g
+			}
+			n.out.mu.Unlock()
+			ins = n.backward(g)
+			if len(ins) != len(n.inputs) {
+				panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
+			}
+		}
+		for i, in := range n.inputs {
+			if in == nil || !in.requiresGrad {
+				continue
+			}
+			var gi *tensor.Tensor
+			if ins != nil {
+				gi = ins[i]
+			}
+			if gi != nil && !tensor.SameShape(gi, in.value) {
+				panic(fmt.Sprintf("autograd: %s returned a gradient of shape %v for input %d of shape %v", n.name, gi.Shape(), i, in.value.Shape()))
+			}
+			if in.node == nil {
+				e.leafGrad[in] = sum(e.leafGrad[in], gi)
+				if e.leafDeps[in]--; e.leafDeps[in] == 0 {
+					in.accumulate(e.leafGrad[in])
+					delete(e.leafGrad, in)
+				}
+				continue
+			}
+			e.grads[in.node] = sum(e.grads[in.node], gi)
+			if e.deps[in.node]--; e.deps[in.node] == 0 {
+				heap.Push(ready, in.node)
+			}
+		}
+	}
+}
+
+// sum adds two gradient contributions; either may be nil (zero). The result
+// is a fresh tensor when both are present, so shared gradients are never
+// changed in place.
+func sum(a, b *tensor.Tensor) *tensor.Tensor {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return new(tensor.Tensor).Add(a, b)
+}
+
+type nodeHeap []*node
+
+func (h nodeHeap) Len() int           { return len(h) }
+func (h nodeHeap) Less(i, j int) bool { return h[i].seq > h[j].seq }
+func (h nodeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nodeHeap) Push(x any)        { *h = append(*h, x.(*node)) }
+func (h *nodeHeap) Pop() any {
+	old := *h
+	n := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return n
+}

@@ -1,0 +1,220 @@
+package autograd
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/godist/godist/tensor"
+)
+
+// Var is a tensor value in the autograd graph. Its value and its gradient
+// are kept apart: Value() is what the forward pass computed, Grad() what
+// backward accumulated (nil until then).
+//
+// A Var made by NewVar is a leaf; a Var returned by an operation on inputs
+// that require gradients records the operation (its node) so that Backward
+// can run it in reverse.
+type Var struct {
+	value        *tensor.Tensor
+	requiresGrad bool
+	node         *node // the operation that made this Var; nil for leaves
+
+	mu struct {
+		sync.Mutex
+		grad       *tensor.Tensor
+		hooks      []hookEntry[func(*tensor.Tensor) *tensor.Tensor]
+		readyHooks []hookEntry[func(*Var)]
+		retainGrad bool
+	}
+}
+
+type hookEntry[F any] struct {
+	id uint64
+	fn F
+}
+
+var hookIDs atomic.Uint64
+
+// NewVar returns a leaf holding t. With requiresGrad, backward passes
+// accumulate into its gradient (a parameter); without, it is a constant.
+func NewVar(t *tensor.Tensor, requiresGrad bool) *Var {
+	return &Var{value: t, requiresGrad: requiresGrad}
+}
+
+// Param returns a leaf that requires gradients.
+func Param(t *tensor.Tensor) *Var { return NewVar(t, true) }
+
+// Const returns a leaf that does not require gradients.
+func Const(t *tensor.Tensor) *Var { return NewVar(t, false) }
+
+// Value returns the tensor computed in the forward pass. Code that changes
+// it in place (an optimizer step) must do so outside a recorded graph.
+func (v *Var) Value() *tensor.Tensor { return v.value }
+
+// SetValue replaces the value of a leaf (loading a checkpoint, say).
+func (v *Var) SetValue(t *tensor.Tensor) {
+	if v.node != nil {
+		panic("autograd: SetValue on a non-leaf Var")
+	}
+	v.value = t
+}
+
+// Shape returns the value's shape.
+func (v *Var) Shape() []int { return v.value.Shape() }
+
+// DType returns the value's dtype.
+func (v *Var) DType() tensor.DType { return v.value.DType() }
+
+// RequiresGrad reports whether gradients flow to v.
+func (v *Var) RequiresGrad() bool { return v.requiresGrad }
+
+// SetRequiresGrad turns gradient tracking of a leaf on or off.
+func (v *Var) SetRequiresGrad(b bool) {
+	if v.node != nil {
+		panic("autograd: SetRequiresGrad on a non-leaf Var")
+	}
+	v.requiresGrad = b
+}
+
+// IsLeaf reports whether v was made by NewVar rather than by an operation.
+func (v *Var) IsLeaf() bool { return v.node == nil }
+
+// Detach returns a new constant leaf sharing v's value.
+func (v *Var) Detach() *Var { return Const(v.value) }
+
+// Grad returns the accumulated gradient, or nil if none has been computed.
+func (v *Var) Grad() *tensor.Tensor {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.mu.grad
+}
+
+// SetGrad replaces the gradient (nil clears it). DDP uses it to make the
+// gradient a view into its bucket.
+func (v *Var) SetGrad(g *tensor.Tensor) {
+	if g != nil && !tensor.SameShape(g, v.value) {
+		panic(fmt.Sprintf("autograd: gradient of shape %v for a value of shape %v", g.Shape(), v.value.Shape()))
+	}
+	v.mu.Lock()
+	v.mu.grad = g
+	v.mu.Unlock()
+}
+
+// ZeroGrad clears the gradient: with setToNone the tensor is dropped (the
+// next backward allocates a new one), else it is filled with zeros in place.
+func (v *Var) ZeroGrad(setToNone bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if setToNone {
+		v.mu.grad = nil
+	} else if v.mu.grad != nil {
+		v.mu.grad.Zero()
+	}
+}
+
+// RetainGrad makes a non-leaf Var keep its gradient after backward.
+func (v *Var) RetainGrad() {
+	v.mu.Lock()
+	v.mu.retainGrad = true
+	v.mu.Unlock()
+}
+
+// RegisterHook adds a tensor hook: during backward, when the gradient with
+// respect to v has been computed (summed over all its uses), fn is called
+// with it; a non-nil result replaces it. For a leaf this happens before the
+// gradient is accumulated. It returns a function that removes the hook.
+func (v *Var) RegisterHook(fn func(grad *tensor.Tensor) *tensor.Tensor) (remove func()) {
+	id := hookIDs.Add(1)
+	v.mu.Lock()
+	v.mu.hooks = append(v.mu.hooks, hookEntry[func(*tensor.Tensor) *tensor.Tensor]{id, fn})
+	v.mu.Unlock()
+	return func() {
+		v.mu.Lock()
+		v.mu.hooks = removeHook(v.mu.hooks, id)
+		v.mu.Unlock()
+	}
+}
+
+// RegisterGradReadyHook adds a hook to a leaf that fires once per backward
+// pass, the moment the leaf's gradient for that pass is complete and has
+// been accumulated into Grad() (PyTorch's post-accumulate-grad hook). The
+// engine knows the moment by counting the leaf's uses in the graph, so the
+// hook fires while the rest of backward is still running: DDP starts its
+// all-reduce here. It returns a function that removes the hook.
+func (v *Var) RegisterGradReadyHook(fn func(*Var)) (remove func()) {
+	if v.node != nil {
+		panic("autograd: RegisterGradReadyHook on a non-leaf Var")
+	}
+	id := hookIDs.Add(1)
+	v.mu.Lock()
+	v.mu.readyHooks = append(v.mu.readyHooks, hookEntry[func(*Var)]{id, fn})
+	v.mu.Unlock()
+	return func() {
+		v.mu.Lock()
+		v.mu.readyHooks = removeHook(v.mu.readyHooks, id)
+		v.mu.Unlock()
+	}
+}
+
+func removeHook[F any](hs []hookEntry[F], id uint64) []hookEntry[F] {
+	out := hs[:0:0]
+	for _, h := range hs {
+		if h.id != id {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// runHooks passes g through v's tensor hooks.
+func (v *Var) runHooks(g *tensor.Tensor) *tensor.Tensor {
+	v.mu.Lock()
+	hooks := v.mu.hooks
+	v.mu.Unlock()
+	for _, h := range hooks {
+		if r := h.fn(g); r != nil {
+			g = r
+		}
+	}
+	return g
+}
+
+// accumulate adds a complete gradient for this pass into a leaf and fires
+// its grad-ready hooks.
+func (v *Var) accumulate(g *tensor.Tensor) {
+	if g != nil {
+		g = v.runHooks(g)
+	}
+	v.mu.Lock()
+	switch {
+	case g == nil:
+	case v.mu.grad == nil:
+		// The engine's gradient may be shared with other Vars (Add passes
+		// one gradient to both inputs), so the leaf gets its own copy.
+		v.mu.grad = tensor.New(v.value.DType(), v.value.Shape()...).Copy(g)
+	default:
+		v.mu.grad.Add(v.mu.grad, g)
+	}
+	ready := v.mu.readyHooks
+	v.mu.Unlock()
+	for _, h := range ready {
+		h.fn(v)
+	}
+}
+
+// grad mode
+
+var noGradDepth atomic.Int32
+
+// GradEnabled reports whether operations are being recorded.
+func GradEnabled() bool { return noGradDepth.Load() == 0 }
+
+// NoGrad runs fn with recording turned off: operations return constants,
+// as under torch.no_grad(). The switch is process-wide, not per goroutine:
+// do not run training and NoGrad evaluation concurrently in one process.
+func NoGrad(fn func()) {
+	noGradDepth.Add(1)
+	defer noGradDepth.Add(-1)
+	fn()
+}

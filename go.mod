@@ -1,0 +1,3 @@
+module github.com/godist/godist
+
+go 1.26

@@ -1,0 +1,356 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// Conv2dParams are the geometry of a 2-D convolution or pooling window.
+// Zero strides and dilations mean 1.
+type Conv2dParams struct {
+	StrideH, StrideW     int
+	PadH, PadW           int
+	DilationH, DilationW int
+}
+
+func (p Conv2dParams) norm() Conv2dParams {
+	if p.StrideH == 0 {
+		p.StrideH = 1
+	}
+	if p.StrideW == 0 {
+		p.StrideW = 1
+	}
+	if p.DilationH == 0 {
+		p.DilationH = 1
+	}
+	if p.DilationW == 0 {
+		p.DilationW = 1
+	}
+	return p
+}
+
+// OutSize returns the output height and width for an input of h×w and a
+// kernel of kh×kw.
+func (p Conv2dParams) OutSize(h, w, kh, kw int) (int, int) {
+	p = p.norm()
+	oh := (h+2*p.PadH-p.DilationH*(kh-1)-1)/p.StrideH + 1
+	ow := (w+2*p.PadW-p.DilationW*(kw-1)-1)/p.StrideW + 1
+	return oh, ow
+}
+
+type convGeom struct {
+	c, h, w, kh, kw, oh, ow int
+	p                       Conv2dParams
+}
+
+// im2col writes the (c·kh·kw) × (oh·ow) patch matrix of one image x
+// (c×h×w) into cols.
+func im2col[T float](cols, x []T, g convGeom) {
+	p := g.p
+	row := 0
+	for c := range g.c {
+		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
+		for ki := range g.kh {
+			for kj := range g.kw {
+				out := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
+				row++
+				for oi := range g.oh {
+					ii := oi*p.StrideH - p.PadH + ki*p.DilationH
+					o := out[oi*g.ow : (oi+1)*g.ow]
+					if ii < 0 || ii >= g.h {
+						clear(o)
+						continue
+					}
+					src := plane[ii*g.w : (ii+1)*g.w]
+					jj := -p.PadW + kj*p.DilationW
+					if p.StrideW == 1 {
+						// A contiguous run with zero padding at the edges.
+						for oj := range o {
+							if j := jj + oj; j >= 0 && j < g.w {
+								o[oj] = src[j]
+							} else {
+								o[oj] = 0
+							}
+						}
+						continue
+					}
+					for oj := range o {
+						if j := jj + oj*p.StrideW; j >= 0 && j < g.w {
+							o[oj] = src[j]
+						} else {
+							o[oj] = 0
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// col2im adds the patch matrix cols back into the image gradient dx.
+func col2im[T float](dx, cols []T, g convGeom) {
+	p := g.p
+	row := 0
+	for c := range g.c {
+		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
+		for ki := range g.kh {
+			for kj := range g.kw {
+				in := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
+				row++
+				for oi := range g.oh {
+					ii := oi*p.StrideH - p.PadH + ki*p.DilationH
+					if ii < 0 || ii >= g.h {
+						continue
+					}
+					dst := plane[ii*g.w : (ii+1)*g.w]
+					jj := -p.PadW + kj*p.DilationW
+					for oj, v := range in[oi*g.ow : (oi+1)*g.ow] {
+						if j := jj + oj*p.StrideW; j >= 0 && j < g.w {
+							dst[j] += v
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func convCheck(x, w *Tensor, p Conv2dParams) convGeom {
+	if x.Dim() != 4 || w.Dim() != 4 || x.shape[1] != w.shape[1] || x.dtype != w.dtype {
+		panic(fmt.Sprintf("tensor: Conv2d of input %v%v with weight %v%v", x.dtype, x.shape, w.dtype, w.shape))
+	}
+	p = p.norm()
+	g := convGeom{c: x.shape[1], h: x.shape[2], w: x.shape[3], kh: w.shape[2], kw: w.shape[3], p: p}
+	g.oh, g.ow = p.OutSize(g.h, g.w, g.kh, g.kw)
+	if g.oh <= 0 || g.ow <= 0 {
+		panic(fmt.Sprintf("tensor: Conv2d kernel %v larger than padded input %v", w.shape, x.shape))
+	}
+	return g
+}
+
+// Conv2d returns the cross-correlation of x (N×C×H×W) with w
+// (OC×C×KH×KW), plus bias b (OC, may be nil), as torch.nn.functional.conv2d
+// with groups=1. It uses im2col and one GEMM per image.
+func Conv2d(x, w, b *Tensor, p Conv2dParams) *Tensor {
+	g := convCheck(x, w, p)
+	n, oc := x.shape[0], w.shape[0]
+	out := New(x.dtype, n, oc, g.oh, g.ow)
+	x = x.Contiguous()
+	wm := w.Contiguous().Reshape(oc, -1)
+	cols := New(x.dtype, g.c*g.kh*g.kw, g.oh*g.ow)
+	for i := range n {
+		img := x.Select(0, i)
+		switch x.dtype {
+		case Float32:
+			im2col(cols.Float32s(), img.Float32s(), g)
+		case Float64:
+			im2col(cols.Float64s(), img.Float64s(), g)
+		default:
+			panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
+		}
+		out.Select(0, i).Reshape(oc, -1).MatMul(wm, cols)
+	}
+	if b != nil {
+		out.Add(out, b.Reshape(oc, 1, 1))
+	}
+	return out
+}
+
+// Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
+// given g, the gradient of its output. A gradient that is not wanted is
+// returned nil.
+func Conv2dBackward(g, x, w *Tensor, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
+	geo := convCheck(x, w, p)
+	n, oc := x.shape[0], w.shape[0]
+	x, g = x.Contiguous(), g.Contiguous()
+	wm := w.Contiguous().Reshape(oc, -1)
+	k := geo.c * geo.kh * geo.kw
+	cols := New(x.dtype, k, geo.oh*geo.ow)
+	if wantX {
+		dx = New(x.dtype, x.shape...)
+	}
+	if wantW {
+		dw = New(w.dtype, w.shape...)
+	}
+	dwm := dw
+	if wantW {
+		dwm = dw.Reshape(oc, k)
+	}
+	for i := range n {
+		gi := g.Select(0, i).Reshape(oc, -1)
+		if wantW {
+			img := x.Select(0, i)
+			switch x.dtype {
+			case Float32:
+				im2col(cols.Float32s(), img.Float32s(), geo)
+			case Float64:
+				im2col(cols.Float64s(), img.Float64s(), geo)
+			}
+			dwm.AddMatMul(gi, cols.T())
+		}
+		if wantX {
+			cols.MatMul(wm.T(), gi)
+			switch x.dtype {
+			case Float32:
+				col2im(dx.Select(0, i).Float32s(), cols.Float32s(), geo)
+			case Float64:
+				col2im(dx.Select(0, i).Float64s(), cols.Float64s(), geo)
+			}
+		}
+	}
+	if wantB {
+		db = new(Tensor).Sum(new(Tensor).Sum(g.Reshape(n, oc, -1), 2, false), 0, false)
+	}
+	return dx, dw, db
+}
+
+// MaxPool2d returns the maximum over kh×kw windows of x (N×C×H×W), padding
+// with -Inf, and for each output the flat index (within its H×W plane) of
+// the chosen input, as torch's max_pool2d_with_indices.
+func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
+	if x.Dim() != 4 {
+		panic(fmt.Sprintf("tensor: MaxPool2d of shape %v", x.shape))
+	}
+	p = p.norm()
+	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	oh, ow := p.OutSize(h, w, kh, kw)
+	out, indices = New(x.dtype, n, c, oh, ow), New(Int64, n, c, oh, ow)
+	x = x.Contiguous()
+	switch x.dtype {
+	case Float32:
+		maxPool(out.Float32s(), indices.Int64s(), x.Float32s(), n*c, h, w, kh, kw, oh, ow, p)
+	case Float64:
+		maxPool(out.Float64s(), indices.Int64s(), x.Float64s(), n*c, h, w, kh, kw, oh, ow, p)
+	default:
+		panic(fmt.Sprintf("tensor: MaxPool2d of a %v tensor", x.dtype))
+	}
+	return out, indices
+}
+
+func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow int, p Conv2dParams) {
+	for pl := range planes {
+		src := x[pl*h*w : (pl+1)*h*w]
+		for oi := range oh {
+			for oj := range ow {
+				best, at := T(math.Inf(-1)), -1
+				for ki := range kh {
+					i := oi*p.StrideH - p.PadH + ki*p.DilationH
+					if i < 0 || i >= h {
+						continue
+					}
+					for kj := range kw {
+						j := oj*p.StrideW - p.PadW + kj*p.DilationW
+						if j < 0 || j >= w {
+							continue
+						}
+						if v := src[i*w+j]; v > best || at < 0 || v != v {
+							best, at = v, i*w+j
+						}
+					}
+				}
+				o := pl*oh*ow + oi*ow + oj
+				out[o], idx[o] = best, int64(at)
+			}
+		}
+	}
+}
+
+// MaxPool2dBackward scatters g (the gradient of MaxPool2d's output) to the
+// inputs that were chosen, returning the gradient for an input of shape.
+func MaxPool2dBackward(g, indices *Tensor, shape []int) *Tensor {
+	dx := New(g.dtype, shape...)
+	g = g.Contiguous()
+	planes, hw := shape[0]*shape[1], shape[2]*shape[3]
+	ohw := g.shape[2] * g.shape[3]
+	idx := indices.Contiguous().Int64s()
+	switch g.dtype {
+	case Float32:
+		scatterPool(dx.Float32s(), g.Float32s(), idx, planes, hw, ohw)
+	case Float64:
+		scatterPool(dx.Float64s(), g.Float64s(), idx, planes, hw, ohw)
+	}
+	return dx
+}
+
+func scatterPool[T float](dx, g []T, idx []int64, planes, hw, ohw int) {
+	for pl := range planes {
+		d := dx[pl*hw : (pl+1)*hw]
+		for o, v := range g[pl*ohw : (pl+1)*ohw] {
+			if i := idx[pl*ohw+o]; i >= 0 {
+				d[i] += v
+			}
+		}
+	}
+}
+
+// AvgPool2d returns the mean over kh×kw windows of x (N×C×H×W). Padding
+// counts toward the divisor, as PyTorch's default count_include_pad=True.
+func AvgPool2d(x *Tensor, kh, kw int, p Conv2dParams) *Tensor {
+	if x.Dim() != 4 {
+		panic(fmt.Sprintf("tensor: AvgPool2d of shape %v", x.shape))
+	}
+	p = p.norm()
+	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+	oh, ow := p.OutSize(h, w, kh, kw)
+	out := New(x.dtype, n, c, oh, ow)
+	x = x.Contiguous()
+	switch x.dtype {
+	case Float32:
+		avgPool(out.Float32s(), x.Float32s(), n*c, h, w, kh, kw, oh, ow, p, false)
+	case Float64:
+		avgPool(out.Float64s(), x.Float64s(), n*c, h, w, kh, kw, oh, ow, p, false)
+	default:
+		panic(fmt.Sprintf("tensor: AvgPool2d of a %v tensor", x.dtype))
+	}
+	return out
+}
+
+// AvgPool2dBackward returns the gradient of AvgPool2d's input of shape
+// given g, the gradient of its output.
+func AvgPool2dBackward(g *Tensor, shape []int, kh, kw int, p Conv2dParams) *Tensor {
+	p = p.norm()
+	dx := New(g.dtype, shape...)
+	g = g.Contiguous()
+	n, c, h, w := shape[0], shape[1], shape[2], shape[3]
+	oh, ow := g.shape[2], g.shape[3]
+	switch g.dtype {
+	case Float32:
+		avgPool(g.Float32s(), dx.Float32s(), n*c, h, w, kh, kw, oh, ow, p, true)
+	case Float64:
+		avgPool(g.Float64s(), dx.Float64s(), n*c, h, w, kh, kw, oh, ow, p, true)
+	}
+	return dx
+}
+
+// avgPool computes the forward pass (out from x) or, when back is set, adds
+// each output gradient out/divisor into the window of x.
+func avgPool[T float](out, x []T, planes, h, w, kh, kw, oh, ow int, p Conv2dParams, back bool) {
+	for pl := range planes {
+		src := x[pl*h*w : (pl+1)*h*w]
+		for oi := range oh {
+			for oj := range ow {
+				i0, j0 := oi*p.StrideH-p.PadH, oj*p.StrideW-p.PadW
+				i1, j1 := min(i0+kh, h+p.PadH), min(j0+kw, w+p.PadW)
+				div := T((i1 - i0) * (j1 - j0))
+				i0, j0, i1, j1 = max(i0, 0), max(j0, 0), min(i1, h), min(j1, w)
+				o := pl*oh*ow + oi*ow + oj
+				if back {
+					v := out[o] / div
+					for i := i0; i < i1; i++ {
+						for j := j0; j < j1; j++ {
+							src[i*w+j] += v
+						}
+					}
+					continue
+				}
+				var s T
+				for i := i0; i < i1; i++ {
+					for j := j0; j < j1; j++ {
+						s += src[i*w+j]
+					}
+				}
+				out[o] = s / div
+			}
+		}
+	}
+}

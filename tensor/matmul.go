@@ -1,0 +1,99 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/godist/godist/internal/blas"
+)
+
+// MatMul sets t = a·b and returns t. a is (..., m, k); b is (k, n) or has
+// the same leading (batch) dimensions as a, (..., k, n). Transposed views
+// (a.T(), b.Transpose(-1, -2)) are multiplied without copying. t must not
+// share storage with a or b.
+func (t *Tensor) MatMul(a, b *Tensor) *Tensor { return t.matmul(a, b, 0) }
+
+// AddMatMul sets t = t + a·b for a sized t and returns t.
+func (t *Tensor) AddMatMul(a, b *Tensor) *Tensor {
+	if !t.Sized() {
+		panic("tensor: AddMatMul into an unsized tensor")
+	}
+	return t.matmul(a, b, 1)
+}
+
+func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
+	if a.dtype != b.dtype || a.Dim() < 2 || b.Dim() < 2 {
+		panic(fmt.Sprintf("tensor: MatMul of %v%v and %v%v", a.dtype, a.shape, b.dtype, b.shape))
+	}
+	m, k := a.shape[a.Dim()-2], a.shape[a.Dim()-1]
+	k2, n := b.shape[b.Dim()-2], b.shape[b.Dim()-1]
+	batch := a.shape[:a.Dim()-2]
+	if k != k2 || (b.Dim() > 2 && !equalInts(batch, b.shape[:b.Dim()-2])) {
+		panic(fmt.Sprintf("tensor: MatMul of shapes %v and %v", a.shape, b.shape))
+	}
+	shape := append(append([]int(nil), batch...), m, n)
+	t.prepare(a.dtype, shape, "MatMul")
+	for _, x := range []*Tensor{a, b} {
+		if len(t.buf) > 0 && len(x.buf) > 0 && &t.buf[0] == &x.buf[0] {
+			panic("tensor: MatMul destination shares storage with an operand")
+		}
+	}
+	dst := t
+	if !t.IsContiguous() {
+		dst = t.Clone()
+	}
+	if b.Dim() == 2 && a.Dim() > 2 && isRowMajor(a) {
+		// Fold the batch into the rows: one large product.
+		a = a.Reshape(-1, k)
+		m *= numel(batch)
+		batch = nil
+	}
+	nb := numel(batch)
+	for i := range nb {
+		ai, bi := a, b
+		if a.Dim() > 2 {
+			ai = a.Reshape(-1, m, k).Select(0, i)
+		}
+		if b.Dim() > 2 {
+			bi = b.Reshape(-1, k, n).Select(0, i)
+		}
+		ai, ta, lda := gemmOperand(ai)
+		bi, tb, ldb := gemmOperand(bi)
+		off := dst.off + i*m*n
+		switch a.dtype {
+		case Float32:
+			blas.Sgemm(ta, tb, m, n, k, 1, f32s(ai.buf)[ai.off:], lda, f32s(bi.buf)[bi.off:], ldb,
+				float32(beta), f32s(dst.buf)[off:off+m*n], n)
+		case Float64:
+			blas.Dgemm(ta, tb, m, n, k, 1, f64s(ai.buf)[ai.off:], lda, f64s(bi.buf)[bi.off:], ldb,
+				beta, f64s(dst.buf)[off:off+m*n], n)
+		default:
+			panic(fmt.Sprintf("tensor: MatMul of %v tensors", a.dtype))
+		}
+	}
+	if dst != t {
+		copyStrided(t, dst)
+	}
+	return t
+}
+
+// isRowMajor reports whether the last two dimensions of x can be folded with
+// its leading ones into a row-major matrix without copying.
+func isRowMajor(x *Tensor) bool { return x.IsContiguous() }
+
+// gemmOperand returns a 2-D matrix in a layout GEMM reads directly: row-major
+// (trans false) or column-major (trans true), with its leading dimension.
+// Other layouts are copied.
+func gemmOperand(x *Tensor) (*Tensor, bool, int) {
+	r, c := x.shape[0], x.shape[1]
+	s0, s1 := x.strides[0], x.strides[1]
+	switch {
+	case (s1 == 1 || c == 1) && s0 >= max(c, 1):
+		return x, false, max(s0, 1)
+	case (s0 == 1 || r == 1) && s1 >= max(r, 1):
+		return x, true, max(s1, 1)
+	case r*c == 0:
+		return x, false, max(c, 1)
+	}
+	x = x.Clone()
+	return x, false, max(c, 1)
+}

@@ -1,0 +1,181 @@
+package autograd_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/tensor"
+)
+
+func vec(v ...float32) *tensor.Tensor { return tensor.FromFloat32(v) }
+
+func TestAccumulatesAcrossPasses(t *testing.T) {
+	w := autograd.Param(vec(1, 2, 3))
+	for range 2 {
+		autograd.SumAll(autograd.MulScalar(w, 2)).Backward(nil)
+	}
+	if got := w.Grad().Values(); got[0] != 4 || got[2] != 4 {
+		t.Fatalf("grad after two passes %v, want all 4", got)
+	}
+	w.ZeroGrad(false)
+	if w.Grad().Values()[1] != 0 {
+		t.Fatal("ZeroGrad(false) did not zero")
+	}
+	w.ZeroGrad(true)
+	if w.Grad() != nil {
+		t.Fatal("ZeroGrad(true) kept the tensor")
+	}
+}
+
+func TestSharedGradientIsNotAliased(t *testing.T) {
+	// Add passes one gradient tensor to both inputs; each leaf must own its
+	// gradient so that accumulating into one does not change the other.
+	a, b := autograd.Param(vec(1, 1)), autograd.Param(vec(1, 1))
+	autograd.SumAll(autograd.Add(a, b)).Backward(nil)
+	autograd.SumAll(autograd.MulScalar(a, 5)).Backward(nil)
+	if a.Grad().Values()[0] != 6 || b.Grad().Values()[0] != 1 {
+		t.Fatalf("a.grad %v b.grad %v, want 6 and 1", a.Grad().Values(), b.Grad().Values())
+	}
+}
+
+// TestGradReadyHookFiresWhenComplete checks the contract DDP relies on: a
+// leaf's hook fires once per pass, after its last use has been processed,
+// and before backward has finished with nodes that do not feed it.
+func TestGradReadyHookFiresWhenComplete(t *testing.T) {
+	x := autograd.Const(vec(1, 2))
+	w1 := autograd.Param(vec(3, 4)) // used first in forward: its gradient is ready last
+	w2 := autograd.Param(vec(5, 6)) // used twice
+	var events []string
+	w1.RegisterGradReadyHook(func(v *autograd.Var) {
+		events = append(events, "w1")
+		if v.Grad() == nil {
+			t.Error("w1 hook fired before its gradient was accumulated")
+		}
+	})
+	w2.RegisterGradReadyHook(func(v *autograd.Var) {
+		events = append(events, "w2")
+		// d/dw2 of sum(h*w2 + w2) = h + 1 = x*w1 + 1
+		if g := v.Grad().Values(); g[0] != 4 || g[1] != 9 {
+			t.Errorf("w2 hook saw incomplete gradient %v", g)
+		}
+	})
+	h := autograd.Mul(x, w1)
+	h.RegisterHook(func(g *tensor.Tensor) *tensor.Tensor {
+		events = append(events, "h")
+		return nil
+	})
+	y := autograd.Add(autograd.Mul(h, w2), w2)
+	autograd.SumAll(y).Backward(nil)
+	if got := strings.Join(events, ","); got != "w2,h,w1" {
+		t.Fatalf("event order %s, want w2,h,w1", got)
+	}
+	if g := w1.Grad().Values(); g[0] != 5 || g[1] != 12 {
+		t.Fatalf("w1 grad %v, want [5 12]", g)
+	}
+}
+
+func TestTensorHookReplacesGradient(t *testing.T) {
+	w := autograd.Param(vec(1, 1))
+	remove := w.RegisterHook(func(g *tensor.Tensor) *tensor.Tensor { return new(tensor.Tensor).MulScalar(g, 10) })
+	autograd.SumAll(w).Backward(nil)
+	if w.Grad().Values()[0] != 10 {
+		t.Fatalf("hooked grad %v", w.Grad().Values())
+	}
+	remove()
+	w.ZeroGrad(true)
+	autograd.SumAll(w).Backward(nil)
+	if w.Grad().Values()[0] != 1 {
+		t.Fatalf("grad after removing the hook %v", w.Grad().Values())
+	}
+}
+
+func TestRetainGraphAndSecondBackward(t *testing.T) {
+	w := autograd.Param(vec(2))
+	y := autograd.SumAll(autograd.Square(w))
+	y.BackwardWith(nil, autograd.BackwardOptions{RetainGraph: true})
+	y.Backward(nil)
+	if w.Grad().Values()[0] != 8 {
+		t.Fatalf("grad %v, want 8", w.Grad().Values())
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "RetainGraph") {
+			t.Fatalf("third backward: %v", r)
+		}
+	}()
+	y.Backward(nil)
+}
+
+func TestNoGradRecordsNothing(t *testing.T) {
+	w := autograd.Param(vec(1))
+	var y *autograd.Var
+	autograd.NoGrad(func() { y = autograd.MulScalar(w, 3) })
+	if y.RequiresGrad() || !y.IsLeaf() {
+		t.Fatal("operation under NoGrad was recorded")
+	}
+	if !autograd.GradEnabled() {
+		t.Fatal("NoGrad did not restore grad mode")
+	}
+}
+
+func TestDeterministicOrder(t *testing.T) {
+	run := func() string {
+		var order []string
+		ws := make([]*autograd.Var, 6)
+		x := autograd.Const(vec(1, 2, 3))
+		var acc *autograd.Var
+		for i := range ws {
+			ws[i] = autograd.Param(vec(1, 1, 1))
+			name := string(rune('a' + i))
+			ws[i].RegisterGradReadyHook(func(*autograd.Var) { order = append(order, name) })
+			term := autograd.Tanh(autograd.Mul(x, ws[i]))
+			if acc == nil {
+				acc = term
+			} else {
+				acc = autograd.Add(acc, term)
+			}
+		}
+		autograd.SumAll(acc).Backward(nil)
+		return strings.Join(order, "")
+	}
+	first := run()
+	if first != "fedcba" {
+		t.Fatalf("order %q, want reverse registration order", first)
+	}
+	for range 20 {
+		if got := run(); got != first {
+			t.Fatalf("order changed: %q then %q", first, got)
+		}
+	}
+}
+
+// cube is a Function implemented outside the package: y = x³.
+type cube struct{ x *tensor.Tensor }
+
+func (c *cube) Forward(in []*tensor.Tensor) *tensor.Tensor {
+	c.x = in[0]
+	sq := new(tensor.Tensor).Mul(in[0], in[0])
+	return sq.Mul(sq, in[0])
+}
+
+func (c *cube) Backward(g *tensor.Tensor) []*tensor.Tensor {
+	d := new(tensor.Tensor).Mul(c.x, c.x)
+	d.Scale(3)
+	return []*tensor.Tensor{d.Mul(d, g)}
+}
+
+func TestExternalFunction(t *testing.T) {
+	x := tensor.FromFloat64([]float64{0.5, -1.5, 2})
+	err := autograd.GradCheck(func(in []*autograd.Var) *autograd.Var {
+		return autograd.Apply(&cube{}, in[0])
+	}, []*tensor.Tensor{x}, 1e-6, 1e-6, 1e-6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := autograd.Param(tensor.FromFloat32([]float32{2}))
+	autograd.Apply(&cube{}, w).Backward(nil)
+	if math.Abs(w.Grad().Item()-12) > 1e-6 {
+		t.Fatalf("d(x³)/dx at 2 = %v", w.Grad().Item())
+	}
+}

@@ -43,6 +43,20 @@ type convGeom struct {
 	p                       Conv2dParams
 }
 
+// validRange returns the output columns [lo, hi) whose input column
+// j0 + oj·stride falls inside [0, w).
+func validRange(j0, stride, w, ow int) (lo, hi int) {
+	if j0 < 0 {
+		lo = (-j0 + stride - 1) / stride
+	}
+	if last := w - 1 - j0; last < 0 {
+		hi = 0
+	} else {
+		hi = min(ow, last/stride+1)
+	}
+	return lo, max(hi, lo)
+}
+
 // im2col writes the (c·kh·kw) × (oh·ow) patch matrix of one image x
 // (c×h×w) into cols.
 func im2col[T float](cols, x []T, g convGeom) {
@@ -54,6 +68,8 @@ func im2col[T float](cols, x []T, g convGeom) {
 			for kj := range g.kw {
 				out := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
 				row++
+				j0 := kj*p.DilationW - p.PadW
+				lo, hi := validRange(j0, p.StrideW, g.w, g.ow)
 				for oi := range g.oh {
 					ii := oi*p.StrideH - p.PadH + ki*p.DilationH
 					o := out[oi*g.ow : (oi+1)*g.ow]
@@ -62,24 +78,14 @@ func im2col[T float](cols, x []T, g convGeom) {
 						continue
 					}
 					src := plane[ii*g.w : (ii+1)*g.w]
-					jj := -p.PadW + kj*p.DilationW
+					clear(o[:lo])
+					clear(o[hi:])
 					if p.StrideW == 1 {
-						// A contiguous run with zero padding at the edges.
-						for oj := range o {
-							if j := jj + oj; j >= 0 && j < g.w {
-								o[oj] = src[j]
-							} else {
-								o[oj] = 0
-							}
-						}
+						copy(o[lo:hi], src[j0+lo:j0+hi])
 						continue
 					}
-					for oj := range o {
-						if j := jj + oj*p.StrideW; j >= 0 && j < g.w {
-							o[oj] = src[j]
-						} else {
-							o[oj] = 0
-						}
+					for oj := lo; oj < hi; oj++ {
+						o[oj] = src[j0+oj*p.StrideW]
 					}
 				}
 			}
@@ -97,17 +103,24 @@ func col2im[T float](dx, cols []T, g convGeom) {
 			for kj := range g.kw {
 				in := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
 				row++
+				j0 := kj*p.DilationW - p.PadW
+				lo, hi := validRange(j0, p.StrideW, g.w, g.ow)
 				for oi := range g.oh {
 					ii := oi*p.StrideH - p.PadH + ki*p.DilationH
 					if ii < 0 || ii >= g.h {
 						continue
 					}
 					dst := plane[ii*g.w : (ii+1)*g.w]
-					jj := -p.PadW + kj*p.DilationW
-					for oj, v := range in[oi*g.ow : (oi+1)*g.ow] {
-						if j := jj + oj*p.StrideW; j >= 0 && j < g.w {
-							dst[j] += v
+					src := in[oi*g.ow : (oi+1)*g.ow]
+					if p.StrideW == 1 {
+						d, s := dst[j0+lo:j0+hi], src[lo:hi]
+						for k := range d {
+							d[k] += s[k]
 						}
+						continue
+					}
+					for oj := lo; oj < hi; oj++ {
+						dst[j0+oj*p.StrideW] += src[oj]
 					}
 				}
 			}
@@ -228,6 +241,10 @@ func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
 }
 
 func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow int, p Conv2dParams) {
+	if kh == 2 && kw == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0 && p.DilationH == 1 && p.DilationW == 1 {
+		maxPool2x2(out, idx, x, planes, h, w, oh, ow)
+		return
+	}
 	for pl := range planes {
 		src := x[pl*h*w : (pl+1)*h*w]
 		for oi := range oh {
@@ -250,6 +267,34 @@ func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow 
 				}
 				o := pl*oh*ow + oi*ow + oj
 				out[o], idx[o] = best, int64(at)
+			}
+		}
+	}
+}
+
+// maxPool2x2 is the common 2×2, stride 2 window without padding.
+func maxPool2x2[T float](out []T, idx []int64, x []T, planes, h, w, oh, ow int) {
+	for pl := range planes {
+		src := x[pl*h*w : (pl+1)*h*w]
+		o := out[pl*oh*ow : (pl+1)*oh*ow]
+		ix := idx[pl*oh*ow : (pl+1)*oh*ow]
+		for oi := range oh {
+			r0 := src[2*oi*w : 2*oi*w+w]
+			r1 := src[(2*oi+1)*w : (2*oi+1)*w+w]
+			base := 2 * oi * w
+			for oj := range ow {
+				j := 2 * oj
+				best, at := r0[j], base+j
+				if v := r0[j+1]; v > best || v != v {
+					best, at = v, base+j+1
+				}
+				if v := r1[j]; v > best || v != v {
+					best, at = v, base+w+j
+				}
+				if v := r1[j+1]; v > best || v != v {
+					best, at = v, base+w+j+1
+				}
+				o[oi*ow+oj], ix[oi*ow+oj] = best, int64(at)
 			}
 		}
 	}

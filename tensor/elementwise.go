@@ -333,11 +333,7 @@ func unaryFlat[T float](op unOp, d, a []T) {
 		}
 	case opRelu:
 		for i, x := range a {
-			if x > 0 {
-				d[i] = x
-			} else {
-				d[i] = 0
-			}
+			d[i] = max(x, 0)
 		}
 	case opSquare:
 		for i, x := range a {
@@ -378,9 +374,10 @@ func unaryFlat[T float](op unOp, d, a []T) {
 // Gradients of the unary functions, fused so that backward passes do one
 // sweep over memory. g is the gradient of the output.
 
-// ReluBackward sets t = g where x > 0, else 0, and returns t.
-func (t *Tensor) ReluBackward(g, x *Tensor) *Tensor {
-	return t.fused2("ReluBackward", g, x, func(g, x float64) float64 {
+// ReluBackward sets t = g where y > 0, else 0, and returns t. y is the
+// output of Relu (so it is never negative).
+func (t *Tensor) ReluBackward(g, y *Tensor) *Tensor {
+	return t.fused2("ReluBackward", g, y, func(g, x float64) float64 {
 		if x > 0 {
 			return g
 		}
@@ -388,14 +385,14 @@ func (t *Tensor) ReluBackward(g, x *Tensor) *Tensor {
 	}, reluBack32)
 }
 
-func reluBack32(d, g, x []float32) {
-	g, x = g[:len(d)], x[:len(d)]
+func reluBack32(d, g, y []float32) {
+	g, y = g[:len(d)], y[:len(d)]
 	for i := range d {
-		if x[i] > 0 {
-			d[i] = g[i]
-		} else {
-			d[i] = 0
-		}
+		// y is a ReLU output (≥ 0 or NaN): keep g where y's bits are
+		// non-zero, branch-free since the sign is random in training.
+		bits := math.Float32bits(y[i]) &^ (1 << 31)
+		keep := uint32(int32(-bits) >> 31) // all ones when bits != 0
+		d[i] = math.Float32frombits(math.Float32bits(g[i]) & keep)
 	}
 }
 

@@ -1,0 +1,39 @@
+# godist: the two commands a new user runs are `make demo` and `make test`.
+
+GO      ?= go
+PYTHON  ?= /usr/bin/python3
+# OpenBLAS is optional: the openblas build tag is used when its header is here.
+HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
+
+.PHONY: demo test vet bench bench-gemm build
+
+# Train the MLP on Fashion-MNIST for one epoch (the full set when the Debian
+# package dataset-fashion-mnist is installed, the shipped subset otherwise).
+demo:
+	$(GO) run ./examples/train-fashion-mnist --model mlp --epochs 1
+
+build:
+	$(GO) build ./...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+
+# Every package under the race detector, then the OpenBLAS build's
+# conformance tests when OpenBLAS is installed.
+test: vet
+	$(GO) test -race -timeout 20m ./...
+ifeq ($(HAVE_OPENBLAS),yes)
+	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
+else
+	@echo "libopenblas-dev not installed: skipping the openblas build's tests"
+endif
+
+# The benchmark table of the README: GEMM GFLOP/s (pure Go and OpenBLAS,
+# with and without OPENBLAS_CORETYPE) and ms per training step beside
+# PyTorch's, measured in one run.
+bench:
+	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
+
+bench-gemm:
+	$(GO) test -run '^$$' -bench . -benchtime 20x $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/blas/

@@ -16,7 +16,9 @@ import (
 // only. Backward receives the gradient of the output and returns one
 // gradient per input, in order; a nil entry means no gradient (zero) for
 // that input. Backward must not modify grad; it may return it (or a view of
-// it) as an input's gradient.
+// it) as an input's gradient. Any other tensor it returns must be its own to
+// give away: the engine may make it a leaf's gradient, which later passes
+// update in place.
 type Function interface {
 	Forward(inputs []*tensor.Tensor) *tensor.Tensor
 	Backward(grad *tensor.Tensor) []*tensor.Tensor
@@ -94,10 +96,11 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
 		grad = tensor.Full(v.value.DType(), 1, v.value.Shape()...)
 	}
 	if v.node == nil {
-		v.accumulate(grad)
+		v.accumulate(grad, func(*tensor.Tensor) bool { return false })
 		return
 	}
 	e := newEngine(v.node)
+	e.kept = append(e.kept, grad) // the caller's tensor is never stolen
 	e.run(v.node, grad)
 	if !opt.RetainGraph {
 		for n := range e.deps {
@@ -111,6 +114,26 @@ type engine struct {
 	leafDeps map[*Var]int  // uses of each leaf not yet processed
 	grads    map[*node]*tensor.Tensor
 	leafGrad map[*Var]*tensor.Tensor
+	// kept are tensors that leaves took as their gradient this pass (and
+	// the caller's root gradient); no second leaf may take their storage.
+	kept []*tensor.Tensor
+}
+
+// steal reports whether a leaf may keep g as its gradient without copying:
+// g must be a whole, contiguous buffer that no leaf took this pass. Other
+// gradients flowing through the graph may still read g; they are done with
+// it before the next pass writes into it.
+func (e *engine) steal(g *tensor.Tensor) bool {
+	if !g.IsWholeStorage() {
+		return false
+	}
+	for _, k := range e.kept {
+		if tensor.SharesStorage(k, g) {
+			return false
+		}
+	}
+	e.kept = append(e.kept, g)
+	return true
 }
 
 // newEngine counts, for every node and leaf reachable from root, how many
@@ -181,7 +204,7 @@ func (e *engine) run(root *node, grad *tensor.Tensor) {
 			if in.node == nil {
 				e.leafGrad[in] = sum(e.leafGrad[in], gi)
 				if e.leafDeps[in]--; e.leafDeps[in] == 0 {
-					in.accumulate(e.leafGrad[in])
+					in.accumulate(e.leafGrad[in], e.steal)
 					delete(e.leafGrad, in)
 				}
 				continue

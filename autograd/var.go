@@ -181,8 +181,9 @@ func (v *Var) runHooks(g *tensor.Tensor) *tensor.Tensor {
 }
 
 // accumulate adds a complete gradient for this pass into a leaf and fires
-// its grad-ready hooks.
-func (v *Var) accumulate(g *tensor.Tensor) {
+// its grad-ready hooks. When the leaf has no gradient yet and steal says the
+// engine's tensor may be kept, the leaf takes it without a copy.
+func (v *Var) accumulate(g *tensor.Tensor, steal func(*tensor.Tensor) bool) {
 	if g != nil {
 		g = v.runHooks(g)
 	}
@@ -190,8 +191,10 @@ func (v *Var) accumulate(g *tensor.Tensor) {
 	switch {
 	case g == nil:
 	case v.mu.grad == nil:
-		// The engine's gradient may be shared with other Vars (Add passes
-		// one gradient to both inputs), so the leaf gets its own copy.
+		if g.DType() == v.value.DType() && steal(g) {
+			v.mu.grad = g
+			break
+		}
 		v.mu.grad = tensor.New(v.value.DType(), v.value.Shape()...).Copy(g)
 	default:
 		v.mu.grad.Add(v.mu.grad, g)

@@ -71,7 +71,9 @@ func expect(t *testing.T, what string, got *tensor.Tensor, wantName string) {
 	if !tensor.SameShape(got, want) {
 		t.Fatalf("%s: shape %v, PyTorch %v", what, got.Shape(), want.Shape())
 	}
-	if e := relErr(got, want); e > parityTol || math.IsNaN(e) {
+	e := relErr(got, want)
+	t.Logf("%s: relative error %.2g", what, e)
+	if e > parityTol || math.IsNaN(e) {
 		t.Fatalf("%s: relative error %.3g against PyTorch exceeds %g", what, e, parityTol)
 	}
 }

@@ -166,13 +166,19 @@ func (s *SGD) Step() {
 			continue
 		}
 		w := p.Value()
+		buf, hasBuf := s.state[i]["momentum_buffer"]
+		if hasBuf && w.DType() == tensor.Float32 && g.IsContiguous() && w.IsContiguous() {
+			// One pass over parameter, gradient and momentum buffer.
+			sgd32(w.Float32s(), g.Float32s(), buf.Float32s(), float32(o.LR), float32(o.Momentum),
+				float32(1-o.Dampening), float32(o.WeightDecay), o.Nesterov)
+			continue
+		}
 		d := g
 		if o.WeightDecay != 0 {
 			d = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
 		}
 		if o.Momentum != 0 {
-			buf, ok := s.state[i]["momentum_buffer"]
-			if !ok {
+			if !hasBuf {
 				buf = d.Clone()
 				s.state[i]["momentum_buffer"] = buf
 			} else {
@@ -275,6 +281,19 @@ func (a *Adam) Step() {
 		denom := new(tensor.Tensor).Sqrt(src)
 		denom.Scale(1/bc2sqrt).AddScalar(denom, o.Eps)
 		w.AddScaled(w, -stepSize, new(tensor.Tensor).Div(m, denom))
+	}
+}
+
+func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
+	g, buf = g[:len(w)], buf[:len(w)]
+	for i := range w {
+		d := g[i] + wd*w[i]
+		b := momentum*buf[i] + keep*d
+		buf[i] = b
+		if nesterov {
+			b = d + momentum*b
+		}
+		w[i] -= lr * b
 	}
 }
 

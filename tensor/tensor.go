@@ -500,3 +500,14 @@ func AllClose(a, b *Tensor, rtol, atol float64) bool {
 	}
 	return true
 }
+
+// SharesStorage reports whether a and b are views of the same buffer.
+func SharesStorage(a, b *Tensor) bool {
+	return len(a.buf) > 0 && len(b.buf) > 0 && unsafe.SliceData(a.buf) == unsafe.SliceData(b.buf)
+}
+
+// IsWholeStorage reports whether t is a contiguous view of its entire
+// buffer, so that no other view can see elements t does not.
+func (t *Tensor) IsWholeStorage() bool {
+	return t.off == 0 && t.IsContiguous() && t.Numel()*t.dtype.Size() == len(t.buf)
+}

@@ -312,9 +312,10 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 	if b != nil {
 		bv = b.value
 	}
-	out := tensor.Conv2d(x.value, w.value, bv, p)
+	// Keep the patch matrices for the weight gradient when one is needed.
+	out, cols := tensor.Conv2dCols(x.value, w.value, bv, p, GradEnabled() && w.requiresGrad)
 	return record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
-		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, p, x.requiresGrad, w.requiresGrad, b != nil && b.requiresGrad)
+		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.requiresGrad, w.requiresGrad, b != nil && b.requiresGrad)
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b)
 }

@@ -145,40 +145,62 @@ func convCheck(x, w *Tensor, p Conv2dParams) convGeom {
 // (OC×C×KH×KW), plus bias b (OC, may be nil), as torch.nn.functional.conv2d
 // with groups=1. It uses im2col and one GEMM per image.
 func Conv2d(x, w, b *Tensor, p Conv2dParams) *Tensor {
+	out, _ := Conv2dCols(x, w, b, p, false)
+	return out
+}
+
+// Conv2dCols is Conv2d that, when keep is set, also returns the im2col
+// patch matrices of every image (N × C·KH·KW × OH·OW), which
+// Conv2dBackward can reuse instead of building them again.
+func Conv2dCols(x, w, b *Tensor, p Conv2dParams, keep bool) (out, cols *Tensor) {
 	g := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
-	out := New(x.dtype, n, oc, g.oh, g.ow)
+	k, pix := g.c*g.kh*g.kw, g.oh*g.ow
+	out = New(x.dtype, n, oc, g.oh, g.ow)
 	x = x.Contiguous()
 	wm := w.Contiguous().Reshape(oc, -1)
-	cols := New(x.dtype, g.c*g.kh*g.kw, g.oh*g.ow)
+	if keep {
+		cols = New(x.dtype, n, k, pix)
+	} else {
+		cols = New(x.dtype, 1, k, pix)
+	}
 	for i := range n {
-		img := x.Select(0, i)
-		switch x.dtype {
-		case Float32:
-			im2col(cols.Float32s(), img.Float32s(), g)
-		case Float64:
-			im2col(cols.Float64s(), img.Float64s(), g)
-		default:
-			panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
-		}
-		out.Select(0, i).Reshape(oc, -1).MatMul(wm, cols)
+		ci := cols.Select(0, min(i, cols.shape[0]-1))
+		im2colImage(ci, x.Select(0, i), g)
+		out.Select(0, i).Reshape(oc, pix).MatMul(wm, ci)
 	}
 	if b != nil {
 		out.Add(out, b.Reshape(oc, 1, 1))
 	}
-	return out
+	if !keep {
+		cols = nil
+	}
+	return out, cols
+}
+
+func im2colImage(cols, img *Tensor, g convGeom) {
+	switch img.dtype {
+	case Float32:
+		im2col(cols.Float32s(), img.Float32s(), g)
+	case Float64:
+		im2col(cols.Float64s(), img.Float64s(), g)
+	default:
+		panic(fmt.Sprintf("tensor: Conv2d of %v tensors", img.dtype))
+	}
 }
 
 // Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
-// given g, the gradient of its output. A gradient that is not wanted is
+// given g, the gradient of its output. cols are the patch matrices that
+// Conv2dCols kept, or nil to rebuild them. A gradient that is not wanted is
 // returned nil.
-func Conv2dBackward(g, x, w *Tensor, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
+func Conv2dBackward(g, x, w, cols *Tensor, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
 	geo := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
 	x, g = x.Contiguous(), g.Contiguous()
 	wm := w.Contiguous().Reshape(oc, -1)
 	k := geo.c * geo.kh * geo.kw
-	cols := New(x.dtype, k, geo.oh*geo.ow)
+	kept := cols != nil
+	scratch := New(x.dtype, k, geo.oh*geo.ow)
 	if wantX {
 		dx = New(x.dtype, x.shape...)
 	}
@@ -192,22 +214,21 @@ func Conv2dBackward(g, x, w *Tensor, p Conv2dParams, wantX, wantW, wantB bool) (
 	for i := range n {
 		gi := g.Select(0, i).Reshape(oc, -1)
 		if wantW {
-			img := x.Select(0, i)
-			switch x.dtype {
-			case Float32:
-				im2col(cols.Float32s(), img.Float32s(), geo)
-			case Float64:
-				im2col(cols.Float64s(), img.Float64s(), geo)
+			ci := scratch
+			if kept {
+				ci = cols.Select(0, i)
+			} else {
+				im2colImage(ci, x.Select(0, i), geo)
 			}
-			dwm.AddMatMul(gi, cols.T())
+			dwm.AddMatMul(gi, ci.T())
 		}
 		if wantX {
-			cols.MatMul(wm.T(), gi)
+			scratch.MatMul(wm.T(), gi)
 			switch x.dtype {
 			case Float32:
-				col2im(dx.Select(0, i).Float32s(), cols.Float32s(), geo)
+				col2im(dx.Select(0, i).Float32s(), scratch.Float32s(), geo)
 			case Float64:
-				col2im(dx.Select(0, i).Float64s(), cols.Float64s(), geo)
+				col2im(dx.Select(0, i).Float64s(), scratch.Float64s(), geo)
 			}
 		}
 	}
@@ -242,6 +263,10 @@ func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
 
 func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow int, p Conv2dParams) {
 	if kh == 2 && kw == 2 && p.StrideH == 2 && p.StrideW == 2 && p.PadH == 0 && p.PadW == 0 && p.DilationH == 1 && p.DilationW == 1 {
+		if o32, ok := any(out).([]float32); ok {
+			maxPool2x2f32(o32, idx, any(x).([]float32), planes, h, w, oh, ow)
+			return
+		}
 		maxPool2x2(out, idx, x, planes, h, w, oh, ow)
 		return
 	}
@@ -272,7 +297,9 @@ func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow 
 	}
 }
 
-// maxPool2x2 is the common 2×2, stride 2 window without padding.
+// maxPool2x2 is the common 2×2, stride 2 window without padding. The
+// maximum is taken branch-free (training data makes the comparisons
+// unpredictable); the index is then the first position holding it.
 func maxPool2x2[T float](out []T, idx []int64, x []T, planes, h, w, oh, ow int) {
 	for pl := range planes {
 		src := x[pl*h*w : (pl+1)*h*w]
@@ -282,22 +309,78 @@ func maxPool2x2[T float](out []T, idx []int64, x []T, planes, h, w, oh, ow int) 
 			r0 := src[2*oi*w : 2*oi*w+w]
 			r1 := src[(2*oi+1)*w : (2*oi+1)*w+w]
 			base := 2 * oi * w
-			for oj := range ow {
+			oo := o[oi*ow : (oi+1)*ow]
+			io := ix[oi*ow : (oi+1)*ow]
+			for oj := range oo {
 				j := 2 * oj
-				best, at := r0[j], base+j
-				if v := r0[j+1]; v > best || v != v {
-					best, at = v, base+j+1
+				a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
+				best := max(max(a, b), max(c, d))
+				at := base + w + j + 1
+				if c == best {
+					at = base + w + j
 				}
-				if v := r1[j]; v > best || v != v {
-					best, at = v, base+w+j
+				if b == best {
+					at = base + j + 1
 				}
-				if v := r1[j+1]; v > best || v != v {
-					best, at = v, base+w+j+1
+				if a == best {
+					at = base + j
 				}
-				o[oi*ow+oj], ix[oi*ow+oj] = best, int64(at)
+				if best != best { // NaN: the first NaN wins, as in PyTorch
+					at = firstNaN([4]T{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
+				}
+				oo[oj], io[oj] = best, int64(at)
 			}
 		}
 	}
+}
+
+// maxPool2x2f32 is maxPool2x2 for float32 without branches on the data:
+// the comparisons of training data are unpredictable, and a mispredicted
+// branch costs more than the whole window. Windows holding a NaN take the
+// general path.
+func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow int) {
+	type cand struct {
+		v   float32
+		pos int
+	}
+	for pl := range planes {
+		src := x[pl*h*w : (pl+1)*h*w]
+		o := out[pl*oh*ow : (pl+1)*oh*ow]
+		ix := idx[pl*oh*ow : (pl+1)*oh*ow]
+		for oi := range oh {
+			r0 := src[2*oi*w : 2*oi*w+w]
+			r1 := src[(2*oi+1)*w : (2*oi+1)*w+w]
+			base := 2 * oi * w
+			oo := o[oi*ow : (oi+1)*ow]
+			io := ix[oi*ow : (oi+1)*ow]
+			for oj := range oo {
+				j := 2 * oj
+				a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
+				if a != a || b != b || c != c || d != d { // NaN wins, the first one
+					at := firstNaN([4]float32{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
+					oo[oj], io[oj] = float32(math.NaN()), int64(at)
+					continue
+				}
+				best, pos := a, base+j
+				for _, c := range [3]cand{{b, base + j + 1}, {c, base + w + j}, {d, base + w + j + 1}} {
+					// gt is all ones when c.v > best: the sign of best - c.v.
+					gt := int32(math.Float32bits(best-c.v)) >> 31
+					best = math.Float32frombits(math.Float32bits(c.v)&uint32(gt) | math.Float32bits(best)&^uint32(gt))
+					pos = c.pos&int(gt) | pos&^int(gt)
+				}
+				oo[oj], io[oj] = best, int64(pos)
+			}
+		}
+	}
+}
+
+func firstNaN[T float](v [4]T, at [4]int) int {
+	for k := range v {
+		if v[k] != v[k] {
+			return at[k]
+		}
+	}
+	return at[3]
 }
 
 // MaxPool2dBackward scatters g (the gradient of MaxPool2d's output) to the

@@ -53,6 +53,28 @@ func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Te
 }
 
 func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
+	if inner == 1 {
+		for o := range outer {
+			var a0, a1, a2, a3 float64
+			row := s[o*n : (o+1)*n]
+			j := 0
+			for ; j+4 <= len(row); j += 4 {
+				a0 += float64(row[j])
+				a1 += float64(row[j+1])
+				a2 += float64(row[j+2])
+				a3 += float64(row[j+3])
+			}
+			for ; j < len(row); j++ {
+				a0 += float64(row[j])
+			}
+			sum := (a0 + a1) + (a2 + a3)
+			if mean {
+				sum /= float64(n)
+			}
+			d[o] = T(sum)
+		}
+		return
+	}
 	acc := make([]float64, inner)
 	for o := range outer {
 		clear(acc)

@@ -1,0 +1,43 @@
+// Package blas is godist's one small interface to matrix products.
+//
+// Every matrix product in the tensor package goes through Sgemm or Dgemm
+// below. The default implementation is pure Go (with Go assembly kernels on
+// amd64); building with the tag `openblas` binds OpenBLAS through cgo
+// instead. Both pass the same conformance suite (blastest).
+//
+// All matrices are row-major. For op(A) of shape m×k: when transA is false A
+// is m×k with leading dimension lda (≥ k); when true A is stored k×m with
+// lda ≥ m. Likewise for B (k×n, or n×k when transposed) and C (m×n, ldc ≥ n).
+// The slices are owned by the caller; the call does not retain them. C may
+// not alias A or B. Invalid sizes, leading dimensions or short slices panic.
+// beta == 0 never reads C (NaNs there are overwritten); alpha == 0 or k == 0
+// only scales C.
+//
+// PureGo returns the pure-Go implementation in every build (so benchmarks can
+// compare it with OpenBLAS). On amd64 it picks an AVX-512 or AVX2+FMA
+// micro-kernel at run time; GODIST_BLAS_ISA=avx2 or =generic caps the choice.
+// The conformance suite is in internal/blas/blastest.
+package blas
+
+// Impl is a GEMM implementation. The package-level functions use Default.
+type Impl interface {
+	// Name says what the implementation is ("go-asm-avx2", "openblas", ...).
+	Name() string
+	// Sgemm computes C = alpha*op(A)*op(B) + beta*C in float32.
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	// Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64.
+	Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int)
+}
+
+// Default is the implementation chosen at build time.
+var Default Impl = defaultImpl()
+
+// Sgemm computes C = alpha*op(A)*op(B) + beta*C in float32 with Default.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	Default.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Dgemm computes C = alpha*op(A)*op(B) + beta*C in float64 with Default.
+func Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	Default.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}

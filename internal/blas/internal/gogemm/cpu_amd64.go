@@ -1,0 +1,102 @@
+//go:build amd64
+
+package gogemm
+
+import "os"
+
+//go:noescape
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+func xgetbv() (eax, edx uint32)
+
+// asmKernel is the signature of the generated micro-kernels (see
+// gen_kernels.go). Strides and ldc are in bytes.
+type asmKernel func(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+type cpuFeatures struct {
+	avx2FMA bool // AVX, AVX2 and FMA usable (CPU and OS)
+	avx512  bool // AVX-512F usable (CPU and OS)
+}
+
+func detectCPU() cpuFeatures {
+	var f cpuFeatures
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return f
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	_, ebx7, _, _ := cpuid(7, 0)
+	const (
+		fma     = 1 << 12
+		osxsave = 1 << 27
+		avx     = 1 << 28
+	)
+	if ecx1&osxsave == 0 || ecx1&avx == 0 || ecx1&fma == 0 {
+		return f
+	}
+	xcr0, _ := xgetbv()
+	if xcr0&0x6 != 0x6 { // SSE and AVX state
+		return f
+	}
+	if ebx7&(1<<5) == 0 { // AVX2
+		return f
+	}
+	f.avx2FMA = true
+	if ebx7&(1<<16) != 0 && xcr0&0xe0 == 0xe0 { // AVX-512F; opmask, ZMM_Hi256, Hi16_ZMM state
+		f.avx512 = true
+	}
+	return f
+}
+
+var kernelAVX512 = &kernelSet{
+	name:    "go-asm-avx512",
+	mr:      mrAVX512,
+	w:       16,
+	nv:      nvAVX512,
+	maskedB: true,
+	kc:      256,
+	mc:      mrAVX512 * 40,
+	nc:      16 * nvAVX512 * 64,
+	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
+		sgemmKernelsAVX512[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	},
+	tr16: func(dst []float32, ds int, src []float32, ss int) {
+		_ = dst[15*ds+15]
+		_ = src[15*ss+15]
+		transpose16AVX512(&dst[0], ds*4, &src[0], ss*4)
+	},
+}
+
+var kernelAVX2 = &kernelSet{
+	name:    "go-asm-avx2",
+	mr:      mrAVX2,
+	w:       8,
+	nv:      nvAVX2,
+	maskedB: false,
+	kc:      256,
+	mc:      mrAVX2 * 40,
+	nc:      8 * nvAVX2 * 256,
+	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
+		sgemmKernelsAVX2[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	},
+}
+
+// availableKernels lists the kernel sets this CPU can run, best first.
+// GODIST_BLAS_ISA=avx2 or =generic caps the choice (for testing).
+func availableKernels() []*kernelSet {
+	f := detectCPU()
+	var ks []*kernelSet
+	switch os.Getenv("GODIST_BLAS_ISA") {
+	case "generic":
+		f = cpuFeatures{}
+	case "avx2":
+		f.avx512 = false
+	}
+	if f.avx512 {
+		ks = append(ks, kernelAVX512)
+	}
+	if f.avx2FMA {
+		ks = append(ks, kernelAVX2)
+	}
+	return append(ks, kernelGeneric)
+}

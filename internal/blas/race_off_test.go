@@ -1,0 +1,5 @@
+//go:build !race
+
+package blas_test
+
+const raceEnabled = false

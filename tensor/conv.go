@@ -325,8 +325,10 @@ func maxPool2x2[T float](out []T, idx []int64, x []T, planes, h, w, oh, ow int) 
 				if a == best {
 					at = base + j
 				}
-				if best != best { // NaN: the first NaN wins, as in PyTorch
-					at = firstNaN([4]T{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
+				if best != best {
+					best, at64 := scan4([4]T{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
+					oo[oj], io[oj] = best, at64
+					continue
 				}
 				oo[oj], io[oj] = best, int64(at)
 			}
@@ -356,9 +358,8 @@ func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow
 			for oj := range oo {
 				j := 2 * oj
 				a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
-				if a != a || b != b || c != c || d != d { // NaN wins, the first one
-					at := firstNaN([4]float32{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
-					oo[oj], io[oj] = float32(math.NaN()), int64(at)
+				if s := a + b + c + d; s != s { // a NaN (or ∞-∞): the careful path
+					oo[oj], io[oj] = scan4([4]float32{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
 					continue
 				}
 				best, pos := a, base+j
@@ -374,13 +375,17 @@ func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow
 	}
 }
 
-func firstNaN[T float](v [4]T, at [4]int) int {
-	for k := range v {
-		if v[k] != v[k] {
-			return at[k]
+// scan4 picks the maximum of a window as PyTorch's kernel does: in order,
+// a larger value or any NaN replaces the current pick (so the last NaN
+// wins).
+func scan4[T float](v [4]T, at [4]int) (T, int64) {
+	best, pos := v[0], at[0]
+	for k := 1; k < 4; k++ {
+		if v[k] > best || v[k] != v[k] {
+			best, pos = v[k], at[k]
 		}
 	}
-	return at[3]
+	return best, int64(pos)
 }
 
 // MaxPool2dBackward scatters g (the gradient of MaxPool2d's output) to the

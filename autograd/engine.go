@@ -42,6 +42,8 @@ type node struct {
 	backward func(g *tensor.Tensor) []*tensor.Tensor
 	inputs   []*Var
 	out      *Var
+	// release, if set, frees what backward kept once the graph is freed.
+	release func()
 }
 
 var nodeSeq atomic.Uint64
@@ -105,6 +107,10 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
 	if !opt.RetainGraph {
 		for n := range e.deps {
 			n.backward, n.inputs = nil, nil
+			if n.release != nil {
+				n.release()
+				n.release = nil
+			}
 		}
 	}
 }

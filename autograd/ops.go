@@ -312,12 +312,21 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 	if b != nil {
 		bv = b.value
 	}
-	// Keep the patch matrices for the weight gradient when one is needed.
-	out, cols := tensor.Conv2dCols(x.value, w.value, bv, p, GradEnabled() && w.requiresGrad)
-	return record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
+	out, cols := tensor.Conv2dCols(x.value, w.value, bv, p)
+	if !GradEnabled() || !w.requiresGrad {
+		cols.Release() // no weight gradient will need them
+		cols = nil
+	}
+	v := record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.requiresGrad, w.requiresGrad, b != nil && b.requiresGrad)
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b)
+	if v.node != nil {
+		v.node.release = cols.Release
+	} else {
+		cols.Release()
+	}
+	return v
 }
 
 // MaxPool2d returns the maximum over kh×kw windows.

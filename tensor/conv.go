@@ -58,15 +58,16 @@ func validRange(j0, stride, w, ow int) (lo, hi int) {
 }
 
 // im2col writes the (c·kh·kw) × (oh·ow) patch matrix of one image x
-// (c×h×w) into cols.
-func im2col[T float](cols, x []T, g convGeom) {
+// (c×h×w) into cols, whose rows are ld elements apart (ld ≥ oh·ow: the
+// patch matrices of a batch sit side by side in one matrix).
+func im2col[T float](cols, x []T, g convGeom, ld int) {
 	p := g.p
 	row := 0
 	for c := range g.c {
 		plane := x[c*g.h*g.w : (c+1)*g.h*g.w]
 		for ki := range g.kh {
 			for kj := range g.kw {
-				out := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
+				out := cols[row*ld : row*ld+g.oh*g.ow]
 				row++
 				j0 := kj*p.DilationW - p.PadW
 				lo, hi := validRange(j0, p.StrideW, g.w, g.ow)
@@ -93,15 +94,16 @@ func im2col[T float](cols, x []T, g convGeom) {
 	}
 }
 
-// col2im adds the patch matrix cols back into the image gradient dx.
-func col2im[T float](dx, cols []T, g convGeom) {
+// col2im adds the patch matrix cols (rows ld apart) back into the image
+// gradient dx.
+func col2im[T float](dx, cols []T, g convGeom, ld int) {
 	p := g.p
 	row := 0
 	for c := range g.c {
 		plane := dx[c*g.h*g.w : (c+1)*g.h*g.w]
 		for ki := range g.kh {
 			for kj := range g.kw {
-				in := cols[row*g.oh*g.ow : (row+1)*g.oh*g.ow]
+				in := cols[row*ld : row*ld+g.oh*g.ow]
 				row++
 				j0 := kj*p.DilationW - p.PadW
 				lo, hi := validRange(j0, p.StrideW, g.w, g.ow)
@@ -143,97 +145,131 @@ func convCheck(x, w *Tensor, p Conv2dParams) convGeom {
 
 // Conv2d returns the cross-correlation of x (N×C×H×W) with w
 // (OC×C×KH×KW), plus bias b (OC, may be nil), as torch.nn.functional.conv2d
-// with groups=1. It uses im2col and one GEMM per image.
+// with groups=1.
 func Conv2d(x, w, b *Tensor, p Conv2dParams) *Tensor {
-	out, _ := Conv2dCols(x, w, b, p, false)
+	out, cols := Conv2dCols(x, w, b, p)
+	cols.Release()
 	return out
 }
 
-// Conv2dCols is Conv2d that, when keep is set, also returns the im2col
-// patch matrices of every image (N × C·KH·KW × OH·OW), which
-// Conv2dBackward can reuse instead of building them again.
-func Conv2dCols(x, w, b *Tensor, p Conv2dParams, keep bool) (out, cols *Tensor) {
+// ConvColumns are the im2col patch matrices of a convolution's input, kept
+// from the forward pass for the weight gradient.
+type ConvColumns struct{ t *Tensor }
+
+// Release returns the matrices' memory for reuse by later convolutions. The
+// columns must not be used afterwards. Releasing is optional (the garbage
+// collector reclaims unreleased columns) but saves allocating, zeroing and
+// faulting in megabytes per training step. A nil *ConvColumns is a no-op.
+func (c *ConvColumns) Release() {
+	if c != nil && c.t != nil {
+		recycle(c.t)
+		c.t = nil
+	}
+}
+
+// convChunk returns how many images share one patch matrix: enough columns
+// for an efficient GEMM, few enough that the matrix stays in cache while it
+// is written and multiplied (about 256 KiB).
+func convChunk(k, pix, n, size int) int {
+	return max(1, min(n, (256<<10)/max(k*pix*size, 1)))
+}
+
+// Conv2dCols is Conv2d that also returns the patch matrices it built, which
+// Conv2dBackward reuses for the weight gradient.
+//
+// Images are taken in chunks; the im2col matrices of a chunk's images sit
+// side by side in one K × (chunk·OH·OW) matrix (K = C·KH·KW), and one GEMM,
+// W (OC × K) times that matrix, convolves the whole chunk. cols holds the
+// chunks' matrices one after another.
+func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColumns) {
 	g := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
 	k, pix := g.c*g.kh*g.kw, g.oh*g.ow
-	out = New(x.dtype, n, oc, g.oh, g.ow)
 	x = x.Contiguous()
-	wm := w.Contiguous().Reshape(oc, -1)
-	if keep {
-		cols = New(x.dtype, n, k, pix)
-	} else {
-		cols = New(x.dtype, 1, k, pix)
-	}
-	for i := range n {
-		ci := cols.Select(0, min(i, cols.shape[0]-1))
-		im2colImage(ci, x.Select(0, i), g)
-		out.Select(0, i).Reshape(oc, pix).MatMul(wm, ci)
+	wm := w.Contiguous().Reshape(oc, k)
+	out = New(x.dtype, n, oc, g.oh, g.ow)
+	cols := scratch(x.dtype, n*k*pix) // im2col writes every element
+	chunk := convChunk(k, pix, n, x.dtype.Size())
+	for i0 := 0; i0 < n; i0 += chunk {
+		m := min(chunk, n-i0)
+		c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
+		for i := range m {
+			img := x.Select(0, i0+i)
+			switch x.dtype {
+			case Float32:
+				im2col(f32s(c.buf)[c.off+i*pix:], img.Float32s(), g, m*pix)
+			case Float64:
+				im2col(f64s(c.buf)[c.off+i*pix:], img.Float64s(), g, m*pix)
+			default:
+				panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
+			}
+		}
+		prod := new(Tensor).MatMul(wm, c) // OC × m·P
+		copyStrided(out.Narrow(0, i0, m).Reshape(m, oc, pix), prod.Reshape(oc, m, pix).Transpose(0, 1))
 	}
 	if b != nil {
 		out.Add(out, b.Reshape(oc, 1, 1))
 	}
-	if !keep {
-		cols = nil
-	}
-	return out, cols
-}
-
-func im2colImage(cols, img *Tensor, g convGeom) {
-	switch img.dtype {
-	case Float32:
-		im2col(cols.Float32s(), img.Float32s(), g)
-	case Float64:
-		im2col(cols.Float64s(), img.Float64s(), g)
-	default:
-		panic(fmt.Sprintf("tensor: Conv2d of %v tensors", img.dtype))
-	}
+	return out, &ConvColumns{cols}
 }
 
 // Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
-// given g, the gradient of its output. cols are the patch matrices that
-// Conv2dCols kept, or nil to rebuild them. A gradient that is not wanted is
-// returned nil.
-func Conv2dBackward(g, x, w, cols *Tensor, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
+// given g, the gradient of its output. columns are the patch matrices that
+// Conv2dCols returned, or nil to rebuild them; they are not released. A
+// gradient that is not wanted is returned nil.
+func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
 	geo := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
-	x, g = x.Contiguous(), g.Contiguous()
-	wm := w.Contiguous().Reshape(oc, -1)
-	k := geo.c * geo.kh * geo.kw
-	kept := cols != nil
-	scratch := New(x.dtype, k, geo.oh*geo.ow)
+	k, pix := geo.c*geo.kh*geo.kw, geo.oh*geo.ow
+	var cols *Tensor
+	if wantW {
+		if columns == nil || columns.t == nil {
+			_, columns = Conv2dCols(x, w, nil, p)
+			defer columns.Release()
+		}
+		cols = columns.t
+	}
+	wm := w.Contiguous().Reshape(oc, k)
+	g = g.Contiguous()
+	if wantW {
+		dw = New(w.dtype, oc, k)
+	}
 	if wantX {
 		dx = New(x.dtype, x.shape...)
 	}
-	if wantW {
-		dw = New(w.dtype, w.shape...)
-	}
-	dwm := dw
-	if wantW {
-		dwm = dw.Reshape(oc, k)
-	}
-	for i := range n {
-		gi := g.Select(0, i).Reshape(oc, -1)
+	chunk := convChunk(k, pix, n, x.dtype.Size())
+	gt := New(g.dtype, oc, chunk, pix)
+	var dcols *Tensor
+	for i0 := 0; i0 < n; i0 += chunk {
+		m := min(chunk, n-i0)
+		// The chunk's output gradient as OC × m·P, the forward product's layout.
+		gc := gt.Narrow(1, 0, m)
+		if m < chunk {
+			gc = New(g.dtype, oc, m, pix)
+		}
+		copyStrided(gc, g.Narrow(0, i0, m).Reshape(m, oc, pix).Transpose(0, 1))
+		gm := gc.Reshape(oc, m*pix)
 		if wantW {
-			ci := scratch
-			if kept {
-				ci = cols.Select(0, i)
-			} else {
-				im2colImage(ci, x.Select(0, i), geo)
-			}
-			dwm.AddMatMul(gi, ci.T())
+			c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
+			dw.AddMatMul(gm, c.T())
 		}
 		if wantX {
-			scratch.MatMul(wm.T(), gi)
-			switch x.dtype {
-			case Float32:
-				col2im(dx.Select(0, i).Float32s(), scratch.Float32s(), geo)
-			case Float64:
-				col2im(dx.Select(0, i).Float64s(), scratch.Float64s(), geo)
+			dcols = new(Tensor).MatMul(wm.T(), gm) // K × m·P
+			for i := range m {
+				switch x.dtype {
+				case Float32:
+					col2im(dx.Select(0, i0+i).Float32s(), dcols.Float32s()[i*pix:], geo, m*pix)
+				case Float64:
+					col2im(dx.Select(0, i0+i).Float64s(), dcols.Float64s()[i*pix:], geo, m*pix)
+				}
 			}
 		}
 	}
+	if wantW {
+		dw = dw.Reshape(w.shape...)
+	}
 	if wantB {
-		db = new(Tensor).Sum(new(Tensor).Sum(g.Reshape(n, oc, -1), 2, false), 0, false)
+		db = new(Tensor).Sum(new(Tensor).Sum(g.Reshape(n, oc, pix), 2, false), 0, false)
 	}
 	return dx, dw, db
 }

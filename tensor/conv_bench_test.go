@@ -14,10 +14,10 @@ func BenchmarkIm2col(b *testing.B) {
 	x := Randn(NewRNG(1), 64, 6, 14, 14)
 	w := Randn(NewRNG(1), 16, 6, 5, 5)
 	g := convCheck(x, w, Conv2dParams{})
-	cols := New(Float32, 150, 100)
+	cols := New(Float32, 150, 8*100)
 	for b.Loop() {
 		for i := range 64 {
-			im2col(cols.Float32s(), x.Select(0, i).Float32s(), g)
+			im2col(cols.Float32s()[(i%8)*100:], x.Select(0, i).Float32s(), g, 8*100)
 		}
 	}
 }

@@ -64,7 +64,9 @@ func (s SequentialSampler) Indices() []int {
 // called, Indices returns the permutation for (Seed, e) alone (its stream is
 // seeded with Seed+e, as DistributedSampler does), the same on every call
 // until the epoch changes: two processes with the same seed and epoch agree
-// without talking.
+// without talking. The permutations are torch.randperm's (the generator is
+// tensor.NewTorchRNG), so after SetEpoch the order is exactly that of
+// PyTorch's DistributedSampler(shuffle=True, seed=Seed) with one replica.
 //
 // A RandomSampler is safe for concurrent use.
 type RandomSampler struct {
@@ -91,7 +93,7 @@ func NewRandomSampler(n int, seed uint64) *RandomSampler {
 		panic(fmt.Sprintf("data: NewRandomSampler(%d)", n))
 	}
 	s := &RandomSampler{n: n, seed: seed}
-	s.mu.rng = tensor.NewRNG(seed)
+	s.mu.rng = tensor.NewTorchRNG(seed)
 	return s
 }
 
@@ -111,7 +113,7 @@ func (s *RandomSampler) Indices() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.epochSet {
-		return tensor.NewRNG(s.seed + uint64(s.mu.epoch)).Perm(s.n)
+		return tensor.NewTorchRNG(s.seed + uint64(s.mu.epoch)).Perm(s.n)
 	}
 	return s.mu.rng.Perm(s.n)
 }

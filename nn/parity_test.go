@@ -276,3 +276,28 @@ func TestReferenceIsFromPyTorch(t *testing.T) {
 		t.Fatalf("reference made by torch %q, want 1.13", meta["torch"])
 	}
 }
+
+// TestParityTorchInit checks that a torch-compatible generator gives the
+// anchor models exactly PyTorch's initial weights after torch.manual_seed(0),
+// and torch.randperm's order.
+func TestParityTorchInit(t *testing.T) {
+	for _, kind := range []string{"mlp", "lenet"} {
+		m, err := models.New(kind, tensor.NewTorchRNG(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range nn.StateDict(m) {
+			want := get(t, "init0."+kind+"."+name)
+			if !tensor.Equal(v, want) {
+				t.Fatalf("%s %s: initial weights differ from PyTorch's (relative error %.3g)", kind, name, relErr(v, want))
+			}
+		}
+	}
+	perm := tensor.NewTorchRNG(3).Perm(1000)
+	want := get(t, "randperm.seed3").Values()
+	for i := range perm {
+		if float64(perm[i]) != want[i] {
+			t.Fatalf("randperm(1000) with seed 3 differs at %d: %d, PyTorch %v", i, perm[i], want[i])
+		}
+	}
+}

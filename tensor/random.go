@@ -10,7 +10,8 @@ import (
 // shuffling. The same seed gives the same stream on every machine. An RNG
 // is not safe for concurrent use.
 type RNG struct {
-	r *rand.Rand
+	r  *rand.Rand
+	mt *mt19937 // set by NewTorchRNG: Uniform and Perm follow PyTorch
 }
 
 // NewRNG returns a generator seeded with seed.
@@ -27,11 +28,22 @@ func (g *RNG) NormFloat64() float64 { return g.r.NormFloat64() }
 // IntN returns a uniform integer in [0, n).
 func (g *RNG) IntN(n int) int { return g.r.IntN(n) }
 
-// Perm returns a random permutation of 0..n-1.
-func (g *RNG) Perm(n int) []int { return g.r.Perm(n) }
+// Perm returns a random permutation of 0..n-1 (torch.randperm's for a
+// generator from NewTorchRNG).
+func (g *RNG) Perm(n int) []int {
+	if g.mt != nil {
+		return g.mt.randperm(n)
+	}
+	return g.r.Perm(n)
+}
 
-// Uniform fills t with numbers uniform in [lo, hi) and returns t.
+// Uniform fills t with numbers uniform in [lo, hi) and returns t. With a
+// generator from NewTorchRNG the numbers are those of torch's uniform_.
 func (t *Tensor) Uniform(g *RNG, lo, hi float64) *Tensor {
+	if g.mt != nil {
+		from, to := float32(lo), float32(hi)
+		return t.fillFunc(func() float64 { return float64(g.mt.uniform(from, to)) })
+	}
 	return t.fillFunc(func() float64 { return lo + (hi-lo)*g.r.Float64() })
 }
 
@@ -77,6 +89,7 @@ func Fans(shape []int) (fanIn, fanOut int) {
 func (t *Tensor) KaimingUniform(g *RNG, a float64) *Tensor {
 	fanIn, _ := Fans(t.shape)
 	gain := math.Sqrt(2 / (1 + a*a))
-	bound := gain * math.Sqrt(3/float64(fanIn))
+	std := gain / math.Sqrt(float64(fanIn))
+	bound := math.Sqrt(3) * std // the same double arithmetic as torch.nn.init
 	return t.Uniform(g, -bound, bound)
 }

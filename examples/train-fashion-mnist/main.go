@@ -1,7 +1,9 @@
 // Command train-fashion-mnist trains the MLP or LeNet on Fashion-MNIST in
 // one process, with the settings of shared/anchors/train_ddp.py (batch 64,
 // SGD lr 0.01 momentum 0.9, inputs normalised with mean 0.2860 and std
-// 0.3530), so its accuracy and speed compare with PyTorch's.
+// 0.3530), so its accuracy and speed compare with PyTorch's: with the same
+// seed the initial weights and the order of the examples are exactly
+// PyTorch's (tensor.NewTorchRNG).
 //
 //	go run ./examples/train-fashion-mnist --model mlp --epochs 1
 //
@@ -48,7 +50,7 @@ func main() {
 	batch := flag.Int("batch", 64, "batch size")
 	lr := flag.Float64("lr", 0.01, "SGD learning rate")
 	momentum := flag.Float64("momentum", 0.9, "SGD momentum")
-	seed := flag.Uint64("seed", 0, "seed for initialisation and shuffling")
+	seed := flag.Uint64("seed", 0, "seed for initialisation and shuffling (torch.manual_seed and DistributedSampler's seed)")
 	dir := flag.String("data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
 	flag.Parse()
 	if err := run(*model, *epochs, *batch, *lr, *momentum, *seed, *dir); err != nil {
@@ -77,7 +79,10 @@ func run(model string, epochs, batch int, lr, momentum float64, seed uint64, dir
 	}
 	fmt.Fprintf(os.Stderr, "data: %s Fashion-MNIST from %s (%d train, %d test)\n", which, dir, xtr.Size(0), xte.Size(0))
 
-	rng := tensor.NewRNG(seed)
+	// PyTorch's generator: the initial weights are those of
+	// torch.manual_seed(seed) and the order that of DistributedSampler(seed),
+	// as in shared/anchors/train_ddp.py.
+	rng := tensor.NewTorchRNG(seed)
 	net, err := models.New(model, rng)
 	if err != nil {
 		return err

@@ -168,6 +168,22 @@ for _ in range(5):
     lrs.append(o.param_groups[0]["lr"])
 put("steplr.lrs", torch.tensor(lrs, dtype=torch.float64))
 
+# Default initialisation after torch.manual_seed(0): the anchor's models.
+def anchor_model(kind):
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                             nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return lenet()
+
+
+for kind in ["mlp", "lenet"]:
+    torch.manual_seed(0)
+    for k, v in anchor_model(kind).state_dict().items():
+        put(f"init0.{kind}.{k}", v)
+g = torch.Generator()
+g.manual_seed(3)
+put("randperm.seed3", torch.randperm(1000, generator=g))
+
 
 def save(path, tensors, metadata):
     dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}

@@ -1,0 +1,491 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// AnySource, as a receive's peer, accepts a matching frame from any rank.
+const AnySource = -1
+
+// PeerError reports that the connection to a rank failed or was closed:
+// every pending and later transfer with that rank fails with it.
+type PeerError struct {
+	Rank int   // the peer
+	Err  error // what happened (io.EOF: the peer's process ended)
+}
+
+func (e *PeerError) Error() string {
+	if errors.Is(e.Err, ErrPeerClosed) {
+		return fmt.Sprintf("transport: rank %d closed its connections (it called Destroy or exited cleanly)", e.Rank)
+	}
+	return fmt.Sprintf("transport: connection to rank %d lost: %v (the process probably died; check its log)", e.Rank, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// ErrPeerClosed is a PeerError's cause when the peer said goodbye first.
+var ErrPeerClosed = errors.New("peer closed")
+
+// ErrClosed is returned by an Endpoint that has been closed.
+var ErrClosed = errors.New("transport: endpoint closed")
+
+// FingerprintError reports a receive that found a frame from a different
+// call than the one it expected: the ranks have issued collectives in
+// different orders (a desync).
+//
+// The transport does not interpret fingerprints; dist decodes them into
+// the two calls' descriptions.
+type FingerprintError struct {
+	Src  int
+	Key  Key
+	Got  uint64 // the sender's fingerprint
+	Want uint64 // the receiver's
+}
+
+func (e *FingerprintError) Error() string {
+	return fmt.Sprintf("transport: %v from rank %d has fingerprint %#x, the receive expects %#x", e.Key, e.Src, e.Got, e.Want)
+}
+
+// LengthError reports a frame whose payload length differs from the
+// receive buffer's.
+type LengthError struct {
+	Src       int
+	Key       Key
+	Got, Want int64
+}
+
+func (e *LengthError) Error() string {
+	return fmt.Sprintf("transport: %v from rank %d carries %d bytes, the receive expects %d", e.Key, e.Src, e.Got, e.Want)
+}
+
+// Match is a posted receive's test for a frame. It is called with the
+// endpoint's lock held and must not block or call back into the endpoint;
+// returning true takes the frame (the function may record that, since a
+// frame is offered to a receive at most once).
+type Match func(src int, h *Header) bool
+
+// ExactMatch matches the frame with key k from peer (or AnySource).
+func ExactMatch(peer int, k Key) Match {
+	return func(src int, h *Header) bool {
+		return (peer == AnySource || src == peer) && h.Key == k
+	}
+}
+
+// Handlers receive the events that are not answers to a receive.
+type Handlers struct {
+	// Abort is called when a peer sends an abort frame for a call (a
+	// desync it found, say) with its reason.
+	Abort func(src int, key Key, reason string)
+	// PeerDown is called once per peer when its connection fails or closes.
+	PeerDown func(err *PeerError)
+}
+
+// closeTimeout bounds the goodbye frames Close sends.
+const closeTimeout = 2 * time.Second
+
+// link moves whole frames to one peer.
+type link interface {
+	// send writes the header and the payload parts as one frame. Concurrent
+	// calls are serialised by the link.
+	send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error
+	// close ends the link; the peer sees the connection close.
+	close() error
+}
+
+// Endpoint is one rank's connections to the other ranks of a job and the
+// matching of incoming frames to posted receives. It is safe for
+// concurrent use; transfers of different calls proceed in parallel.
+//
+// A receive can be posted before its frame arrives: the frame's payload is
+// then read straight into the receive's buffer. A frame that arrives first
+// is kept until a receive takes it (one copy).
+type Endpoint struct {
+	rank, size int
+	links      []link
+
+	mu struct {
+		sync.Mutex
+		posted     []*pending
+		unexpected []*message
+		down       map[int]*PeerError
+		closed     bool
+		handlers   Handlers
+	}
+}
+
+type pending struct {
+	peer  int
+	match Match
+	fp    uint64
+	buf   []byte
+	done  chan struct{}
+	// set once matched (under the endpoint lock), then filled by the reader
+	claimed bool
+	src     int
+	err     error
+}
+
+type message struct {
+	src int
+	h   Header
+	buf []byte
+}
+
+func newEndpoint(rank, size int) *Endpoint {
+	e := &Endpoint{rank: rank, size: size, links: make([]link, size)}
+	e.mu.down = map[int]*PeerError{}
+	return e
+}
+
+// Rank returns this endpoint's rank.
+func (e *Endpoint) Rank() int { return e.rank }
+
+// Size returns the number of ranks.
+func (e *Endpoint) Size() int { return e.size }
+
+// SetHandlers installs the event handlers (replacing earlier ones).
+func (e *Endpoint) SetHandlers(h Handlers) {
+	e.mu.Lock()
+	e.mu.handlers = h
+	e.mu.Unlock()
+}
+
+// PeerErr returns the error that ended the connection to rank, or nil.
+func (e *Endpoint) PeerErr(rank int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err, ok := e.mu.down[rank]; ok {
+		return err
+	}
+	return nil
+}
+
+func (e *Endpoint) checkPeer(peer int, op string) error {
+	if peer < 0 || peer >= e.size || peer == e.rank {
+		return fmt.Errorf("transport: %s with rank %d: want another rank in [0, %d), this is rank %d", op, peer, e.size, e.rank)
+	}
+	return nil
+}
+
+// Send writes one frame to peer with the call's key and fingerprint; its
+// payload is the concatenation of parts, written with one vectored write
+// after the header (the parts are not copied). It returns when the bytes
+// have been handed to the operating system, not when the peer has read
+// them. The caller must not modify parts until Send returns.
+func (e *Endpoint) Send(ctx context.Context, peer int, key Key, fp uint64, parts ...[]byte) error {
+	return e.sendKind(ctx, KindData, peer, key, fp, parts)
+}
+
+// Abort sends an abort frame for key to peer with a reason; the peer's
+// Handlers.Abort receives it.
+func (e *Endpoint) Abort(ctx context.Context, peer int, key Key, reason string) error {
+	return e.sendKind(ctx, KindAbort, peer, key, 0, [][]byte{[]byte(reason)})
+}
+
+func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, fp uint64, parts [][]byte) error {
+	if err := e.checkPeer(peer, "send"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	closed, down := e.mu.closed, e.mu.down[peer]
+	e.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if down != nil {
+		return down
+	}
+	var n int64
+	for _, p := range parts {
+		n += int64(len(p))
+	}
+	h := Header{Kind: kind, Key: key, FP: fp, Len: n, CRC: Checksum(parts...)}
+	var hdr [HeaderSize]byte
+	h.encode(hdr[:])
+	if err := e.links[peer].send(ctx, &hdr, parts); err != nil {
+		if ctx.Err() != nil {
+			// A frame cut short leaves the stream unusable.
+			e.peerDown(peer, fmt.Errorf("send cancelled mid-frame: %w", ctx.Err()))
+			return fmt.Errorf("transport: send of %v to rank %d: %w", key, peer, ctx.Err())
+		}
+		e.peerDown(peer, err)
+		return e.PeerErr(peer)
+	}
+	return nil
+}
+
+// Recv waits for a frame from peer (or AnySource) that match accepts, and
+// reads its payload into buf, whose length must equal the payload's. fp is
+// the receiver's fingerprint of the call: a frame whose fingerprint differs
+// fails the receive with a *FingerprintError. It returns the sender's rank.
+//
+// The receive is posted before Recv blocks, so a frame arriving later lands
+// in buf directly. If ctx ends first, Recv returns ctx's error (unless the
+// frame is already being read into buf, in which case it waits for that).
+func (e *Endpoint) Recv(ctx context.Context, peer int, match Match, fp uint64, buf []byte) (int, error) {
+	if peer != AnySource {
+		if err := e.checkPeer(peer, "receive"); err != nil {
+			return -1, err
+		}
+	}
+	p := &pending{peer: peer, match: match, fp: fp, buf: buf, done: make(chan struct{})}
+	e.mu.Lock()
+	if e.mu.closed {
+		e.mu.Unlock()
+		return -1, ErrClosed
+	}
+	// A frame that arrived before the receive was posted.
+	for i, m := range e.mu.unexpected {
+		if (peer == AnySource || m.src == peer) && match(m.src, &m.h) {
+			e.mu.unexpected = append(e.mu.unexpected[:i], e.mu.unexpected[i+1:]...)
+			e.mu.Unlock()
+			if err := p.check(m.src, &m.h); err != nil {
+				return m.src, err
+			}
+			copy(buf, m.buf)
+			return m.src, nil
+		}
+	}
+	if err := e.downFor(peer); err != nil {
+		e.mu.Unlock()
+		return -1, err
+	}
+	e.mu.posted = append(e.mu.posted, p)
+	e.mu.Unlock()
+
+	select {
+	case <-p.done:
+		return p.src, p.err
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	if !p.claimed {
+		e.removePostedLocked(p)
+		e.mu.Unlock()
+		return -1, fmt.Errorf("transport: receive from %s: %w", peerName(peer), ctx.Err())
+	}
+	e.mu.Unlock()
+	<-p.done // the reader is filling buf; it finishes or fails soon
+	return p.src, p.err
+}
+
+func peerName(peer int) string {
+	if peer == AnySource {
+		return "any rank"
+	}
+	return fmt.Sprintf("rank %d", peer)
+}
+
+// downFor returns the error that makes a receive from peer impossible.
+func (e *Endpoint) downFor(peer int) error {
+	if peer != AnySource {
+		if err := e.mu.down[peer]; err != nil {
+			return err
+		}
+		return nil
+	}
+	for _, err := range e.mu.down {
+		return err
+	}
+	return nil
+}
+
+func (e *Endpoint) removePostedLocked(p *pending) {
+	for i, q := range e.mu.posted {
+		if q == p {
+			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
+			return
+		}
+	}
+}
+
+// check validates a matched frame against the receive.
+func (p *pending) check(src int, h *Header) error {
+	if h.FP != p.fp {
+		return &FingerprintError{Src: src, Key: h.Key, Got: h.FP, Want: p.fp}
+	}
+	if h.Len != int64(len(p.buf)) {
+		return &LengthError{Src: src, Key: h.Key, Got: h.Len, Want: int64(len(p.buf))}
+	}
+	return nil
+}
+
+// deliver hands an incoming frame from src to a posted receive or keeps it.
+// read fills its argument with the payload (exactly h.Len bytes); it is
+// called exactly once unless deliver returns an error, which means the
+// connection is unusable.
+func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
+	switch h.Kind {
+	case KindAbort:
+		reason := make([]byte, min(h.Len, 64<<10))
+		if h.Len > int64(len(reason)) {
+			return fmt.Errorf("%w: abort reason of %d bytes", ErrFrame, h.Len)
+		}
+		if err := read(reason); err != nil {
+			return err
+		}
+		if Checksum(reason) != h.CRC {
+			return fmt.Errorf("%w: payload checksum mismatch", ErrFrame)
+		}
+		e.mu.Lock()
+		fn := e.mu.handlers.Abort
+		e.mu.Unlock()
+		if fn != nil {
+			fn(src, h.Key, string(reason))
+		}
+		return nil
+	case KindBye:
+		if err := read(make([]byte, min(h.Len, 1<<10))); err != nil {
+			return err
+		}
+		e.peerDown(src, ErrPeerClosed)
+		return nil
+	}
+
+	e.mu.Lock()
+	p := e.claimLocked(src, h)
+	e.mu.Unlock()
+	if p != nil {
+		if err := p.check(src, h); err != nil {
+			// Drain the payload and fail the receive; the stream is fine.
+			if derr := read(make([]byte, h.Len)); derr != nil {
+				p.finish(src, err)
+				return derr
+			}
+			p.finish(src, err)
+			return nil
+		}
+		if err := read(p.buf); err != nil {
+			p.finish(src, &PeerError{Rank: src, Err: err})
+			return err
+		}
+		if Checksum(p.buf) != h.CRC {
+			err := fmt.Errorf("%w: payload checksum mismatch on %v from rank %d", ErrFrame, h.Key, src)
+			p.finish(src, err)
+			return err
+		}
+		p.finish(src, nil)
+		return nil
+	}
+	// Nobody is waiting yet: keep a copy.
+	buf := make([]byte, h.Len)
+	if err := read(buf); err != nil {
+		return err
+	}
+	if Checksum(buf) != h.CRC {
+		return fmt.Errorf("%w: payload checksum mismatch on %v from rank %d", ErrFrame, h.Key, src)
+	}
+	e.mu.Lock()
+	if p := e.claimLocked(src, h); p != nil {
+		e.mu.Unlock()
+		if err := p.check(src, h); err != nil {
+			p.finish(src, err)
+			return nil
+		}
+		copy(p.buf, buf)
+		p.finish(src, nil)
+		return nil
+	}
+	e.mu.unexpected = append(e.mu.unexpected, &message{src: src, h: *h, buf: buf})
+	e.mu.Unlock()
+	return nil
+}
+
+// claimLocked finds and removes the first posted receive that takes the
+// frame.
+func (e *Endpoint) claimLocked(src int, h *Header) *pending {
+	for i, p := range e.mu.posted {
+		if (p.peer == AnySource || p.peer == src) && p.match(src, h) {
+			p.claimed = true
+			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
+			return p
+		}
+	}
+	return nil
+}
+
+func (p *pending) finish(src int, err error) {
+	p.src, p.err = src, err
+	close(p.done)
+}
+
+// peerDown records that the connection to rank failed, fails every receive
+// waiting on it (and every receive from any source), and tells the handler.
+func (e *Endpoint) peerDown(rank int, cause error) {
+	e.mu.Lock()
+	if _, ok := e.mu.down[rank]; ok || e.mu.closed {
+		e.mu.Unlock()
+		return
+	}
+	if cause == nil || errors.Is(cause, io.ErrUnexpectedEOF) {
+		cause = io.EOF
+	}
+	perr := &PeerError{Rank: rank, Err: cause}
+	e.mu.down[rank] = perr
+	var failed []*pending
+	kept := e.mu.posted[:0]
+	for _, p := range e.mu.posted {
+		if p.peer == rank || p.peer == AnySource {
+			p.claimed = true
+			failed = append(failed, p)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	e.mu.posted = kept
+	fn := e.mu.handlers.PeerDown
+	e.mu.Unlock()
+	for _, p := range failed {
+		p.finish(rank, perr)
+	}
+	if fn != nil {
+		fn(perr)
+	}
+}
+
+// Close says goodbye to every peer, closes the connections and fails every
+// pending receive with ErrClosed.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	if e.mu.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	down := map[int]bool{}
+	for r := range e.mu.down {
+		down[r] = true
+	}
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var hdr [HeaderSize]byte
+	(&Header{Kind: KindBye, CRC: Checksum()}).encode(hdr[:])
+	for r, l := range e.links {
+		if l != nil && !down[r] {
+			_ = l.send(ctx, &hdr, nil)
+		}
+	}
+	e.mu.Lock()
+	e.mu.closed = true
+	posted := e.mu.posted
+	e.mu.posted = nil
+	e.mu.unexpected = nil
+	e.mu.Unlock()
+	for _, p := range posted {
+		p.finish(-1, ErrClosed)
+	}
+	var first error
+	for _, l := range e.links {
+		if l != nil {
+			if err := l.close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}

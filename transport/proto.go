@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// The frame format: every message between two ranks is one frame, a fixed
+// 48-byte header followed by the payload.
+//
+//	off size field
+//	  0    4 magic "GDTF"
+//	  4    1 version
+//	  5    1 kind
+//	  6    2 reserved (zero)
+//	  8    4 group id
+//	 12    4 tag
+//	 16    8 sequence number of the call in its group
+//	 24    8 fingerprint of the call (op, dtype, count, root, reduce op)
+//	 32    8 payload length in bytes
+//	 40    4 CRC32C of the payload
+//	 44    4 CRC32C of bytes 0..43
+//
+// All integers are little-endian. A frame is matched to a receive by its
+// Key (group, sequence, tag) and its source rank.
+const (
+	frameMagic   = 0x46544447 // "GDTF" little-endian
+	frameVersion = 1
+	HeaderSize   = 48
+	// MaxPayload bounds one frame's payload: a header claiming more is
+	// refused before anything is allocated.
+	MaxPayload = 1 << 40
+)
+
+// Kind says what a frame carries.
+type Kind uint8
+
+const (
+	// KindData carries the payload of a send.
+	KindData Kind = 1
+	// KindAbort tells the receiver that the sender failed the call named by
+	// the key (a desync, say); the payload is the reason.
+	KindAbort Kind = 2
+	// KindBye announces a clean close: the connection ending afterwards is
+	// not a failure.
+	KindBye Kind = 3
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindData:
+		return "data"
+	case KindAbort:
+		return "abort"
+	case KindBye:
+		return "bye"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Key names a message within a job: the group, the call's sequence number
+// in that group, and a tag that tells the messages of one call apart (the
+// round and piece of a schedule, or the user's tag for point-to-point).
+type Key struct {
+	Group uint32
+	Seq   uint64
+	Tag   uint32
+}
+
+func (k Key) String() string { return fmt.Sprintf("group %d call %d tag %d", k.Group, k.Seq, k.Tag) }
+
+// Header is a decoded frame header.
+type Header struct {
+	Kind Kind
+	Key  Key
+	// FP is the fingerprint of the sender's call; a receiver expecting a
+	// different fingerprint has found a desync.
+	FP  uint64
+	Len int64
+	CRC uint32 // CRC32C of the payload
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC32C of the concatenated slices.
+func Checksum(parts ...[]byte) uint32 {
+	var c uint32
+	for _, p := range parts {
+		c = crc32.Update(c, castagnoli, p)
+	}
+	return c
+}
+
+// ErrFrame is wrapped by every error about a malformed frame.
+var ErrFrame = errors.New("transport: malformed frame")
+
+// encode writes h into b (len ≥ HeaderSize).
+func (h *Header) encode(b []byte) {
+	_ = b[HeaderSize-1]
+	binary.LittleEndian.PutUint32(b[0:], frameMagic)
+	b[4] = frameVersion
+	b[5] = byte(h.Kind)
+	b[6], b[7] = 0, 0
+	binary.LittleEndian.PutUint32(b[8:], h.Key.Group)
+	binary.LittleEndian.PutUint32(b[12:], h.Key.Tag)
+	binary.LittleEndian.PutUint64(b[16:], h.Key.Seq)
+	binary.LittleEndian.PutUint64(b[24:], h.FP)
+	binary.LittleEndian.PutUint64(b[32:], uint64(h.Len))
+	binary.LittleEndian.PutUint32(b[40:], h.CRC)
+	binary.LittleEndian.PutUint32(b[44:], crc32.Checksum(b[:44], castagnoli))
+}
+
+// decodeHeader parses and checks a header. It never panics and never trusts
+// a length beyond MaxPayload.
+func decodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("%w: %d header bytes, want %d", ErrFrame, len(b), HeaderSize)
+	}
+	if m := binary.LittleEndian.Uint32(b[0:]); m != frameMagic {
+		return Header{}, fmt.Errorf("%w: bad magic %#x (not a godist peer, or the stream lost its place)", ErrFrame, m)
+	}
+	if got, want := binary.LittleEndian.Uint32(b[44:]), crc32.Checksum(b[:44], castagnoli); got != want {
+		return Header{}, fmt.Errorf("%w: header checksum %#x, computed %#x", ErrFrame, got, want)
+	}
+	if b[4] != frameVersion {
+		return Header{}, fmt.Errorf("%w: frame version %d, this build speaks %d: run the same godist version on every rank", ErrFrame, b[4], frameVersion)
+	}
+	h := Header{
+		Kind: Kind(b[5]),
+		Key: Key{
+			Group: binary.LittleEndian.Uint32(b[8:]),
+			Tag:   binary.LittleEndian.Uint32(b[12:]),
+			Seq:   binary.LittleEndian.Uint64(b[16:]),
+		},
+		FP:  binary.LittleEndian.Uint64(b[24:]),
+		CRC: binary.LittleEndian.Uint32(b[40:]),
+	}
+	n := binary.LittleEndian.Uint64(b[32:])
+	if n > MaxPayload {
+		return Header{}, fmt.Errorf("%w: payload length %d exceeds %d", ErrFrame, n, uint64(MaxPayload))
+	}
+	h.Len = int64(n)
+	switch h.Kind {
+	case KindData, KindAbort, KindBye:
+	default:
+		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
+	}
+	return h, nil
+}

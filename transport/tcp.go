@@ -1,0 +1,267 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/internal/handshake"
+	"github.com/godist/godist/store"
+)
+
+// TCPOptions configure NewTCP.
+type TCPOptions struct {
+	Rank, Size int
+	// Store is where the ranks publish and find each other's addresses.
+	Store store.Store
+	// Prefix namespaces the store keys (one prefix per endpoint a job
+	// builds, e.g. per restart).
+	Prefix string
+	// Host is the address other ranks reach this one at (default
+	// 127.0.0.1); the listener binds Host:0 unless Listen is set.
+	Host   string
+	Listen string
+	// JobID and Token authenticate every connection (see
+	// internal/handshake): without the token a peer is dropped after the
+	// handshake's bounded bytes.
+	JobID string
+	Token []byte
+	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when positive (default 4 MiB).
+	SocketBuffer int
+}
+
+// NewTCP connects this rank to every other rank over TCP and returns its
+// endpoint. Each rank listens, publishes its address in the store, dials
+// every lower rank and accepts every higher one; every connection starts
+// with the authenticated handshake. It returns when all size-1 connections
+// are up, or fails when ctx ends, naming the ranks still missing.
+func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
+	if opt.Size < 1 || opt.Rank < 0 || opt.Rank >= opt.Size {
+		return nil, fmt.Errorf("transport: rank %d of world size %d", opt.Rank, opt.Size)
+	}
+	if opt.Host == "" {
+		opt.Host = "127.0.0.1"
+	}
+	if opt.Listen == "" {
+		opt.Listen = net.JoinHostPort(opt.Host, "0")
+	}
+	if opt.SocketBuffer == 0 {
+		opt.SocketBuffer = 4 << 20
+	}
+	e := newEndpoint(opt.Rank, opt.Size)
+	if opt.Size == 1 {
+		return e, nil
+	}
+	ln, err := net.Listen("tcp", opt.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d: listen on %s: %w", opt.Rank, opt.Listen, err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	addr := net.JoinHostPort(opt.Host, strconv.Itoa(port))
+	key := func(r int) string { return opt.Prefix + "transport/addr/" + strconv.Itoa(r) }
+	if err := opt.Store.Set(ctx, key(opt.Rank), []byte(addr)); err != nil {
+		return nil, fmt.Errorf("transport: rank %d: publish address: %w", opt.Rank, err)
+	}
+	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Token: opt.Token}
+
+	type result struct {
+		rank int
+		conn net.Conn
+		err  error
+	}
+	results := make(chan result, opt.Size)
+	var wg sync.WaitGroup
+	// Dial every lower rank.
+	for r := 0; r < opt.Rank; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := dialPeer(ctx, opt.Store, key(r), r, hs)
+			results <- result{r, conn, err}
+		}()
+	}
+	// Accept every higher rank; refuse anything else.
+	acceptCtx, stopAccept := context.WithCancel(ctx)
+	defer stopAccept()
+	go func() {
+		<-acceptCtx.Done()
+		ln.Close()
+	}()
+	expect := opt.Size - 1 - opt.Rank
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seen := map[int]bool{}
+		for len(seen) < expect {
+			conn, err := ln.Accept()
+			if err != nil {
+				if acceptCtx.Err() == nil {
+					results <- result{-1, nil, fmt.Errorf("accept: %w", err)}
+				}
+				return
+			}
+			peer, err := handshake.Server(conn, hs)
+			switch {
+			case err != nil:
+				conn.Close() // unauthenticated or foreign: dropped, nothing changed
+				continue
+			case peer.Rank <= opt.Rank || peer.Rank >= opt.Size || seen[peer.Rank]:
+				conn.Close()
+				continue
+			}
+			seen[peer.Rank] = true
+			results <- result{peer.Rank, conn, nil}
+		}
+	}()
+
+	conns := make([]net.Conn, opt.Size)
+	fail := func(err error) (*Endpoint, error) {
+		stopAccept()
+		wg.Wait()
+		close(results)
+		for r := range results {
+			if r.conn != nil {
+				r.conn.Close()
+			}
+		}
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	for got := 0; got < opt.Size-1; {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				return fail(fmt.Errorf("transport: rank %d: %w", opt.Rank, r.err))
+			}
+			conns[r.rank] = r.conn
+			got++
+		case <-ctx.Done():
+			var missing []int
+			for r := range conns {
+				if r != opt.Rank && conns[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			return fail(fmt.Errorf("transport: rank %d: no connection from ranks %v before the deadline: %w (are they running, with the same job id and token?)", opt.Rank, missing, ctx.Err()))
+		}
+	}
+	stopAccept()
+	wg.Wait()
+	for r, c := range conns {
+		if c == nil {
+			continue
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+			tc.SetReadBuffer(opt.SocketBuffer)
+			tc.SetWriteBuffer(opt.SocketBuffer)
+		}
+		l := &tcpLink{conn: c}
+		e.links[r] = l
+		go e.readLoop(r, c)
+	}
+	return e, nil
+}
+
+// dialPeer waits for rank r's address in the store, connects with retry
+// and performs the handshake.
+func dialPeer(ctx context.Context, s store.Store, key string, r int, hs handshake.Config) (net.Conn, error) {
+	addr, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("address of rank %d: %w", r, err)
+	}
+	var d net.Dialer
+	backoff := 10 * time.Millisecond
+	for {
+		conn, err := d.DialContext(ctx, "tcp", string(addr))
+		if err == nil {
+			peer, herr := handshake.Client(conn, hs)
+			if herr != nil {
+				conn.Close()
+				return nil, fmt.Errorf("handshake with rank %d at %s: %w", r, addr, herr)
+			}
+			if peer.Rank != r {
+				conn.Close()
+				return nil, fmt.Errorf("%s answered as rank %d, expected rank %d", addr, peer.Rank, r)
+			}
+			return conn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to rank %d at %s: %w (last error: %v)", r, addr, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// tcpLink writes frames to one connection.
+type tcpLink struct {
+	mu   sync.Mutex // one frame at a time
+	conn net.Conn
+}
+
+func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := ctx.Deadline(); ok {
+		l.conn.SetWriteDeadline(d)
+		defer l.conn.SetWriteDeadline(time.Time{})
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { l.conn.SetWriteDeadline(time.Now()) })
+		defer stop()
+	}
+	bufs := make(net.Buffers, 0, 1+len(payload))
+	bufs = append(bufs, hdr[:])
+	for _, p := range payload {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	_, err := bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
+	return err
+}
+
+func (l *tcpLink) close() error { return l.conn.Close() }
+
+// readLoop reads frames from rank r until the connection ends.
+func (e *Endpoint) readLoop(r int, conn net.Conn) {
+	br := bufio.NewReaderSize(conn, 64<<10)
+	var hb [HeaderSize]byte
+	read := func(p []byte) error {
+		_, err := io.ReadFull(br, p)
+		return err
+	}
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				err = ErrClosed
+			}
+			e.peerDown(r, err)
+			return
+		}
+		h, err := decodeHeader(hb[:])
+		if err != nil {
+			e.peerDown(r, err)
+			conn.Close()
+			return
+		}
+		if err := e.deliver(r, &h, read); err != nil {
+			e.peerDown(r, err)
+			conn.Close()
+			return
+		}
+	}
+}

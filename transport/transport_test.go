@@ -1,0 +1,130 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/internal/handshake"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport"
+	"github.com/godist/godist/transport/transporttest"
+)
+
+func inproc(f transport.Faults) transporttest.NewMesh {
+	return func(t *testing.T, size int) transporttest.Mesh {
+		m := transport.NewInProc(size, f)
+		return transporttest.Mesh{Endpoints: m.Endpoints, Kill: m.Kill, Close: m.Close}
+	}
+}
+
+func TestInProc(t *testing.T) { transporttest.Run(t, inproc(transport.Faults{})) }
+
+func TestInProcFaulty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("fault seed %d", seed)
+	transporttest.Run(t, inproc(transport.Faults{Seed: seed, Loss: 0.2, Dup: 0.2, MaxDelay: 2 * time.Millisecond}))
+}
+
+// tcpMesh connects size ranks over loopback TCP through an in-memory
+// store, with a job token.
+func tcpMesh(t *testing.T, size int) transporttest.Mesh {
+	st := store.NewMem()
+	eps := make([]*transport.Endpoint, size)
+	errs := make([]error, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret")})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return transporttest.Mesh{
+		Endpoints: eps,
+		Kill:      func(r int) { eps[r].Crash() },
+		Close: func() {
+			for _, e := range eps {
+				e.Close()
+			}
+			st.Close()
+		},
+	}
+}
+
+func TestTCP(t *testing.T) { transporttest.Run(t, tcpMesh) }
+
+// TestTCPRefusesWrongToken starts rank 0 of a two-rank job and connects to
+// it with the wrong token, then as a stranger that is not godist at all:
+// both are dropped, and the real rank 1 still joins.
+func TestTCPRefusesWrongToken(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		e   *transport.Endpoint
+		err error
+	}
+	r0 := make(chan res, 1)
+	go func() {
+		e, err := transport.NewTCP(ctx, transport.TCPOptions{Rank: 0, Size: 2, Store: st, JobID: "job", Token: []byte("right")})
+		r0 <- res{e, err}
+	}()
+	addr, err := st.Get(ctx, "transport/addr/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An impostor claiming rank 1 without the token.
+	c, err := net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong")})
+	c.Close()
+	if !errors.Is(herr, handshake.ErrAuth) {
+		t.Fatalf("impostor's handshake: %v, want ErrAuth", herr)
+	}
+	// Something that is not godist.
+	c, err = net.Dial("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			break // dropped
+		}
+	}
+	c.Close()
+	// The real rank 1.
+	e1, err := transport.NewTCP(ctx, transport.TCPOptions{Rank: 1, Size: 2, Store: st, JobID: "job", Token: []byte("right")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e1.Close()
+	r := <-r0
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.e.Close()
+	go e1.Send(ctx, 0, transport.Key{Seq: 1}, 0, []byte("hi"))
+	got := make([]byte, 2)
+	if _, err := r.e.Recv(ctx, 1, transport.ExactMatch(1, transport.Key{Seq: 1}), 0, got); err != nil || string(got) != "hi" {
+		t.Fatalf("after refusing strangers: %q %v", got, err)
+	}
+}

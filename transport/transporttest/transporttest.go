@@ -1,0 +1,298 @@
+// Package transporttest is the conformance suite every transport runs
+// (STYLE.md: one suite per interface).
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/transport"
+)
+
+// Mesh is what a transport under test provides: size connected endpoints
+// and a way to kill one rank as a crashed process would die.
+type Mesh struct {
+	Endpoints []*transport.Endpoint
+	Kill      func(rank int)
+	Close     func()
+}
+
+// NewMesh builds a mesh of size ranks for one test.
+type NewMesh func(t *testing.T, size int) Mesh
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func payload(src, dst, i, n int) []byte {
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(src*31 + dst*7 + i*3 + k)
+	}
+	return b
+}
+
+// Run runs the suite.
+func Run(t *testing.T, newMesh NewMesh) {
+	t.Run("PointToPoint", func(t *testing.T) { testPointToPoint(t, newMesh) })
+	t.Run("AllPairsConcurrent", func(t *testing.T) { testAllPairs(t, newMesh) })
+	t.Run("PostedBeforeAndAfter", func(t *testing.T) { testPostedOrder(t, newMesh) })
+	t.Run("AnySource", func(t *testing.T) { testAnySource(t, newMesh) })
+	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, newMesh) })
+	t.Run("RecvCancel", func(t *testing.T) { testCancel(t, newMesh) })
+	t.Run("Abort", func(t *testing.T) { testAbort(t, newMesh) })
+	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, newMesh) })
+	t.Run("BadPeer", func(t *testing.T) {
+		m := newMesh(t, 2)
+		defer m.Close()
+		if err := m.Endpoints[0].Send(ctxT(t, time.Second), 0, transport.Key{}, 0, nil); err == nil {
+			t.Fatal("send to self accepted")
+		}
+		if _, err := m.Endpoints[0].Recv(ctxT(t, time.Second), 5, transport.ExactMatch(5, transport.Key{}), 0, nil); err == nil {
+			t.Fatal("receive from rank 5 of 2 accepted")
+		}
+	})
+}
+
+func testPointToPoint(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	for _, n := range []int{0, 1, 1000, 3 << 20} {
+		k := transport.Key{Group: 1, Seq: uint64(n), Tag: 2}
+		want := payload(0, 1, n, n)
+		errc := make(chan error, 1)
+		go func() { errc <- m.Endpoints[0].Send(ctx, 1, k, 42, want[:n/2], want[n/2:]) }()
+		got := make([]byte, n)
+		src, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k), 42, got)
+		if err != nil || src != 0 {
+			t.Fatalf("recv %d bytes: src %d err %v", n, src, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes arrived changed", n)
+		}
+	}
+}
+
+// testAllPairs sends several frames between every ordered pair at once and
+// receives them in a different order than they were sent.
+func testAllPairs(t *testing.T, newMesh NewMesh) {
+	const size, frames = 4, 8
+	m := newMesh(t, size)
+	defer m.Close()
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*size*size*frames)
+	for src := range size {
+		for dst := range size {
+			if src == dst {
+				continue
+			}
+			for i := range frames {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					k := transport.Key{Group: 3, Seq: uint64(i), Tag: uint32(src)}
+					errs <- m.Endpoints[src].Send(ctx, dst, k, uint64(i), payload(src, dst, i, 100+i))
+				}()
+				go func() {
+					defer wg.Done()
+					j := frames - 1 - i // receive in reverse order
+					k := transport.Key{Group: 3, Seq: uint64(j), Tag: uint32(src)}
+					buf := make([]byte, 100+j)
+					if _, err := m.Endpoints[dst].Recv(ctx, src, transport.ExactMatch(src, k), uint64(j), buf); err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(buf, payload(src, dst, j, 100+j)) {
+						errs <- fmt.Errorf("frame %d from %d to %d changed", j, src, dst)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testPostedOrder(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	early := transport.Key{Group: 1, Seq: 1}
+	late := transport.Key{Group: 1, Seq: 2}
+	// Frame before the receive.
+	if err := m.Endpoints[0].Send(ctx, 1, early, 0, []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// Receive before the frame.
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4)
+		_, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, late), 0, buf)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := m.Endpoints[0].Send(ctx, 1, late, 0, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, early), 0, buf); err != nil || string(buf) != "early" {
+		t.Fatalf("early frame: %q %v", buf, err)
+	}
+	if s := <-got; s != "late" {
+		t.Fatalf("late frame: %s", s)
+	}
+}
+
+func testAnySource(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 3)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	k := transport.Key{Group: 9, Tag: 5}
+	if err := m.Endpoints[2].Send(ctx, 0, k, 0, []byte{2}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	src, err := m.Endpoints[0].Recv(ctx, transport.AnySource, transport.ExactMatch(transport.AnySource, k), 0, buf)
+	if err != nil || src != 2 || buf[0] != 2 {
+		t.Fatalf("any-source receive: src %d buf %v err %v", src, buf, err)
+	}
+}
+
+func testMismatch(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	k := transport.Key{Group: 1, Seq: 1}
+	go m.Endpoints[0].Send(ctx, 1, k, 111, []byte("abc"))
+	_, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k), 222, make([]byte, 3))
+	var fe *transport.FingerprintError
+	if !errors.As(err, &fe) || fe.Got != 111 || fe.Want != 222 || fe.Src != 0 {
+		t.Fatalf("fingerprint mismatch gave %v", err)
+	}
+	k2 := transport.Key{Group: 1, Seq: 2}
+	go m.Endpoints[0].Send(ctx, 1, k2, 0, []byte("abc"))
+	_, err = m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k2), 0, make([]byte, 4))
+	var le *transport.LengthError
+	if !errors.As(err, &le) || le.Got != 3 || le.Want != 4 {
+		t.Fatalf("length mismatch gave %v", err)
+	}
+	// The stream is still usable.
+	k3 := transport.Key{Group: 1, Seq: 3}
+	go m.Endpoints[0].Send(ctx, 1, k3, 0, []byte("ok"))
+	buf := make([]byte, 2)
+	if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k3), 0, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("after mismatches: %q %v", buf, err)
+	}
+}
+
+func testCancel(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, transport.Key{Seq: 1}), 0, make([]byte, 1))
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("cancelled receive: %v after %v", err, time.Since(start))
+	}
+	// A frame for the abandoned receive is kept, not lost.
+	ctx2 := ctxT(t, 5*time.Second)
+	if err := m.Endpoints[0].Send(ctx2, 1, transport.Key{Seq: 1}, 0, []byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	if _, err := m.Endpoints[1].Recv(ctx2, 0, transport.ExactMatch(0, transport.Key{Seq: 1}), 0, buf); err != nil || buf[0] != 7 {
+		t.Fatalf("receive after cancel: %v %v", buf, err)
+	}
+}
+
+func testAbort(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	got := make(chan string, 1)
+	m.Endpoints[1].SetHandlers(transport.Handlers{Abort: func(src int, k transport.Key, reason string) {
+		got <- fmt.Sprintf("%d %v %s", src, k.Seq, reason)
+	}})
+	if err := m.Endpoints[0].Abort(ctxT(t, 5*time.Second), 1, transport.Key{Seq: 4}, "desync"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "0 4 desync" {
+			t.Fatalf("abort handler got %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("abort not delivered")
+	}
+}
+
+// testPeerDeath kills a rank while others wait on it: every waiting
+// receive fails with a PeerError naming it within two seconds, and later
+// sends and receives with it fail at once.
+func testPeerDeath(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 3)
+	defer m.Close()
+	down := make(chan int, 4)
+	m.Endpoints[0].SetHandlers(transport.Handlers{PeerDown: func(e *transport.PeerError) { down <- e.Rank }})
+	ctx := ctxT(t, 30*time.Second)
+	errc := make(chan error, 2)
+	for _, peer := range []int{2, transport.AnySource} {
+		go func() {
+			_, err := m.Endpoints[0].Recv(ctx, peer, transport.ExactMatch(peer, transport.Key{Seq: 99}), 0, make([]byte, 8))
+			errc <- err
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	m.Kill(2)
+	for range 2 {
+		err := <-errc
+		var pe *transport.PeerError
+		if !errors.As(err, &pe) || pe.Rank != 2 {
+			t.Fatalf("receive after rank 2 died: %v", err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("death noticed after %v", d)
+	}
+	select {
+	case r := <-down:
+		if r != 2 {
+			t.Fatalf("PeerDown for rank %d", r)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no PeerDown event")
+	}
+	var pe *transport.PeerError
+	if err := m.Endpoints[0].Send(ctx, 2, transport.Key{}, 0, []byte{1}); !errors.As(err, &pe) {
+		t.Fatalf("send to dead rank: %v", err)
+	}
+	// The others still talk.
+	go m.Endpoints[1].Send(ctx, 0, transport.Key{Seq: 5}, 0, []byte{5})
+	buf := make([]byte, 1)
+	if _, err := m.Endpoints[0].Recv(ctx, 1, transport.ExactMatch(1, transport.Key{Seq: 5}), 0, buf); err != nil || buf[0] != 5 {
+		t.Fatalf("survivors: %v %v", buf, err)
+	}
+}

@@ -1,0 +1,320 @@
+// Package handshake is the authenticated handshake every godist connection
+// starts with: store clients talking to the store server, and ranks talking
+// to each other through the transport.
+//
+// # Wire format
+//
+// Each side sends a hello:
+//
+//	magic   [4]byte  "GDHS"
+//	version uint16   1 (big endian, as every integer here)
+//	flags   uint16   bit 0: this side has a token
+//	proto   uint8 length + bytes   ("store", "transport")
+//	job id  uint8 length + bytes
+//	rank    int32    -1 when the side has none
+//	nonce   [32]byte from crypto/rand
+//
+// Both sides write their hello and then read the peer's, reading at most
+// [MaxHelloSize] bytes. They check the magic, the version, the protocol, the
+// job id and that both or neither have a token. When tokens are in use each
+// side then sends
+//
+//	MAC = HMAC-SHA256(token, "godist handshake v1" || client hello || server hello || role)
+//
+// with role "C" for the client's MAC and "S" for the server's, and verifies
+// the peer's with hmac.Equal. The two nonces make every transcript fresh, so
+// a recorded MAC is worth nothing in another handshake.
+//
+// # Threat model
+//
+// The token keeps processes that are not part of the job (a stray job on
+// the same port range, a port scanner, a user on a shared cluster) from
+// reading or changing a job's state. A peer without the token is dropped
+// after this side has read at most one hello and one MAC ([MaxHelloSize] +
+// 32 bytes); nothing the peer sends is read beyond that, no allocation
+// depends on a length it sent, and since the caller reads nothing else
+// before the handshake succeeds, nothing changes state. The whole handshake
+// runs under one deadline, so a silent peer costs at most Config.Timeout.
+// The handshake does not encrypt: anyone on the path can read the traffic
+// that follows, and an active attacker on the path can hijack a connection
+// after it is authenticated. Use a private network (or a tunnel) for that.
+package handshake
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+const (
+	magic   = "GDHS"
+	version = 1
+
+	flagToken = 1 << 0
+
+	nonceLen = 32
+	macLen   = sha256.Size
+
+	// fixedLen is the hello without the two variable-length strings.
+	fixedLen = 4 + 2 + 2 + 1 + 1 + 4 + nonceLen
+
+	// MaxHelloSize is the most bytes a hello can take, and so the most this
+	// side reads before it has checked the peer's hello.
+	MaxHelloSize = fixedLen + 255 + 255
+
+	// DefaultTimeout bounds a handshake whose Config.Timeout is zero.
+	DefaultTimeout = 10 * time.Second
+
+	macLabel = "godist handshake v1"
+)
+
+// Config describes this side of a handshake.
+type Config struct {
+	Proto   string        // what the connection is for: "store" or "transport"; both sides must agree (≤ 255 bytes)
+	JobID   string        // both sides must agree (≤ 255 bytes)
+	Rank    int           // this side's rank; -1 when it has none (a store client, a tool)
+	Token   []byte        // shared job secret; nil or empty means no authentication
+	Timeout time.Duration // bound on the whole handshake; 0 means DefaultTimeout
+}
+
+// Peer is what the handshake learned about the other side.
+type Peer struct {
+	Rank  int    // the peer's rank; -1 when it has none
+	JobID string // equal to Config.JobID after a successful handshake
+}
+
+// ErrAuth means the token proof failed: the peer has a different token, or
+// sent a MAC that does not verify. Errors returned for it satisfy
+// errors.Is(err, ErrAuth).
+var ErrAuth = errors.New("handshake: authentication failed: the peer does not know this job's token (give both sides the same job token)")
+
+// MismatchError means the two sides disagree on something they must share:
+// Field is "magic", "version", "proto", "job id" or "authentication".
+type MismatchError struct {
+	Field  string // what differs
+	Local  string // this side's value
+	Remote string // the peer's value
+}
+
+func (e *MismatchError) Error() string {
+	var hint string
+	switch e.Field {
+	case "magic":
+		hint = "the peer is not a godist process; check the address and port"
+	case "version":
+		hint = "run the same godist version on both sides"
+	case "proto":
+		hint = "the address belongs to another kind of godist service; check the address and port"
+	case "job id":
+		hint = "the peer belongs to another job; check the address or give both sides the same job id"
+	case "authentication":
+		hint = "give both sides the same job token, or none to both"
+	default:
+		hint = "configure both sides alike"
+	}
+	return fmt.Sprintf("handshake: %s mismatch: this side has %s, the peer has %s; %s",
+		e.Field, e.Local, e.Remote, hint)
+}
+
+// Client runs the handshake on conn as the side that dialed. It returns the
+// peer's rank and job id, or an error: a *MismatchError, an error wrapping
+// ErrAuth, or an I/O error (wrapping os.ErrDeadlineExceeded when the peer
+// was silent past the timeout). On error the caller must close conn.
+func Client(conn net.Conn, cfg Config) (Peer, error) { return run(conn, cfg, true) }
+
+// Server runs the handshake on conn as the side that accepted it. It
+// returns the same results as Client.
+func Server(conn net.Conn, cfg Config) (Peer, error) { return run(conn, cfg, false) }
+
+type hello struct {
+	version uint16
+	flags   uint16
+	proto   string
+	jobID   string
+	rank    int32
+}
+
+func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
+	if len(cfg.Proto) > 255 {
+		return Peer{}, fmt.Errorf("handshake: proto of %d bytes exceeds 255", len(cfg.Proto))
+	}
+	if len(cfg.JobID) > 255 {
+		return Peer{}, fmt.Errorf("handshake: job id of %d bytes exceeds 255", len(cfg.JobID))
+	}
+	if cfg.Rank < -1 || cfg.Rank > 1<<31-1 {
+		return Peer{}, fmt.Errorf("handshake: rank %d out of range", cfg.Rank)
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return Peer{}, fmt.Errorf("handshake: %w", err)
+	}
+
+	mine, err := encodeHello(cfg)
+	if err != nil {
+		return Peer{}, err
+	}
+	var theirs []byte
+	var h hello
+	err = exchange(conn, mine, func() error {
+		var err error
+		theirs, h, err = readHello(conn)
+		return err
+	})
+	if err != nil {
+		return Peer{}, err
+	}
+	if err := check(cfg, h); err != nil {
+		return Peer{}, err
+	}
+
+	if len(cfg.Token) > 0 {
+		clientHello, serverHello := mine, theirs
+		myRole, theirRole := "C", "S"
+		if !isClient {
+			clientHello, serverHello = theirs, mine
+			myRole, theirRole = "S", "C"
+		}
+		myMAC := mac(cfg.Token, clientHello, serverHello, myRole)
+		want := mac(cfg.Token, clientHello, serverHello, theirRole)
+		got := make([]byte, macLen)
+		err := exchange(conn, myMAC, func() error {
+			if _, err := io.ReadFull(conn, got); err != nil {
+				return fmt.Errorf("handshake: reading the peer's token proof: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return Peer{}, err
+		}
+		if !hmac.Equal(got, want) {
+			return Peer{}, ErrAuth
+		}
+	}
+
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return Peer{}, fmt.Errorf("handshake: %w", err)
+	}
+	return Peer{Rank: int(h.rank), JobID: h.jobID}, nil
+}
+
+// exchange writes out while read runs, so that two sides that both write
+// first cannot deadlock on an unbuffered connection (net.Pipe). When read
+// fails, the write is cut short by a past write deadline so that no
+// goroutine outlives the call.
+func exchange(conn net.Conn, out []byte, read func() error) error {
+	werr := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(out)
+		werr <- err
+	}()
+	rerr := read()
+	if rerr != nil {
+		_ = conn.SetWriteDeadline(time.Now())
+		<-werr
+		return rerr
+	}
+	if err := <-werr; err != nil {
+		return fmt.Errorf("handshake: writing to the peer: %w", err)
+	}
+	return nil
+}
+
+func encodeHello(cfg Config) ([]byte, error) {
+	b := make([]byte, 0, fixedLen+len(cfg.Proto)+len(cfg.JobID))
+	b = append(b, magic...)
+	b = binary.BigEndian.AppendUint16(b, version)
+	var flags uint16
+	if len(cfg.Token) > 0 {
+		flags |= flagToken
+	}
+	b = binary.BigEndian.AppendUint16(b, flags)
+	b = append(b, byte(len(cfg.Proto)))
+	b = append(b, cfg.Proto...)
+	b = append(b, byte(len(cfg.JobID)))
+	b = append(b, cfg.JobID...)
+	b = binary.BigEndian.AppendUint32(b, uint32(int32(cfg.Rank)))
+	var nonce [nonceLen]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("handshake: making a nonce: %w", err)
+	}
+	return append(b, nonce[:]...), nil
+}
+
+// readHello reads one hello, at most MaxHelloSize bytes, and returns its
+// raw bytes and fields. It checks the magic before reading further.
+func readHello(r io.Reader) ([]byte, hello, error) {
+	var h hello
+	buf := make([]byte, 0, MaxHelloSize)
+	read := func(n int, what string) ([]byte, error) {
+		start := len(buf)
+		buf = buf[:start+n] // within capacity: the sum of all reads is ≤ MaxHelloSize
+		if _, err := io.ReadFull(r, buf[start:]); err != nil {
+			return nil, fmt.Errorf("handshake: reading the peer's hello (%s): %w", what, err)
+		}
+		return buf[start:], nil
+	}
+	p, err := read(4+2+2+1, "header")
+	if err != nil {
+		return nil, h, err
+	}
+	if string(p[:4]) != magic {
+		return nil, h, &MismatchError{Field: "magic", Local: strconv.Quote(magic), Remote: strconv.Quote(string(p[:4]))}
+	}
+	h.version = binary.BigEndian.Uint16(p[4:])
+	if h.version != version {
+		return nil, h, &MismatchError{Field: "version", Local: strconv.Itoa(version), Remote: strconv.Itoa(int(h.version))}
+	}
+	h.flags = binary.BigEndian.Uint16(p[6:])
+	protoLen := int(p[8])
+	if p, err = read(protoLen+1, "proto"); err != nil {
+		return nil, h, err
+	}
+	h.proto = string(p[:protoLen])
+	jobLen := int(p[protoLen])
+	if p, err = read(jobLen+4+nonceLen, "job id"); err != nil {
+		return nil, h, err
+	}
+	h.jobID = string(p[:jobLen])
+	h.rank = int32(binary.BigEndian.Uint32(p[jobLen:]))
+	return buf, h, nil
+}
+
+func check(cfg Config, h hello) error {
+	if h.proto != cfg.Proto {
+		return &MismatchError{Field: "proto", Local: strconv.Quote(cfg.Proto), Remote: strconv.Quote(h.proto)}
+	}
+	if h.jobID != cfg.JobID {
+		return &MismatchError{Field: "job id", Local: strconv.Quote(cfg.JobID), Remote: strconv.Quote(h.jobID)}
+	}
+	mine := len(cfg.Token) > 0
+	theirs := h.flags&flagToken != 0
+	if mine != theirs {
+		have := func(b bool) string {
+			if b {
+				return "a token"
+			}
+			return "no token"
+		}
+		return &MismatchError{Field: "authentication", Local: have(mine), Remote: have(theirs)}
+	}
+	return nil
+}
+
+func mac(token, clientHello, serverHello []byte, role string) []byte {
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte(macLabel))
+	m.Write(clientHello)
+	m.Write(serverHello)
+	m.Write([]byte(role))
+	return m.Sum(nil)
+}

@@ -1,0 +1,395 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/internal/handshake"
+)
+
+// DefaultTimeout bounds each call of a TCP store client whose
+// DialOptions.Timeout is zero, as torch.distributed's default store timeout
+// does.
+const DefaultTimeout = 30 * time.Minute
+
+// DialOptions configures a TCP store client.
+type DialOptions struct {
+	// Token is the job's shared secret; it must match the server's.
+	Token []byte
+	// JobID must match the server's ServerOptions.JobID.
+	JobID string
+	// Rank is the caller's rank, sent in the handshake for the server's
+	// logs; -1 for a process without one (a tool).
+	Rank int
+	// Timeout bounds every call in addition to its ctx; 0 means
+	// DefaultTimeout (30 minutes).
+	Timeout time.Duration
+	// ConnectTimeout bounds Dial (its retries and the handshake) in
+	// addition to its ctx; 0 means Timeout.
+	ConnectTimeout time.Duration
+}
+
+// Dial connects to the store server at addr ("host:port") and returns a
+// Store that sends every call to it.
+//
+// The server may start after the client (as under torchrun): Dial retries
+// refused connections with exponential backoff (10 ms doubling to 1 s, with
+// jitter) until ctx or ConnectTimeout ends, and then fails with a *ConnError
+// that wraps context.DeadlineExceeded and the last dial error. A handshake
+// refusal (wrong or missing token, other job) is not retried: the error
+// wraps handshake.ErrAuth or is a *handshake.MismatchError.
+//
+// The client multiplexes concurrent calls over one connection. When the
+// connection dies, every pending call (blocked Gets and Waits included)
+// fails at once with a *ConnError, and so does every later call. A Get or
+// Wait whose ctx ends returns at once and tells the server, with a CANCEL
+// frame, to stop waiting for it; other calls go on. A Set, Add,
+// CompareAndSet or Delete whose ctx ends after it was sent may still take
+// effect on the server.
+func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	connect := opts.ConnectTimeout
+	if connect <= 0 {
+		connect = timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, connect)
+	defer cancel()
+
+	start := time.Now()
+	backoff := 10 * time.Millisecond
+	var lastErr error
+	var d net.Dialer
+	for attempt := 1; ; attempt++ {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			hs := handshake.Config{Proto: "store", JobID: opts.JobID, Rank: opts.Rank, Token: opts.Token}
+			if dl, ok := ctx.Deadline(); ok {
+				hs.Timeout = max(min(handshake.DefaultTimeout, time.Until(dl)), time.Millisecond)
+			}
+			if _, err = handshake.Client(conn, hs); err == nil {
+				return newClient(conn, addr, timeout), nil
+			}
+			conn.Close()
+			var me *handshake.MismatchError
+			if errors.Is(err, handshake.ErrAuth) || errors.As(err, &me) {
+				return nil, fmt.Errorf("store tcp %s: %w", addr, err)
+			}
+		}
+		if ctx.Err() == nil || lastErr == nil {
+			lastErr = err
+		}
+		if ctx.Err() != nil {
+			return nil, &ConnError{Addr: addr, Op: "dial", Err: fmt.Errorf("%w after %v and %d attempts (last error: %w)",
+				ctx.Err(), time.Since(start).Round(time.Millisecond), attempt, lastErr)}
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, time.Second)
+		t := time.NewTimer(sleep)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// client is the Store that Dial returns.
+type client struct {
+	addr    string
+	name    string // "tcp " + addr, for errors
+	conn    net.Conn
+	timeout time.Duration
+
+	readerDone chan struct{}
+	cancels    sync.WaitGroup // CANCEL frames being sent
+
+	wmu sync.Mutex // serializes frame writes
+
+	mu struct {
+		sync.Mutex
+		pending map[uint64]chan result
+		nextID  uint64
+		err     error // the terminal error once the connection failed or closed
+		closed  bool
+	}
+}
+
+type result struct {
+	resp response
+	err  error
+}
+
+var _ Store = (*client)(nil)
+
+func newClient(conn net.Conn, addr string, timeout time.Duration) *client {
+	c := &client{addr: addr, name: "tcp " + addr, conn: conn, timeout: timeout, readerDone: make(chan struct{})}
+	c.mu.pending = make(map[uint64]chan result)
+	go c.reader()
+	return c
+}
+
+// reader is the one goroutine that reads responses and hands each to the
+// call waiting for it.
+func (c *client) reader() {
+	defer close(c.readerDone)
+	for {
+		resp, err := readResponse(c.conn)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		ch := c.mu.pending[resp.id]
+		delete(c.mu.pending, resp.id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- result{resp: resp} // buffered
+		}
+		// A response nobody waits for answers a call that gave up.
+	}
+}
+
+// fail makes err the client's terminal error (unless it has one) and fails
+// every pending call with it.
+func (c *client) fail(err error) {
+	c.mu.Lock()
+	if c.mu.err == nil {
+		c.mu.err = &ConnError{Addr: c.addr, Op: "call", Err: err}
+	}
+	pending := c.mu.pending
+	c.mu.pending = make(map[uint64]chan result)
+	terminal := c.mu.err
+	c.mu.Unlock()
+	for _, ch := range pending {
+		ch <- result{err: terminal}
+	}
+}
+
+func (c *client) Close() error {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.closed = true
+	if c.mu.err == nil {
+		c.mu.err = fmt.Errorf("store %s: %w", c.name, ErrClosed)
+	}
+	c.mu.Unlock()
+	c.fail(nil)
+	err := c.conn.Close()
+	<-c.readerDone
+	c.cancels.Wait()
+	return err
+}
+
+// call sends req and waits for its response.
+func (c *client) call(ctx context.Context, req *request) (response, error) {
+	start := time.Now()
+	op := req.kind.String()
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return response{}, fmt.Errorf("store %s: %s: %w", c.name, op, ErrClosed)
+	}
+	c.mu.Unlock()
+	if err := checkKeys(req.keys); err != nil {
+		return response{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if ctx.Err() != nil {
+		return response{}, timeoutErr(ctx, c.name, op, start, req.keys...)
+	}
+
+	ch := make(chan result, 1)
+	c.mu.Lock()
+	if c.mu.err != nil {
+		err := c.mu.err
+		c.mu.Unlock()
+		return response{}, err
+	}
+	c.mu.nextID++
+	req.id = c.mu.nextID
+	c.mu.pending[req.id] = ch
+	c.mu.Unlock()
+
+	if err := c.write(ctx, encodeRequest(nil, req)); err != nil {
+		c.forget(req.id)
+		if ctx.Err() != nil {
+			return response{}, timeoutErr(ctx, c.name, op, start, req.keys...)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // the deadline passed a hair before ctx noticed
+			return response{}, &TimeoutError{Op: op, Keys: req.keys, Store: c.name, Waited: time.Since(start), Err: context.DeadlineExceeded}
+		}
+		return response{}, err
+	}
+
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		if c.forget(req.id) {
+			if req.kind == kindGet || req.kind == kindWait {
+				c.sendCancel(req.id)
+			}
+			return response{}, timeoutErr(ctx, c.name, op, start, req.keys...)
+		}
+		r = <-ch // the reader has it already: take it
+	}
+	if r.err != nil {
+		return response{}, r.err
+	}
+	switch r.resp.status {
+	case statusOK:
+		return r.resp, nil
+	case statusNotInteger:
+		return response{}, fmt.Errorf("store %s: %w (%s)", c.name, ErrNotInteger, r.resp.body)
+	default:
+		return response{}, fmt.Errorf("store %s: %s: the server refused the request: %s", c.name, op, r.resp.body)
+	}
+}
+
+// forget removes a pending call and reports whether it was still pending.
+func (c *client) forget(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mu.pending[id]
+	delete(c.mu.pending, id)
+	return ok
+}
+
+// write sends one frame, giving up at ctx's deadline. A frame cut short
+// leaves the stream out of step, so the connection is then failed; a write
+// that timed out before sending anything leaves it usable.
+func (c *client) write(ctx context.Context, frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	dl, _ := ctx.Deadline()
+	c.conn.SetWriteDeadline(dl)
+	n, err := c.conn.Write(frame)
+	if err == nil {
+		return nil
+	}
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	c.fail(err)
+	c.conn.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.err
+}
+
+// sendCancel tells the server, in the background, to stop waiting for
+// request id.
+func (c *client) sendCancel(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed || c.mu.err != nil {
+		return
+	}
+	c.cancels.Add(1)
+	go func() {
+		defer c.cancels.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.write(ctx, encodeRequest(nil, &request{id: id, kind: kindCancel}))
+	}()
+}
+
+func (c *client) Set(ctx context.Context, key string, value []byte) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	_, err := c.call(ctx, &request{kind: kindSet, keys: []string{key}, value: value})
+	return err
+}
+
+func (c *client) Get(ctx context.Context, key string) ([]byte, error) {
+	r, err := c.call(ctx, &request{kind: kindGet, keys: []string{key}})
+	if err != nil {
+		return nil, err
+	}
+	return r.body, nil // a fresh buffer per frame: the caller may own it
+}
+
+func (c *client) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	r, err := c.call(ctx, &request{kind: kindAdd, keys: []string{key}, delta: delta})
+	if err != nil {
+		return 0, err
+	}
+	return c.decode(decodeInt64(r.body))
+}
+
+func (c *client) CompareAndSet(ctx context.Context, key string, expected, desired []byte) ([]byte, error) {
+	if err := checkValue(expected); err != nil {
+		return nil, err
+	}
+	if err := checkValue(desired); err != nil {
+		return nil, err
+	}
+	r, err := c.call(ctx, &request{kind: kindCAS, keys: []string{key}, value: expected, desired: desired})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.body) == 0 || r.body[0] > 1 {
+		return nil, fmt.Errorf("store %s: %w: compare-and-set response %.8x", c.name, errFrame, r.body)
+	}
+	if r.body[0] == 0 {
+		return nil, nil // the key is missing
+	}
+	return r.body[1:], nil
+}
+
+func (c *client) Wait(ctx context.Context, keys ...string) error {
+	_, err := c.call(ctx, &request{kind: kindWait, keys: keys})
+	return err
+}
+
+func (c *client) Check(ctx context.Context, keys ...string) (bool, error) {
+	r, err := c.call(ctx, &request{kind: kindCheck, keys: keys})
+	if err != nil {
+		return false, err
+	}
+	return c.decodeBool(decodeBool(r.body))
+}
+
+func (c *client) Delete(ctx context.Context, key string) (bool, error) {
+	r, err := c.call(ctx, &request{kind: kindDelete, keys: []string{key}})
+	if err != nil {
+		return false, err
+	}
+	return c.decodeBool(decodeBool(r.body))
+}
+
+func (c *client) NumKeys(ctx context.Context) (int64, error) {
+	r, err := c.call(ctx, &request{kind: kindNumKeys})
+	if err != nil {
+		return 0, err
+	}
+	return c.decode(decodeInt64(r.body))
+}
+
+func (c *client) decode(n int64, err error) (int64, error) {
+	if err != nil {
+		return 0, fmt.Errorf("store %s: %w", c.name, err)
+	}
+	return n, nil
+}
+
+func (c *client) decodeBool(b bool, err error) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("store %s: %w", c.name, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,343 @@
+package store
+
+// The TCP store's wire protocol. This file is all of it.
+//
+// A connection starts with the godist handshake (internal/handshake, Proto
+// "store"). Then the client sends request frames and the server answers
+// each with one response frame carrying the same id, in any order: a
+// blocked GET or WAIT is answered when its keys exist, and later requests
+// on the connection are served meanwhile. A CANCEL frame (id = the id of
+// the GET or WAIT to give up) gets no answer, and neither does the request
+// it cancels.
+//
+// Every frame, both ways, has a 17-byte header followed by a body:
+//
+//	magic/version uint32  protoMagic ("GDS" + version byte)
+//	body length   uint32  ≤ maxBody
+//	id            uint64  chosen by the client, echoed by the server
+//	kind/status   uint8   a kind in requests, a status in responses
+//
+// All integers are big endian. Request bodies (key = uint16 length + bytes,
+// ≤ MaxKeyLen; "rest" = the remaining bytes of the body, ≤ MaxValueLen):
+//
+//	SET      key, value (rest)
+//	GET      key
+//	ADD      key, delta int64
+//	CAS      key, expected (uint32 length + bytes), desired (rest)
+//	WAIT     count uint16 (≤ MaxWaitKeys), count × key
+//	CHECK    count uint16 (≤ MaxWaitKeys), count × key
+//	DELETE   key
+//	NUMKEYS  (empty)
+//	CANCEL   (empty)
+//	PING     (empty)
+//
+// Response bodies with statusOK: GET the value; CAS one byte, 1 if the key
+// exists and 0 if not, then the value stored; ADD and NUMKEYS an int64; CHECK and DELETE one byte, 0 or 1; the rest empty. With any other
+// status the body is a UTF-8 message.
+//
+// A frame with a bad magic or an oversized length cannot be skipped, so the
+// server drops the connection. A well-framed request whose body does not
+// decode gets statusBadRequest and the connection goes on.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+)
+
+const (
+	protoVersion = 1
+	protoMagic   = uint32('G')<<24 | uint32('D')<<16 | uint32('S')<<8 | protoVersion
+
+	headerLen = 17
+
+	// MaxKeyLen is the longest key, in bytes, any Store accepts.
+	MaxKeyLen = 4096
+	// MaxValueLen is the longest value, in bytes, any Store accepts.
+	MaxValueLen = 64 << 20
+	// MaxWaitKeys is the most keys one Wait or Check may name.
+	MaxWaitKeys = 4096
+
+	// maxBody bounds a frame body: a CAS with two values at the limit.
+	maxBody = 2*MaxValueLen + MaxKeyLen + 64
+	// readChunk is how much a reader allocates ahead of the data that has
+	// arrived, so that a peer that claims a large body and sends little
+	// costs little memory.
+	readChunk = 1 << 20
+)
+
+// kind is a request kind.
+type kind uint8
+
+const (
+	kindSet kind = iota + 1
+	kindGet
+	kindAdd
+	kindCAS
+	kindWait
+	kindCheck
+	kindDelete
+	kindNumKeys
+	kindCancel
+	kindPing
+	kindLimit // not a kind: one past the last
+)
+
+var kindNames = [...]string{
+	kindSet: "set", kindGet: "get", kindAdd: "add", kindCAS: "compare-and-set",
+	kindWait: "wait", kindCheck: "check", kindDelete: "delete",
+	kindNumKeys: "num-keys", kindCancel: "cancel", kindPing: "ping",
+}
+
+func (k kind) String() string {
+	if k == 0 || k >= kindLimit {
+		return fmt.Sprintf("kind(%d)", uint8(k))
+	}
+	return kindNames[k]
+}
+
+// status is a response code.
+type status uint8
+
+const (
+	statusOK         status = 0
+	statusBadRequest status = 1 // the request did not decode or broke a limit
+	statusNotInteger status = 2 // ADD on a value that is not a decimal integer
+)
+
+// request is a decoded request frame. Its slices alias the frame buffer.
+type request struct {
+	id      uint64
+	kind    kind
+	keys    []string // one key, or the keys of WAIT and CHECK
+	value   []byte   // SET: the value; CAS: expected
+	desired []byte   // CAS: desired
+	delta   int64    // ADD
+}
+
+// response is a decoded response frame. body aliases the frame buffer.
+type response struct {
+	id     uint64
+	status status
+	body   []byte
+}
+
+var errFrame = errors.New("store: bad frame")
+
+func appendHeader(b []byte, bodyLen int, id uint64, k uint8) []byte {
+	b = binary.BigEndian.AppendUint32(b, protoMagic)
+	b = binary.BigEndian.AppendUint32(b, uint32(bodyLen))
+	b = binary.BigEndian.AppendUint64(b, id)
+	return append(b, k)
+}
+
+func appendKey(b []byte, k string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+	return append(b, k...)
+}
+
+// encodeRequest appends r's frame to b. The caller has checked the limits.
+func encodeRequest(b []byte, r *request) []byte {
+	var body []byte
+	switch r.kind {
+	case kindSet:
+		body = appendKey(body, r.keys[0])
+		body = append(body, r.value...)
+	case kindGet, kindDelete:
+		body = appendKey(body, r.keys[0])
+	case kindAdd:
+		body = appendKey(body, r.keys[0])
+		body = binary.BigEndian.AppendUint64(body, uint64(r.delta))
+	case kindCAS:
+		body = appendKey(body, r.keys[0])
+		body = binary.BigEndian.AppendUint32(body, uint32(len(r.value)))
+		body = append(body, r.value...)
+		body = append(body, r.desired...)
+	case kindWait, kindCheck:
+		body = binary.BigEndian.AppendUint16(body, uint16(len(r.keys)))
+		for _, k := range r.keys {
+			body = appendKey(body, k)
+		}
+	}
+	b = appendHeader(b, len(body), r.id, uint8(r.kind))
+	return append(b, body...)
+}
+
+// encodeResponse appends a response frame to b.
+func encodeResponse(b []byte, id uint64, st status, body []byte) []byte {
+	b = appendHeader(b, len(body), id, uint8(st))
+	return append(b, body...)
+}
+
+// readFrame reads one frame: header, then body. It allocates at most
+// readChunk bytes beyond what the peer has sent, and never more than
+// maxBody. An error here leaves the stream out of step: drop the
+// connection.
+func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	if m := binary.BigEndian.Uint32(h[0:]); m != protoMagic {
+		return 0, 0, nil, fmt.Errorf("%w: magic/version %#08x, want %#08x", errFrame, m, protoMagic)
+	}
+	n := int(binary.BigEndian.Uint32(h[4:]))
+	if n > maxBody {
+		return 0, 0, nil, fmt.Errorf("%w: body of %d bytes exceeds the limit of %d", errFrame, n, maxBody)
+	}
+	id = binary.BigEndian.Uint64(h[8:])
+	body = make([]byte, 0, min(n, readChunk))
+	for len(body) < n {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(n-len(body), readChunk))
+		}
+		m, err := r.Read(body[len(body):min(cap(body), n)])
+		body = body[:len(body)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if len(body) < n {
+				return 0, 0, nil, err
+			}
+		}
+	}
+	return id, h[16], body, nil
+}
+
+// readRequest reads and decodes one request. A non-nil *request with a
+// non-nil error means the frame was well formed but its body was not: the
+// server answers statusBadRequest and goes on. A nil request means the
+// connection is out of step and must be dropped.
+func readRequest(r io.Reader) (*request, error) {
+	id, k, body, err := readFrame(r)
+	if err != nil {
+		return nil, err
+	}
+	req := &request{id: id, kind: kind(k)}
+	return req, decodeRequest(req, body)
+}
+
+func decodeRequest(req *request, body []byte) error {
+	d := decoder{b: body}
+	switch req.kind {
+	case kindSet:
+		req.keys = []string{d.key()}
+		req.value = d.rest(MaxValueLen)
+	case kindGet, kindDelete:
+		req.keys = []string{d.key()}
+	case kindAdd:
+		req.keys = []string{d.key()}
+		req.delta = int64(d.u64())
+	case kindCAS:
+		req.keys = []string{d.key()}
+		req.value = d.bytes(int(d.u32()), MaxValueLen)
+		req.desired = d.rest(MaxValueLen)
+	case kindWait, kindCheck:
+		n := int(d.u16())
+		if n > MaxWaitKeys {
+			return fmt.Errorf("%w: %d keys exceed the limit of %d", errFrame, n, MaxWaitKeys)
+		}
+		if d.err == nil && n*2 > len(d.b) {
+			d.err = fmt.Errorf("%w: %d keys in %d bytes", errFrame, n, len(d.b))
+		}
+		if d.err == nil {
+			req.keys = make([]string, n)
+			for i := range req.keys {
+				req.keys[i] = d.key()
+			}
+		}
+	case kindNumKeys, kindCancel, kindPing:
+	default:
+		return fmt.Errorf("%w: unknown request kind %d", errFrame, uint8(req.kind))
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d stray bytes after a %v request", errFrame, len(d.b), req.kind)
+	}
+	return d.err
+}
+
+// decoder reads fields from a body; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.err = fmt.Errorf("%w: truncated body", errFrame)
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) u16() uint16 {
+	if p := d.take(2); p != nil {
+		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *decoder) key() string {
+	n := int(d.u16())
+	if d.err == nil && n > MaxKeyLen {
+		d.err = fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", errFrame, n, MaxKeyLen)
+	}
+	return string(d.take(n))
+}
+
+func (d *decoder) bytes(n, limit int) []byte {
+	if d.err == nil && n > limit {
+		d.err = fmt.Errorf("%w: value of %d bytes exceeds the limit of %d", errFrame, n, limit)
+	}
+	p := d.take(n)
+	if p == nil && d.err == nil {
+		p = []byte{}
+	}
+	return p
+}
+
+func (d *decoder) rest(limit int) []byte { return d.bytes(len(d.b), limit) }
+
+// readResponse reads one response frame.
+func readResponse(r io.Reader) (response, error) {
+	id, st, body, err := readFrame(r)
+	return response{id: id, status: status(st), body: body}, err
+}
+
+// decodeInt64 and decodeBool read the bodies of ADD/NUMKEYS and
+// CHECK/DELETE responses.
+func decodeInt64(body []byte) (int64, error) {
+	if len(body) != 8 {
+		return 0, fmt.Errorf("%w: integer response of %d bytes", errFrame, len(body))
+	}
+	return int64(binary.BigEndian.Uint64(body)), nil
+}
+
+func decodeBool(body []byte) (bool, error) {
+	if len(body) != 1 || body[0] > 1 {
+		return false, fmt.Errorf("%w: boolean response %x", errFrame, body)
+	}
+	return body[0] == 1, nil
+}

@@ -1,0 +1,335 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/godist/godist/internal/handshake"
+)
+
+// ServerOptions configures a Server.
+type ServerOptions struct {
+	// Token is the job's shared secret; clients must present the same one.
+	// Empty means no authentication.
+	Token []byte
+	// JobID must match the clients' DialOptions.JobID.
+	JobID string
+	// Logf, if set, receives one line per refused or failed connection.
+	Logf func(format string, args ...any)
+}
+
+// Server is a TCP store server: it keeps the data in memory and serves
+// any number of clients made by Dial. Each connection is served by one
+// reader goroutine (which decodes and executes requests) and one writer
+// goroutine (which sends responses, so that a Set never waits on another
+// client's socket). A blocked Get or Wait costs an entry in a table, not a
+// goroutine: it parks on its keys and is answered by the Set that makes
+// them exist. Nothing polls.
+type Server struct {
+	ln   net.Listener
+	t    *table
+	opts ServerOptions
+	wg   sync.WaitGroup // the accept loop and every connection's goroutines
+
+	mu struct {
+		sync.Mutex
+		conns  map[net.Conn]struct{}
+		closed bool
+	}
+}
+
+// NewServer listens on addr ("host:port"; port 0 picks a free one, see
+// Addr) and serves in the background until Close. ctx bounds only the
+// setting up of the listener.
+func NewServer(ctx context.Context, addr string, opts ServerOptions) (*Server, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, errors.Join(errors.New("store: starting the tcp server"), err)
+	}
+	s := &Server{ln: ln, t: newTable(), opts: opts}
+	s.mu.conns = make(map[net.Conn]struct{})
+	if s.opts.Logf == nil {
+		s.opts.Logf = func(string, ...any) {}
+	}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr returns the address the server listens on, with the real port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server: it stops listening, closes every connection (so
+// that every client's pending and later calls fail with a *ConnError), and
+// waits for its goroutines to end. The data is dropped. Close is
+// idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	err := s.ln.Close()
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return
+			}
+			s.opts.Logf("store server %s: accept: %v", s.Addr(), err)
+			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
+			continue
+		}
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			conn.Close()
+			return
+		}
+		s.mu.conns[conn] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(conn)
+	}
+}
+
+// serve runs one connection: the handshake, then requests until the
+// connection ends.
+func (s *Server) serve(conn net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		conn.Close()
+		s.mu.Lock()
+		delete(s.mu.conns, conn)
+		s.mu.Unlock()
+	}()
+	peer, err := handshake.Server(conn, handshake.Config{
+		Proto: "store", JobID: s.opts.JobID, Rank: -1, Token: s.opts.Token,
+	})
+	if err != nil {
+		s.opts.Logf("store server %s: refused %s: %v", s.Addr(), conn.RemoteAddr(), err)
+		return
+	}
+	c := &serverConn{s: s, conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.mu.waiting = make(map[uint64]*waiter)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writer()
+	}()
+	defer func() {
+		c.shutdown()
+		conn.Close() // unblocks a writer stuck on a client that does not read
+		<-writerDone
+	}()
+	for {
+		req, err := readRequest(conn)
+		if req == nil {
+			if !errors.Is(err, net.ErrClosed) && !isEOF(err) {
+				s.opts.Logf("store server %s: dropping rank %d at %s: %v", s.Addr(), peer.Rank, conn.RemoteAddr(), err)
+			}
+			return
+		}
+		if err != nil {
+			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
+			continue
+		}
+		c.handle(req)
+	}
+}
+
+// serverConn is the state of one client connection.
+type serverConn struct {
+	s    *Server
+	conn net.Conn
+	wake chan struct{} // has output; capacity 1
+	done chan struct{} // closed by shutdown
+
+	mu struct {
+		sync.Mutex
+		out     [][]byte           // frames for the writer
+		waiting map[uint64]*waiter // parked GET and WAIT requests by id
+		closed  bool
+	}
+}
+
+func (c *serverConn) handle(req *request) {
+	t := c.s.t
+	switch req.kind {
+	case kindSet:
+		t.set(req.keys[0], req.value) // req.value is a fresh buffer: the table may own it
+		c.ok(req.id, nil)
+	case kindGet:
+		c.get(req.id, req.keys[0])
+	case kindWait:
+		w := &waiter{keys: req.keys}
+		w.fire = func() {
+			c.unpark(req.id)
+			c.ok(req.id, nil)
+		}
+		if !c.park(req.id, w) {
+			return
+		}
+		if t.wait(w) {
+			c.unpark(req.id)
+			c.ok(req.id, nil)
+		}
+	case kindAdd:
+		n, err := t.add(req.keys[0], req.delta)
+		if err != nil {
+			c.send(encodeResponse(nil, req.id, statusNotInteger, []byte(err.Error())))
+			return
+		}
+		c.ok(req.id, binary.BigEndian.AppendUint64(nil, uint64(n)))
+	case kindCAS:
+		v := t.cas(req.keys[0], req.value, clone(req.desired))
+		if v == nil {
+			c.ok(req.id, []byte{0}) // missing
+			return
+		}
+		c.ok(req.id, append([]byte{1}, v...))
+	case kindCheck:
+		c.ok(req.id, boolByte(t.check(req.keys)))
+	case kindDelete:
+		c.ok(req.id, boolByte(t.del(req.keys[0])))
+	case kindNumKeys:
+		c.ok(req.id, binary.BigEndian.AppendUint64(nil, uint64(t.numKeys())))
+	case kindCancel:
+		if w := c.unpark(req.id); w != nil {
+			t.cancel(w)
+		}
+	case kindPing:
+		c.ok(req.id, nil)
+	}
+}
+
+// get answers a GET now if the key exists, or parks it. It runs again from
+// the waiter when the key appears (and parks again if the key was deleted
+// in between).
+func (c *serverConn) get(id uint64, key string) {
+	t := c.s.t
+	for {
+		if v, ok := t.get(key); ok {
+			c.ok(id, v)
+			return
+		}
+		w := &waiter{keys: []string{key}}
+		w.fire = func() {
+			c.unpark(id)
+			c.get(id, key)
+		}
+		if !c.park(id, w) {
+			return
+		}
+		if !t.wait(w) {
+			return // parked
+		}
+		c.unpark(id) // it appeared meanwhile: look again
+	}
+}
+
+// park records w under id so that CANCEL and the end of the connection
+// can unpark it; it reports false if the connection is closed.
+func (c *serverConn) park(id uint64, w *waiter) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return false
+	}
+	c.mu.waiting[id] = w
+	return true
+}
+
+func (c *serverConn) unpark(id uint64) *waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.mu.waiting[id]
+	delete(c.mu.waiting, id)
+	return w
+}
+
+func (c *serverConn) ok(id uint64, body []byte) {
+	c.send(encodeResponse(nil, id, statusOK, body))
+}
+
+// send queues a frame for the writer; it never blocks.
+func (c *serverConn) send(frame []byte) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.out = append(c.mu.out, frame)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *serverConn) writer() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		out := c.mu.out
+		c.mu.out = nil
+		c.mu.Unlock()
+		bufs := net.Buffers(out)
+		if _, err := bufs.WriteTo(c.conn); err != nil {
+			c.conn.Close() // the reader sees it and ends the connection
+			return
+		}
+	}
+}
+
+// shutdown unparks every waiter of the connection and stops the writer.
+func (c *serverConn) shutdown() {
+	c.mu.Lock()
+	c.mu.closed = true
+	waiting := c.mu.waiting
+	c.mu.waiting = nil
+	c.mu.out = nil
+	c.mu.Unlock()
+	for _, w := range waiting {
+		c.s.t.cancel(w)
+	}
+	close(c.done)
+}
+
+func boolByte(b bool) []byte {
+	if b {
+		return []byte{1}
+	}
+	return []byte{0}
+}
+
+// isEOF reports whether err is the ordinary end of a connection, which is
+// not worth a log line.
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+}

@@ -1,0 +1,244 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/internal/handshake"
+	"github.com/godist/godist/store"
+)
+
+func TestTCPRefusesBadToken(t *testing.T) {
+	srv, good := newTCP(t, store.ServerOptions{JobID: "job", Token: []byte("right")},
+		store.DialOptions{JobID: "job", Token: []byte("right")})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := good.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts store.DialOptions
+		is   func(error) bool
+	}{
+		{"wrong token", store.DialOptions{JobID: "job", Token: []byte("wrong")},
+			func(err error) bool { return errors.Is(err, handshake.ErrAuth) }},
+		{"no token", store.DialOptions{JobID: "job"},
+			func(err error) bool { var me *handshake.MismatchError; return errors.As(err, &me) }},
+		{"other job", store.DialOptions{JobID: "other", Token: []byte("right")},
+			func(err error) bool { var me *handshake.MismatchError; return errors.As(err, &me) }},
+	} {
+		start := time.Now()
+		c, err := store.Dial(ctx, srv.Addr(), tc.opts)
+		if err == nil {
+			c.Close()
+			t.Fatalf("%s: Dial succeeded", tc.name)
+		}
+		if !tc.is(err) || !strings.Contains(err.Error(), srv.Addr()) {
+			t.Errorf("%s: got %v", tc.name, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: Dial retried a refusal for %v", tc.name, d)
+		}
+	}
+	if n, err := good.NumKeys(ctx); err != nil || n != 1 {
+		t.Fatalf("NumKeys = %d, %v; want 1", n, err)
+	}
+	if v, err := good.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+}
+
+func TestTCPServerDies(t *testing.T) {
+	srv, c := newTCP(t, store.ServerOptions{}, store.DialOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() {
+		_, err := c.Get(ctx, "never")
+		errs <- err
+	}()
+	go func() { errs <- c.Wait(ctx, "never", "either") }()
+	time.Sleep(30 * time.Millisecond) // let both park on the server
+	addr := srv.Addr()
+	start := time.Now()
+	srv.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			var ce *store.ConnError
+			if !errors.As(err, &ce) || ce.Addr != addr || !strings.Contains(err.Error(), addr) {
+				t.Errorf("blocked call: got %v, want a *ConnError naming %s", err, addr)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("blocked call still blocked 2s after the server died")
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+	var ce *store.ConnError
+	if err := c.Set(ctx, "k", nil); !errors.As(err, &ce) {
+		t.Errorf("Set after the server died: %v, want a *ConnError", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestTCPDialRetries(t *testing.T) {
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	type res struct {
+		s   store.Store
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := store.Dial(ctx, addr, store.DialOptions{JobID: "j", Rank: 1})
+		ch <- res{s, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	srv, err := store.NewServer(ctx, addr, store.ServerOptions{JobID: "j", Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.s.Close()
+	if err := r.s.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTCPDialNothing(t *testing.T) {
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := store.Dial(ctx, addr, store.DialOptions{})
+	d := time.Since(start)
+	var ce *store.ConnError
+	if !errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("got %v, want a *ConnError naming %s and wrapping DeadlineExceeded", err, addr)
+	}
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("error does not give the last dial error: %v", err)
+	}
+	if d < 150*time.Millisecond || d > 2*time.Second {
+		t.Errorf("Dial gave up after %v, want about 200ms", d)
+	}
+	t.Log(err)
+
+	// ConnectTimeout bounds Dial when ctx does not.
+	start = time.Now()
+	_, err = store.Dial(context.Background(), addr, store.DialOptions{ConnectTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("ConnectTimeout: got %v after %v", err, time.Since(start))
+	}
+}
+
+func TestTCPCancelKeepsConnection(t *testing.T) {
+	_, c := newTCP(t, store.ServerOptions{}, store.DialOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Get(ctx, "never")
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("canceled Get did not return")
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("canceled Get returned after %v", d)
+	}
+	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer lcancel()
+	if err := c.Set(lctx, "never", []byte("now")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(lctx, "never"); err != nil || string(v) != "now" {
+		t.Fatalf("Get after cancel = %q, %v", v, err)
+	}
+}
+
+func TestTCPCallTimeout(t *testing.T) {
+	_, c := newTCP(t, store.ServerOptions{}, store.DialOptions{Timeout: 50 * time.Millisecond})
+	_, err := c.Get(context.Background(), "rank3/addr")
+	var te *store.TimeoutError
+	if !errors.As(err, &te) || !te.Timeout() || !strings.Contains(err.Error(), "tcp 127.0.0.1:") {
+		t.Fatalf("got %v, want a timeout from DialOptions.Timeout naming the store", err)
+	}
+	t.Log(err)
+}
+
+// TestTCPNoLeak checks that a server and its clients leave no goroutine
+// behind, including after canceled calls and a dead connection.
+func TestTCPNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		srv, err := store.NewServer(context.Background(), "127.0.0.1:0", store.ServerOptions{Token: []byte("t")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for range 3 {
+			c, err := store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("t")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			c.Get(sctx, "never")
+			c.Wait(sctx, "never")
+			scancel()
+			c.Set(ctx, "k", nil)
+			c.Close()
+		}
+		if _, err := store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("wrong")}); err == nil {
+			t.Fatal("wrong token accepted")
+		}
+		c, err := store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("t")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go c.Get(ctx, "never")
+		time.Sleep(10 * time.Millisecond)
+		srv.Close()
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}

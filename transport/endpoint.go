@@ -223,51 +223,84 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 // reads its payload into buf, whose length must equal the payload's. fp is
 // the receiver's fingerprint of the call: a frame whose fingerprint differs
 // fails the receive with a *FingerprintError. It returns the sender's rank.
-//
-// The receive is posted before Recv blocks, so a frame arriving later lands
-// in buf directly. If ctx ends first, Recv returns ctx's error (unless the
-// frame is already being read into buf, in which case it waits for that).
+// Recv is Post followed by Wait.
 func (e *Endpoint) Recv(ctx context.Context, peer int, match Match, fp uint64, buf []byte) (int, error) {
+	return e.Post(peer, match, fp, buf).Wait(ctx)
+}
+
+// Receive is a posted receive.
+type Receive struct {
+	e   *Endpoint
+	p   *pending
+	src int   // when completed at posting time
+	err error // when completed (or failed) at posting time
+	now bool
+}
+
+// Post registers a receive without blocking: a frame that match accepts,
+// arriving from now on, is read straight into buf; one that already
+// arrived is copied into it. The caller must not touch buf until Wait
+// returns, and must call Wait.
+func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
+	r := &Receive{e: e}
 	if peer != AnySource {
 		if err := e.checkPeer(peer, "receive"); err != nil {
-			return -1, err
+			r.now, r.src, r.err = true, -1, err
+			return r
 		}
 	}
 	p := &pending{peer: peer, match: match, fp: fp, buf: buf, done: make(chan struct{})}
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
-		return -1, ErrClosed
+		r.now, r.src, r.err = true, -1, ErrClosed
+		return r
 	}
 	// A frame that arrived before the receive was posted.
 	for i, m := range e.mu.unexpected {
 		if (peer == AnySource || m.src == peer) && match(m.src, &m.h) {
 			e.mu.unexpected = append(e.mu.unexpected[:i], e.mu.unexpected[i+1:]...)
+			more := e.rematchLocked()
 			e.mu.Unlock()
-			if err := p.check(m.src, &m.h); err != nil {
-				return m.src, err
+			complete(more)
+			r.now, r.src = true, m.src
+			if r.err = p.check(m.src, &m.h); r.err == nil {
+				copy(buf, m.buf)
 			}
-			copy(buf, m.buf)
-			return m.src, nil
+			return r
 		}
 	}
 	if err := e.downFor(peer); err != nil {
 		e.mu.Unlock()
-		return -1, err
+		r.now, r.src, r.err = true, -1, err
+		return r
 	}
 	e.mu.posted = append(e.mu.posted, p)
 	e.mu.Unlock()
+	r.p = p
+	return r
+}
 
+// Wait blocks until the posted receive completes and returns the sender's
+// rank. If ctx ends first, Wait withdraws the receive and returns ctx's
+// error (unless the frame is already being read into the buffer, in which
+// case it waits for that to finish).
+func (r *Receive) Wait(ctx context.Context) (int, error) {
+	if r.now {
+		return r.src, r.err
+	}
+	p := r.p
 	select {
 	case <-p.done:
 		return p.src, p.err
 	case <-ctx.Done():
 	}
+	e := r.e
 	e.mu.Lock()
 	if !p.claimed {
 		e.removePostedLocked(p)
 		e.mu.Unlock()
-		return -1, fmt.Errorf("transport: receive from %s: %w", peerName(peer), ctx.Err())
+		return -1, fmt.Errorf("transport: receive from %s: %w", peerName(p.peer), ctx.Err())
 	}
 	e.mu.Unlock()
 	<-p.done // the reader is filling buf; it finishes or fails soon
@@ -349,7 +382,12 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 
 	e.mu.Lock()
 	p := e.claimLocked(src, h)
+	var more []match
+	if p != nil {
+		more = e.rematchLocked()
+	}
 	e.mu.Unlock()
+	complete(more)
 	if p != nil {
 		if err := p.check(src, h); err != nil {
 			// Drain the payload and fail the receive; the stream is fine.
@@ -382,7 +420,9 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 	}
 	e.mu.Lock()
 	if p := e.claimLocked(src, h); p != nil {
+		more := e.rematchLocked()
 		e.mu.Unlock()
+		complete(more)
 		if err := p.check(src, h); err != nil {
 			p.finish(src, err)
 			return nil
@@ -394,6 +434,44 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 	e.mu.unexpected = append(e.mu.unexpected, &message{src: src, h: *h, buf: buf})
 	e.mu.Unlock()
 	return nil
+}
+
+// match pairs a posted receive with a kept frame.
+type match struct {
+	p *pending
+	m *message
+}
+
+// rematchLocked offers the kept frames to the posted receives again. A
+// Match with state (point-to-point order counters) may accept a kept frame
+// only after another frame was taken, e.g. when frames arrived out of
+// order.
+func (e *Endpoint) rematchLocked() []match {
+	var out []match
+	for progress := true; progress && len(e.mu.unexpected) > 0 && len(e.mu.posted) > 0; {
+		progress = false
+		for i, m := range e.mu.unexpected {
+			if p := e.claimLocked(m.src, &m.h); p != nil {
+				e.mu.unexpected = append(e.mu.unexpected[:i], e.mu.unexpected[i+1:]...)
+				out = append(out, match{p, m})
+				progress = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// complete finishes receives paired with kept frames.
+func complete(ms []match) {
+	for _, x := range ms {
+		if err := x.p.check(x.m.src, &x.m.h); err != nil {
+			x.p.finish(x.m.src, err)
+			continue
+		}
+		copy(x.p.buf, x.m.buf)
+		x.p.finish(x.m.src, nil)
+	}
 }
 
 // claimLocked finds and removes the first posted receive that takes the

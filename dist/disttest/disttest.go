@@ -1,0 +1,119 @@
+// Package disttest runs many ranks of a process group as goroutines in one
+// test process (STYLE.md item 8), over the in-process transport (optionally
+// faulty) or over loopback TCP.
+package disttest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport"
+)
+
+// Options choose the transport of a spawned job.
+type Options struct {
+	// TCP runs over loopback TCP with an in-memory store; otherwise the
+	// in-process transport with Faults.
+	TCP    bool
+	Faults transport.Faults
+	// Timeout bounds the whole job (default 60s) and is the groups'
+	// collective timeout.
+	Timeout time.Duration
+}
+
+// Job is a spawned set of ranks.
+type Job struct {
+	Groups []*dist.Group
+	// Kill makes a rank die as a crashed process would (in-process only).
+	Kill func(rank int)
+}
+
+// Spawn runs fn on world ranks over the in-process transport and fails t
+// with every rank's error. It returns when all ranks have returned.
+func Spawn(t testing.TB, world int, fn func(g *dist.Group) error) {
+	t.Helper()
+	SpawnWith(t, world, Options{}, func(_ *Job, g *dist.Group) error { return fn(g) })
+}
+
+// SpawnWith is Spawn with options; fn also gets the Job (to kill a rank).
+func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Group) error) {
+	t.Helper()
+	if opt.Timeout == 0 {
+		opt.Timeout = 60 * time.Second
+	}
+	j := &Job{Groups: make([]*dist.Group, world)}
+	var cleanup func()
+	if opt.TCP {
+		st := store.NewMem()
+		eps := make([]*transport.Endpoint, world)
+		errs := make([]error, world)
+		ctx, cancel := context.WithTimeout(context.Background(), opt.Timeout)
+		var wg sync.WaitGroup
+		for r := range world {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t")})
+			}()
+		}
+		wg.Wait()
+		cancel()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for r, ep := range eps {
+			j.Groups[r] = dist.FromEndpoint(ep, st, "tcp", opt.Timeout)
+		}
+		j.Kill = func(r int) { eps[r].Close() }
+		cleanup = func() { st.Close() }
+	} else {
+		m := transport.NewInProc(world, opt.Faults)
+		for r, ep := range m.Endpoints {
+			j.Groups[r] = dist.FromEndpoint(ep, nil, "inproc", opt.Timeout)
+		}
+		j.Kill = m.Kill
+		cleanup = func() {}
+	}
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			errs[r] = fn(j, j.Groups[r])
+			if errs[r] != nil {
+				// The others would wait for this rank until the timeout:
+				// make it die so that they fail at once.
+				j.Kill(r)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(opt.Timeout + 5*time.Second):
+		t.Fatalf("job of %d ranks did not finish within %v (seed %d)", world, opt.Timeout, opt.Faults.Seed)
+	}
+	for _, g := range j.Groups {
+		g.Destroy()
+	}
+	cleanup()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d (seed %d): %v", r, opt.Faults.Seed, err)
+		}
+	}
+}

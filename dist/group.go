@@ -1,0 +1,437 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport"
+)
+
+// DefaultTimeout is how long a call waits for its peers before the group
+// fails, as PyTorch's gloo default.
+const DefaultTimeout = 30 * time.Minute
+
+// world is what all groups of one process share: the endpoint, the store
+// and the registry of groups by id.
+type world struct {
+	rank, size int
+	ep         *transport.Endpoint
+	store      store.Store
+	backend    string
+	closers    []func() error
+
+	mu struct {
+		sync.Mutex
+		groups map[uint32]*Group
+		nextID uint32 // ids handed to new groups, in creation order
+	}
+}
+
+func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {
+	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend}
+	w.mu.groups = map[uint32]*Group{}
+	w.mu.nextID = 1
+	ep.SetHandlers(transport.Handlers{Abort: w.onAbort, PeerDown: w.onPeerDown})
+	return w
+}
+
+func (w *world) register(g *Group) {
+	w.mu.Lock()
+	w.mu.groups[g.id] = g
+	w.mu.Unlock()
+}
+
+func (w *world) groups() []*Group {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*Group, 0, len(w.mu.groups))
+	for _, g := range w.mu.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// onPeerDown fails every group that has the lost rank as a member.
+func (w *world) onPeerDown(e *transport.PeerError) {
+	for _, g := range w.groups() {
+		if g.groupRank(e.Rank) >= 0 {
+			g.fail(&RankError{Rank: e.Rank, Op: "group", Err: e})
+		}
+	}
+}
+
+// onAbort fails the group a peer aborted (it found a desync or failed).
+func (w *world) onAbort(src int, key transport.Key, reason string) {
+	w.mu.Lock()
+	g := w.mu.groups[key.Group&^p2pBit]
+	w.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.fail(decodeAbort(src, key, reason))
+}
+
+// Group is a process group: a set of ranks that run collectives together.
+// Every member must issue the same collectives in the same order; the
+// order is checked on every message. A Group is safe for concurrent use:
+// calls are numbered in the order they are issued.
+//
+// When a member dies, or a call finds the members out of step, the group
+// fails: every pending and later call returns an error naming the rank and
+// the cause. A failed group stays failed; build a new one.
+type Group struct {
+	world   *world
+	id      uint32
+	ranks   []int // global rank of each member, ascending
+	rank    int   // this process's rank in the group
+	timeout time.Duration
+
+	ctx    context.Context // cancelled, with the failure as cause, when the group fails
+	cancel context.CancelCauseFunc
+
+	mu struct {
+		sync.Mutex
+		seq     uint64
+		err     error
+		p2pSend map[p2pKey]uint64
+		p2pRecv map[p2pKey]uint64
+	}
+}
+
+type p2pKey struct {
+	peer int // group rank
+	tag  uint32
+}
+
+// p2pBit marks the group ids of point-to-point frames, whose sequence
+// numbers count per peer and tag rather than per call.
+const p2pBit = 1 << 31
+
+func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
+	g := &Group{world: w, id: id, ranks: ranks, rank: slices.Index(ranks, w.rank), timeout: timeout}
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	g.mu.p2pSend = map[p2pKey]uint64{}
+	g.mu.p2pRecv = map[p2pKey]uint64{}
+	w.register(g)
+	return g
+}
+
+// Rank returns this process's rank in the group.
+func (g *Group) Rank() int { return g.rank }
+
+// Size returns the number of members.
+func (g *Group) Size() int { return len(g.ranks) }
+
+// Ranks returns the members' global ranks, ascending.
+func (g *Group) Ranks() []int { return slices.Clone(g.ranks) }
+
+// GlobalRank returns the global rank of group rank r.
+func (g *Group) GlobalRank(r int) int { return g.ranks[r] }
+
+// Backend names the transport ("tcp" or "inproc").
+func (g *Group) Backend() string { return g.world.backend }
+
+// Err returns the error that failed the group, or nil.
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.err
+}
+
+func (g *Group) groupRank(global int) int { return slices.Index(g.ranks, global) }
+
+// fail marks the group failed (once) and cancels every call in flight.
+func (g *Group) fail(err error) {
+	g.mu.Lock()
+	if g.mu.err != nil {
+		g.mu.Unlock()
+		return
+	}
+	g.mu.err = err
+	g.mu.Unlock()
+	g.cancel(err)
+}
+
+// begin numbers a call, or refuses it when the group has failed.
+func (g *Group) begin() (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrGroupFailed, g.mu.err)
+	}
+	g.mu.seq++
+	return g.mu.seq, nil
+}
+
+// run executes one call: it numbers it, bounds it by the group timeout
+// and by the group's failure, and turns transport errors into dist errors
+// (failing the group when the call cannot have completed everywhere).
+func (g *Group) run(ctx context.Context, c call, fn func(ctx context.Context, seq uint64) error) error {
+	seq, err := g.begin()
+	if err != nil {
+		return err
+	}
+	return g.runSeq(ctx, c, seq, fn)
+}
+
+func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx context.Context, seq uint64) error) error {
+	opctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
+	defer stop()
+	if _, ok := opctx.Deadline(); !ok && g.timeout > 0 {
+		var cancelT context.CancelFunc
+		opctx, cancelT = context.WithTimeout(opctx, g.timeout)
+		defer cancelT()
+	}
+	err := fn(opctx, seq)
+	if err == nil {
+		return nil
+	}
+	return g.classify(ctx, opctx, c, seq, err)
+}
+
+// classify explains a failed call and fails the group.
+func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err error) error {
+	if cause := context.Cause(g.ctx); cause != nil {
+		return fmt.Errorf("dist: %v: %w", c, cause)
+	}
+	var fe *transport.FingerprintError
+	if errors.As(err, &fe) {
+		d := asDesync(g, err).(*DesyncError)
+		g.fail(d)
+		g.abortAll(encodeAbort(fe))
+		return d
+	}
+	var pe *transport.PeerError
+	if errors.As(err, &pe) {
+		re := &RankError{Rank: pe.Rank, Op: c.String(), Err: pe}
+		g.fail(re)
+		return re
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if user.Err() != nil && !errors.Is(user.Err(), context.DeadlineExceeded) {
+			// The caller gave up; the peers may be mid-call, so the group
+			// cannot continue either.
+			g.fail(fmt.Errorf("dist: %v cancelled by the caller: %w", c, user.Err()))
+			return fmt.Errorf("dist: %v: %w", c, user.Err())
+		}
+		limit := g.timeout.String()
+		if d, ok := user.Deadline(); ok {
+			limit = "the caller's deadline (" + time.Until(d).Round(time.Millisecond).String() + " ago)"
+		}
+		te := &TimeoutError{Op: c.String(), Timeout: limit}
+		g.fail(te)
+		return te
+	}
+	g.fail(err)
+	return fmt.Errorf("dist: %v: %w", c, err)
+}
+
+// abortAll tells every other member that the group failed.
+func (g *Group) abortAll(reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, r := range g.ranks {
+		if r != g.world.rank {
+			_ = g.world.ep.Abort(ctx, r, transport.Key{Group: g.id}, reason)
+		}
+	}
+}
+
+// encodeAbort carries a desync to the other members: they rebuild the
+// DesyncError from the two fingerprints.
+func encodeAbort(fe *transport.FingerprintError) string {
+	return fmt.Sprintf("desync %d %d %d %#x %#x", fe.Key.Group, fe.Key.Seq, fe.Src, fe.Got, fe.Want)
+}
+
+func decodeAbort(src int, key transport.Key, reason string) error {
+	var grp uint32
+	var seq uint64
+	var other int
+	var got, want uint64
+	if n, _ := fmt.Sscanf(reason, "desync %d %d %d %x %x", &grp, &seq, &other, &got, &want); n == 5 {
+		// src found that `other` (maybe us) sent `got` where it expected
+		// `want`.
+		return &DesyncError{Group: grp, Seq: seq, Rank: src, Peer: other, Mine: decodeCall(want).String(), Theirs: decodeCall(got).String()}
+	}
+	return fmt.Errorf("dist: rank %d aborted the group: %s", src, reason)
+}
+
+// Work is the handle of an asynchronous call. It is done when the call
+// has completed on this rank, with or without an error.
+type Work struct {
+	done chan struct{}
+	err  error
+	src  int // the sender, for a receive
+}
+
+func goWork(fn func() error) *Work {
+	w := &Work{done: make(chan struct{}), src: -1}
+	go func() {
+		w.err = fn()
+		close(w.done)
+	}()
+	return w
+}
+
+func doneWork(err error) *Work {
+	w := &Work{done: make(chan struct{}), err: err, src: -1}
+	close(w.done)
+	return w
+}
+
+// Source returns the group rank a completed receive got its message from
+// (-1 for other calls, or before completion).
+func (w *Work) Source() int {
+	select {
+	case <-w.done:
+		return w.src
+	default:
+		return -1
+	}
+}
+
+// Wait blocks until the call completes and returns its error, or returns
+// ctx's error if ctx ends first (the call goes on).
+func (w *Work) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done is closed when the call completes.
+func (w *Work) Done() <-chan struct{} { return w.done }
+
+// Err returns the call's error once Done is closed (nil before).
+func (w *Work) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// space is the memory a schedule runs over: element ranges map to bytes.
+type space interface {
+	at(off, n int) []byte
+}
+
+// flat is one contiguous buffer.
+type flat struct {
+	b  []byte
+	es int
+}
+
+func (f flat) at(off, n int) []byte { return f.b[off*f.es : (off+n)*f.es] }
+
+// parts is a buffer made of separate chunks laid out by offsets (gather
+// and scatter, whose transfers never cross a chunk).
+type parts struct {
+	bufs [][]byte
+	offs []int // element offset of each chunk
+	es   int
+}
+
+func (p parts) at(off, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	for i, o := range p.offs {
+		if off >= o && (off+n)*p.es <= o*p.es+len(p.bufs[i]) {
+			lo := (off - o) * p.es
+			return p.bufs[i][lo : lo+n*p.es]
+		}
+	}
+	panic(fmt.Sprintf("dist: transfer [%d, %d) crosses chunks %v", off, off+n, p.offs))
+}
+
+// execute runs a schedule over the transport. Receives of a round are
+// posted first (so their frames land in place), then the sends are
+// written, then the receives are awaited and reductions applied. Reducing
+// receives land in scratch space; in snapshot rounds every receive does,
+// and is applied only after the round's sends have been written.
+func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red reducer) error {
+	ep := g.world.ep
+	fp := c.fingerprint()
+	var sent, recvd map[int]uint32
+	if len(g.ranks) > 1 {
+		sent, recvd = map[int]uint32{}, map[int]uint32{}
+	}
+	type posted struct {
+		r   *transport.Receive
+		x   algo.Xfer
+		tmp []byte
+	}
+	var scratch [][]byte
+	for _, round := range sched {
+		recvs := make([]posted, len(round.Recvs))
+		for i, x := range round.Recvs {
+			tag := recvd[x.Peer]
+			recvd[x.Peer]++
+			dst := buf.at(x.Off, x.Len)
+			var tmp []byte
+			if x.Reduce || round.Snapshot {
+				for len(scratch) <= i {
+					scratch = append(scratch, nil)
+				}
+				if cap(scratch[i]) < len(dst) {
+					scratch[i] = make([]byte, len(dst))
+				}
+				tmp = scratch[i][:len(dst)]
+				dst = tmp
+			}
+			peer := g.ranks[x.Peer]
+			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
+			recvs[i] = posted{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp}
+		}
+		var sendErr error
+		for _, x := range round.Sends {
+			tag := sent[x.Peer]
+			sent[x.Peer]++
+			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
+			if err := ep.Send(ctx, g.ranks[x.Peer], key, fp, buf.at(x.Off, x.Len)); err != nil {
+				sendErr = err
+				break
+			}
+		}
+		if sendErr != nil {
+			withdraw(recvs, func(p posted) *transport.Receive { return p.r })
+			return sendErr
+		}
+		for i, p := range recvs {
+			if _, err := p.r.Wait(ctx); err != nil {
+				withdraw(recvs[i+1:], func(p posted) *transport.Receive { return p.r })
+				return err
+			}
+			if p.tmp != nil {
+				dst := buf.at(p.x.Off, p.x.Len)
+				if p.x.Reduce {
+					red(dst, p.tmp)
+				} else {
+					copy(dst, p.tmp)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// withdraw cancels posted receives that will not be waited for.
+func withdraw[T any](ps []T, r func(T) *transport.Receive) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, p := range ps {
+		r(p).Wait(ctx)
+	}
+}

@@ -1,0 +1,292 @@
+package dist
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport"
+)
+
+// Options configure Init. Zero fields are filled from the environment.
+type Options struct {
+	// InitMethod says how ranks meet: "env://" (the default: MASTER_ADDR,
+	// MASTER_PORT, WORLD_SIZE, RANK, and the variables of torchrun, Slurm
+	// and OpenMPI's mpirun), "tcp://host:port" (rank 0 serves the store
+	// there) or "file:///path" (a shared file store).
+	InitMethod string
+	// Store, when set, is used instead of InitMethod's.
+	Store store.Store
+	// Rank and WorldSize; -1 (or 0 for WorldSize) means from the
+	// environment.
+	Rank, WorldSize int
+	// Timeout bounds every collective (DefaultTimeout when zero) and the
+	// rendezvous.
+	Timeout time.Duration
+	// JobID and Token authenticate every connection; by default the
+	// GODIST_RUN_ID/TORCHELASTIC_RUN_ID and GODIST_TOKEN variables (set by
+	// godist run).
+	JobID string
+	Token []byte
+	// Host is the address the other ranks reach this one at (default: the
+	// GODIST_HOST variable, else the local address that routes to the
+	// store's host, else 127.0.0.1).
+	Host string
+}
+
+// Env is the identity Init found in the environment.
+type Env struct {
+	Rank, WorldSize, LocalRank int
+	MasterAddr                 string
+	MasterPort                 int
+	Source                     string // which launcher's variables were used
+}
+
+// ReadEnv reads a rank's identity from the environment: godist run and
+// torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Slurm
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the first host of
+// SLURM_JOB_NODELIST as the master) and OpenMPI's mpirun
+// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK).
+// MASTER_ADDR and MASTER_PORT, when set, win over what a launcher implies.
+func ReadEnv() (Env, error) { return readEnv(os.Getenv) }
+
+func readEnv(get func(string) string) (Env, error) {
+	e := Env{LocalRank: -1, MasterPort: 29500}
+	atoi := func(name string) (int, bool, error) {
+		s := get(name)
+		if s == "" {
+			return 0, false, nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, true, fmt.Errorf("dist: %s=%q is not a number", name, s)
+		}
+		return n, true, nil
+	}
+	type source struct {
+		name              string
+		rank, size, local string
+		defaultMaster     func() string
+	}
+	sources := []source{
+		{"env", "RANK", "WORLD_SIZE", "LOCAL_RANK", nil},
+		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", func() string { return firstSlurmHost(get("SLURM_JOB_NODELIST")) }},
+		{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", func() string { return "127.0.0.1" }},
+	}
+	found := false
+	for _, s := range sources {
+		r, okR, err := atoi(s.rank)
+		if err != nil {
+			return e, err
+		}
+		n, okN, err := atoi(s.size)
+		if err != nil {
+			return e, err
+		}
+		if !okR || !okN {
+			continue
+		}
+		l, okL, err := atoi(s.local)
+		if err != nil {
+			return e, err
+		}
+		if !okL {
+			l = -1
+		}
+		e.Rank, e.WorldSize, e.LocalRank, e.Source = r, n, l, s.name
+		if s.defaultMaster != nil {
+			e.MasterAddr = s.defaultMaster()
+		}
+		found = true
+		break
+	}
+	if !found {
+		return e, fmt.Errorf("dist: env:// needs RANK and WORLD_SIZE (or Slurm's SLURM_PROCID/SLURM_NTASKS, or mpirun's OMPI_COMM_WORLD_RANK/SIZE); start the program with godist run or set them")
+	}
+	if a := get("MASTER_ADDR"); a != "" {
+		e.MasterAddr = a
+	}
+	if p, ok, err := atoi("MASTER_PORT"); err != nil {
+		return e, err
+	} else if ok {
+		e.MasterPort = p
+	}
+	if e.MasterAddr == "" {
+		return e, fmt.Errorf("dist: env:// needs MASTER_ADDR (the host of rank 0)")
+	}
+	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
+		return e, fmt.Errorf("dist: rank %d of world size %d (from %s variables)", e.Rank, e.WorldSize, e.Source)
+	}
+	return e, nil
+}
+
+// firstSlurmHost returns the first host of a Slurm node list such as
+// "node[01-04,07],gpu2".
+func firstSlurmHost(list string) string {
+	list = strings.TrimSpace(list)
+	if list == "" {
+		return ""
+	}
+	i := strings.IndexAny(list, "[,")
+	if i < 0 {
+		return list
+	}
+	if list[i] == ',' {
+		return list[:i]
+	}
+	prefix := list[:i]
+	rest := list[i+1:]
+	end := strings.IndexAny(rest, "-,]")
+	if end < 0 {
+		return prefix
+	}
+	return prefix + rest[:end]
+}
+
+// Init joins this process to its job and returns the default group (all
+// ranks). Rank 0 serves the store (for env:// and tcp://); every rank then
+// connects to every other over authenticated TCP.
+func Init(ctx context.Context, opt Options) (*Group, error) {
+	if opt.Timeout == 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	if opt.JobID == "" {
+		opt.JobID = firstEnv("GODIST_RUN_ID", "TORCHELASTIC_RUN_ID")
+	}
+	if opt.Token == nil {
+		if t := os.Getenv("GODIST_TOKEN"); t != "" {
+			if b, err := hex.DecodeString(t); err == nil {
+				opt.Token = b
+			} else {
+				opt.Token = []byte(t)
+			}
+		}
+	}
+	rank, size := opt.Rank, opt.WorldSize
+	method := opt.InitMethod
+	if method == "" {
+		method = "env://"
+	}
+	var masterHost string
+	var port int
+	var closers []func() error
+	st := opt.Store
+	if rank < 0 || size <= 0 || (st == nil && strings.HasPrefix(method, "env://")) {
+		env, err := ReadEnv()
+		if err != nil {
+			return nil, err
+		}
+		if rank < 0 {
+			rank = env.Rank
+		}
+		if size <= 0 {
+			size = env.WorldSize
+		}
+		masterHost, port = env.MasterAddr, env.MasterPort
+	}
+	rctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	defer cancel()
+	if st == nil {
+		u, err := url.Parse(method)
+		if err != nil {
+			return nil, fmt.Errorf("dist: init method %q: %w", method, err)
+		}
+		switch u.Scheme {
+		case "env", "tcp":
+			if u.Scheme == "tcp" {
+				masterHost = u.Hostname()
+				if port, err = strconv.Atoi(u.Port()); err != nil {
+					return nil, fmt.Errorf("dist: init method %q needs host:port", method)
+				}
+			}
+			addr := net.JoinHostPort(masterHost, strconv.Itoa(port))
+			if rank == 0 {
+				srv, err := store.NewServer(rctx, net.JoinHostPort("", strconv.Itoa(port)), store.ServerOptions{Token: opt.Token, JobID: opt.JobID})
+				if err != nil {
+					return nil, fmt.Errorf("dist: rank 0 cannot serve the store on port %d: %w (is another job using it? set MASTER_PORT)", port, err)
+				}
+				closers = append(closers, srv.Close)
+			}
+			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank})
+			if err != nil {
+				for _, c := range closers {
+					c()
+				}
+				return nil, fmt.Errorf("dist: rank %d cannot reach the store at %s: %w", rank, addr, err)
+			}
+		case "file":
+			st, err = store.NewFile(u.Path, store.FileOptions{JobID: opt.JobID, WorldSize: size})
+			if err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("dist: unknown init method %q (want env://, tcp://host:port or file:///path)", method)
+		}
+		closers = append([]func() error{st.Close}, closers...)
+	}
+	host := opt.Host
+	if host == "" {
+		host = os.Getenv("GODIST_HOST")
+	}
+	if host == "" {
+		host = localAddrFor(masterHost)
+	}
+	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token})
+	if err != nil {
+		for _, c := range closers {
+			c()
+		}
+		return nil, fmt.Errorf("dist: %w", err)
+	}
+	w := newWorld(rank, size, ep, st, "tcp")
+	w.closers = closers
+	all := make([]int, size)
+	for i := range all {
+		all[i] = i
+	}
+	return newGroup(w, 0, all, opt.Timeout), nil
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// localAddrFor returns the local address that routes to host (without
+// sending anything), or 127.0.0.1.
+func localAddrFor(host string) string {
+	if host == "" || host == "localhost" || strings.HasPrefix(host, "127.") {
+		return "127.0.0.1"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// FromEndpoint builds the default group over an endpoint that is already
+// connected (an in-process mesh in tests, say). st may be nil.
+func FromEndpoint(ep *transport.Endpoint, st store.Store, backend string, timeout time.Duration) *Group {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	w := newWorld(ep.Rank(), ep.Size(), ep, st, backend)
+	all := make([]int, ep.Size())
+	for i := range all {
+		all[i] = i
+	}
+	return newGroup(w, 0, all, timeout)
+}

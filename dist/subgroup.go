@@ -1,0 +1,111 @@
+package dist
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+
+	"github.com/godist/godist/tensor"
+)
+
+// NewGroup makes a subgroup of the members with the given group ranks of
+// g. Every member of g must call it, in the same order relative to its
+// other calls, with the same ranks (checked); members outside ranks get
+// nil. The subgroup's rank i is ranks[i] after sorting.
+func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
+	rs := slices.Clone(ranks)
+	slices.Sort(rs)
+	rs = slices.Compact(rs)
+	if len(rs) == 0 || rs[0] < 0 || rs[len(rs)-1] >= g.Size() {
+		return nil, &InputError{"new_group", fmt.Sprintf("ranks %v: want a non-empty list of ranks of this group of %d", ranks, g.Size())}
+	}
+	h := fnv.New64a()
+	for _, r := range rs {
+		fmt.Fprintf(h, "%d,", r)
+	}
+	// A barrier whose fingerprint carries the list: a member passing a
+	// different list gets a desync error naming it.
+	c := call{op: opNewGroup, count: int(h.Sum64() & (1<<40 - 1)), root: -1}
+	if err := g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) }); err != nil {
+		return nil, err
+	}
+	id := g.world.allocIDs(1)
+	if !slices.Contains(rs, g.rank) {
+		return nil, nil
+	}
+	global := make([]int, len(rs))
+	for i, r := range rs {
+		global[i] = g.ranks[r]
+	}
+	return newGroup(g.world, id, global, g.timeout), nil
+}
+
+// Split divides g into subgroups, one per distinct color, as MPI_Comm_split:
+// members are ordered in their subgroup by (key, rank in g). Every member of
+// g must call it. A negative color joins no subgroup (nil is returned).
+func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
+	mine := tensor.FromInt64([]int64{int64(color), int64(key)})
+	all := tensor.New(tensor.Int64, 2*g.Size())
+	if err := g.AllGatherIntoTensor(ctx, all, mine); err != nil {
+		return nil, err
+	}
+	v := all.Int64s()
+	var colors []int64
+	for r := range g.Size() {
+		if c := v[2*r]; c >= 0 && !slices.Contains(colors, c) {
+			colors = append(colors, c)
+		}
+	}
+	slices.Sort(colors)
+	base := g.world.allocIDs(len(colors))
+	if color < 0 {
+		return nil, nil
+	}
+	var members []int
+	for r := range g.Size() {
+		if v[2*r] == int64(color) {
+			members = append(members, r)
+		}
+	}
+	sort.SliceStable(members, func(i, j int) bool { return v[2*members[i]+1] < v[2*members[j]+1] })
+	global := make([]int, len(members))
+	for i, r := range members {
+		global[i] = g.ranks[r]
+	}
+	id := base + uint32(slices.Index(colors, int64(color)))
+	sub := newGroup(g.world, id, global, g.timeout)
+	// Group ranks follow the split order, not ascending global ranks.
+	sub.rank = slices.Index(global, g.world.rank)
+	return sub, nil
+}
+
+// allocIDs hands out n consecutive group ids. Every process calls it in
+// the same order (from collective calls), so the ids agree.
+func (w *world) allocIDs(n int) uint32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id := w.mu.nextID
+	w.mu.nextID += uint32(n)
+	return id
+}
+
+// Destroy leaves the group: it is unregistered and later calls fail. For
+// the default group it also closes the connections and the store.
+func (g *Group) Destroy() error {
+	g.fail(ErrDestroyed)
+	g.world.mu.Lock()
+	delete(g.world.mu.groups, g.id)
+	g.world.mu.Unlock()
+	if g.id != 0 {
+		return nil
+	}
+	err := g.world.ep.Close()
+	for _, c := range g.world.closers {
+		if cerr := c(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

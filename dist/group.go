@@ -356,72 +356,133 @@ func (p parts) at(off, n int) []byte {
 	panic(fmt.Sprintf("dist: transfer [%d, %d) crosses chunks %v", off, off+n, p.offs))
 }
 
-// execute runs a schedule over the transport. Receives of a round are
-// posted first (so their frames land in place), then the sends are
-// written, then the receives are awaited and reductions applied. Reducing
-// receives land in scratch space; in snapshot rounds every receive does,
-// and is applied only after the round's sends have been written.
+// execute runs a schedule over the transport.
+//
+// It follows the schedule's semantics (rounds in order; a round's sends
+// read the buffer as the earlier rounds left it) without running the ranks
+// in lock step: receives are posted up to lookahead rounds early, and a
+// round's sends wait only for earlier receives that write what they read.
+// So a ring's pieces stream back to back, and frames find their receive
+// already posted (and land in place) instead of being copied on arrival.
+// Overwriting receives land in place when nothing still to be sent reads
+// their range; reducing receives, snapshot rounds' receives and the others
+// land in scratch space and are applied in posting order.
 func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red reducer) error {
+	const lookahead = 2
 	ep := g.world.ep
 	fp := c.fingerprint()
 	var sent, recvd map[int]uint32
 	if len(g.ranks) > 1 {
 		sent, recvd = map[int]uint32{}, map[int]uint32{}
 	}
-	type posted struct {
-		r   *transport.Receive
-		x   algo.Xfer
-		tmp []byte
+	type inflight struct {
+		r     *transport.Receive
+		x     algo.Xfer
+		tmp   []byte // nil: the frame lands in place
+		round int
 	}
-	var scratch [][]byte
-	for _, round := range sched {
-		recvs := make([]posted, len(round.Recvs))
-		for i, x := range round.Recvs {
+	var pending []inflight
+	var free [][]byte
+	scratch := func(n int) []byte {
+		for i, b := range free {
+			if cap(b) >= n {
+				free = append(free[:i], free[i+1:]...)
+				return b[:n]
+			}
+		}
+		return make([]byte, n)
+	}
+	fail := func(err error) error {
+		withdraw(pending, func(p inflight) *transport.Receive { return p.r })
+		return err
+	}
+	// completeFront waits for the oldest receive and applies it.
+	completeFront := func() error {
+		p := pending[0]
+		if _, err := p.r.Wait(ctx); err != nil {
+			return err
+		}
+		pending = pending[1:]
+		if p.tmp != nil {
+			dst := buf.at(p.x.Off, p.x.Len)
+			if p.x.Reduce {
+				red(dst, p.tmp)
+			} else {
+				copy(dst, p.tmp)
+			}
+			free = append(free, p.tmp)
+		}
+		return nil
+	}
+	overlaps := func(a, b algo.Xfer) bool {
+		return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
+	}
+	post := func(j, current int) {
+		round := sched[j]
+		for _, x := range round.Recvs {
 			tag := recvd[x.Peer]
 			recvd[x.Peer]++
 			dst := buf.at(x.Off, x.Len)
 			var tmp []byte
-			if x.Reduce || round.Snapshot {
-				for len(scratch) <= i {
-					scratch = append(scratch, nil)
+			// In place unless it reduces, its round reads a snapshot, an
+			// earlier receive still writes there, or a send of the rounds
+			// before it (not yet sent) reads there.
+			inPlace := !x.Reduce && !round.Snapshot
+			for _, p := range pending {
+				if inPlace && overlaps(p.x, x) {
+					inPlace = false
 				}
-				if cap(scratch[i]) < len(dst) {
-					scratch[i] = make([]byte, len(dst))
+			}
+			for k := current; inPlace && k < j; k++ {
+				for _, y := range sched[k].Sends {
+					if overlaps(x, y) {
+						inPlace = false
+					}
 				}
-				tmp = scratch[i][:len(dst)]
+			}
+			if !inPlace {
+				tmp = scratch(len(dst))
 				dst = tmp
 			}
 			peer := g.ranks[x.Peer]
 			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
-			recvs[i] = posted{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp}
+			pending = append(pending, inflight{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp, j})
 		}
-		var sendErr error
+	}
+	posted := 0
+	for i, round := range sched {
+		for ; posted < len(sched) && posted <= i+lookahead; posted++ {
+			post(posted, i)
+		}
 		for _, x := range round.Sends {
+			// Apply the earlier rounds' receives that write what this
+			// send reads (in order).
+			for {
+				need := false
+				for _, p := range pending {
+					if p.round < i && overlaps(p.x, x) {
+						need = true
+						break
+					}
+				}
+				if !need {
+					break
+				}
+				if err := completeFront(); err != nil {
+					return fail(err)
+				}
+			}
 			tag := sent[x.Peer]
 			sent[x.Peer]++
 			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
 			if err := ep.Send(ctx, g.ranks[x.Peer], key, fp, buf.at(x.Off, x.Len)); err != nil {
-				sendErr = err
-				break
+				return fail(err)
 			}
 		}
-		if sendErr != nil {
-			withdraw(recvs, func(p posted) *transport.Receive { return p.r })
-			return sendErr
-		}
-		for i, p := range recvs {
-			if _, err := p.r.Wait(ctx); err != nil {
-				withdraw(recvs[i+1:], func(p posted) *transport.Receive { return p.r })
-				return err
-			}
-			if p.tmp != nil {
-				dst := buf.at(p.x.Off, p.x.Len)
-				if p.x.Reduce {
-					red(dst, p.tmp)
-				} else {
-					copy(dst, p.tmp)
-				}
-			}
+	}
+	for len(pending) > 0 {
+		if err := completeFront(); err != nil {
+			return fail(err)
 		}
 	}
 	return nil

@@ -2,9 +2,9 @@ package dist
 
 import (
 	"fmt"
-	"math"
 	"unsafe"
 
+	"github.com/godist/godist/internal/simd"
 	"github.com/godist/godist/tensor"
 )
 
@@ -71,6 +71,9 @@ type integer interface{ ~int64 | ~int32 | ~uint8 }
 func reduceFunc(op ReduceOp, d tensor.DType) reducer {
 	switch d {
 	case tensor.Float32:
+		if op == Sum || op == Avg {
+			return func(dst, src []byte) { simd.AddF32(view[float32](dst), view[float32](src)) }
+		}
 		return numeric[float32](op)
 	case tensor.Float64:
 		return numeric[float64](op)
@@ -201,5 +204,3 @@ func divInt[T integer](v []T, n T) {
 		v[i] /= n
 	}
 }
-
-var _ = math.NaN

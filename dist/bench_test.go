@@ -1,0 +1,71 @@
+package dist_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
+)
+
+// tcpGroups connects world ranks over loopback TCP inside this process.
+func tcpGroups(b *testing.B, world int) []*dist.Group {
+	st := store.NewMem()
+	eps := make([]*transport.Endpoint, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			eps[r], err = transport.NewTCP(context.Background(), transport.TCPOptions{Rank: r, Size: world, Store: st})
+			if err != nil {
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	gs := make([]*dist.Group, world)
+	for r := range world {
+		gs[r] = dist.FromEndpoint(eps[r], st, "tcp", 0)
+	}
+	return gs
+}
+
+// BenchmarkAllReduceTCP measures all_reduce of float32 over loopback TCP
+// with ranks as goroutines of one process (godist bench runs processes).
+func BenchmarkAllReduceTCP(b *testing.B) {
+	for _, world := range []int{2, 4} {
+		gs := tcpGroups(b, world)
+		for _, bytes := range []int{8, 1 << 10, 64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("world%d/%dB", world, bytes), func(b *testing.B) {
+				xs := make([]*tensor.Tensor, world)
+				for r := range xs {
+					xs[r] = tensor.Zeros(bytes / 4)
+				}
+				b.SetBytes(int64(bytes))
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for r := range world {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range b.N {
+							if err := gs[r].AllReduce(context.Background(), xs[r], dist.Sum); err != nil {
+								panic(err)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+		for _, g := range gs {
+			g.Destroy()
+		}
+	}
+}

@@ -1,0 +1,20 @@
+package simd
+
+import "golang.org/x/sys/cpu"
+
+var hasAVX2 = cpu.X86.HasAVX2
+
+// addF32AVX2 adds n floats, n a multiple of 32.
+//
+//go:noescape
+func addF32AVX2(dst, src *float32, n int)
+
+// addF32 adds the longest prefix it can vectorise and returns its length.
+func addF32(dst, src []float32) int {
+	if !hasAVX2 {
+		return addF32Go(dst, src)
+	}
+	n := len(dst) &^ 31
+	addF32AVX2(&dst[0], &src[0], n)
+	return n
+}

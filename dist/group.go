@@ -29,15 +29,13 @@ type world struct {
 	mu struct {
 		sync.Mutex
 		groups map[uint32]*Group
-		nextID uint32 // ids handed to new groups, in creation order
 	}
 }
 
 func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {
 	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend}
 	w.mu.groups = map[uint32]*Group{}
-	w.mu.nextID = 1
-	ep.SetHandlers(transport.Handlers{Abort: w.onAbort, PeerDown: w.onPeerDown})
+	ep.SetHandlers(transport.Handlers{Abort: w.onAbort, PeerDown: w.onPeerDown, Unexpected: w.onUnexpected})
 	return w
 }
 
@@ -66,12 +64,18 @@ func (w *world) onPeerDown(e *transport.PeerError) {
 	}
 }
 
-// onAbort fails the group a peer aborted (it found a desync or failed).
+// onAbort handles a control frame: a peer's probe (it has waited a while
+// for this rank in a call) or an abort (a peer failed the group).
 func (w *world) onAbort(src int, key transport.Key, reason string) {
 	w.mu.Lock()
 	g := w.mu.groups[key.Group&^p2pBit]
 	w.mu.Unlock()
 	if g == nil {
+		return
+	}
+	var fp uint64
+	if n, _ := fmt.Sscanf(reason, "probe %x", &fp); n == 1 {
+		g.onProbe(src, key.Seq, fp)
 		return
 	}
 	g.fail(decodeAbort(src, key, reason))
@@ -97,11 +101,85 @@ type Group struct {
 
 	mu struct {
 		sync.Mutex
-		seq     uint64
-		err     error
-		p2pSend map[p2pKey]uint64
-		p2pRecv map[p2pKey]uint64
+		seq      uint64
+		err      error
+		active   map[uint64]uint64 // fingerprints of the calls in flight, by sequence number
+		recent   map[uint64]uint64 // fingerprints of recently finished calls
+		children uint32            // subgroups made from this group so far
+		p2pSend  map[p2pKey]uint64
+		p2pRecv  map[p2pKey]uint64
 	}
+}
+
+// probeAfter is how long a receive waits before asking the peer what call
+// it is in. A rank that issued a different collective may never send the
+// frame that would show the mismatch (each side waits for the other); the
+// probe finds it within this delay instead of at the group timeout.
+var probeAfter = 500 * time.Millisecond
+
+// recentCalls is how many finished calls a group remembers, to recognise
+// frames that no call of this rank will ever receive.
+const recentCalls = 256
+
+// onUnexpected checks a frame that arrived before its receive was posted.
+// A frame for a call this rank is in with another fingerprint, or for a
+// call it has finished (which therefore never expected it), means the
+// ranks issued different calls: a broadcast with two roots, say, where
+// both think they send and nobody receives.
+func (w *world) onUnexpected(src int, h *transport.Header) {
+	if h.Key.Group&p2pBit != 0 {
+		return
+	}
+	w.mu.Lock()
+	g := w.mu.groups[h.Key.Group]
+	w.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	mine, active := g.mu.active[h.Key.Seq]
+	if !active {
+		mine, active = g.mu.recent[h.Key.Seq]
+	}
+	g.mu.Unlock()
+	if !active || mine == h.FP {
+		return
+	}
+	fe := &transport.FingerprintError{Src: src, Key: h.Key, Got: h.FP, Want: mine}
+	g.fail(asDesync(g, fe))
+	g.abortAll(encodeAbort(fe))
+}
+
+// onProbe answers a peer that has waited for this rank in call seq with
+// fingerprint fp: if this rank is in call seq with another fingerprint,
+// the ranks are out of step and both fail now.
+func (g *Group) onProbe(src int, seq, fp uint64) {
+	g.mu.Lock()
+	mine, ok := g.mu.active[seq]
+	g.mu.Unlock()
+	if !ok || mine == fp {
+		return // not there yet (or already past): the peer keeps waiting
+	}
+	fe := &transport.FingerprintError{Src: src, Key: transport.Key{Group: g.id, Seq: seq}, Got: fp, Want: mine}
+	g.fail(asDesync(g, fe))
+	g.abortAll(encodeAbort(fe))
+}
+
+// await waits for a posted receive from global rank peer, probing the peer
+// if the wait grows long.
+func (g *Group) await(ctx context.Context, r *transport.Receive, peer int, seq, fp uint64) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := time.AfterFunc(probeAfter, func() {
+		if pctx.Err() == nil {
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			defer c()
+			_ = g.world.ep.Abort(sctx, peer, transport.Key{Group: g.id, Seq: seq}, fmt.Sprintf("probe %x", fp))
+		}
+	})
+	defer t.Stop()
+	_, err := r.Wait(ctx)
+	return err
 }
 
 type p2pKey struct {
@@ -116,6 +194,8 @@ const p2pBit = 1 << 31
 func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g := &Group{world: w, id: id, ranks: ranks, rank: slices.Index(ranks, w.rank), timeout: timeout}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	g.mu.active = map[uint64]uint64{}
+	g.mu.recent = map[uint64]uint64{}
 	g.mu.p2pSend = map[p2pKey]uint64{}
 	g.mu.p2pRecv = map[p2pKey]uint64{}
 	w.register(g)
@@ -181,6 +261,18 @@ func (g *Group) run(ctx context.Context, c call, fn func(ctx context.Context, se
 }
 
 func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx context.Context, seq uint64) error) error {
+	if seq != 0 {
+		g.mu.Lock()
+		g.mu.active[seq] = c.fingerprint()
+		g.mu.Unlock()
+		defer func() {
+			g.mu.Lock()
+			g.mu.recent[seq] = g.mu.active[seq]
+			delete(g.mu.recent, seq-recentCalls)
+			delete(g.mu.active, seq)
+			g.mu.Unlock()
+		}()
+	}
 	opctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
@@ -248,7 +340,7 @@ func (g *Group) abortAll(reason string) {
 // encodeAbort carries a desync to the other members: they rebuild the
 // DesyncError from the two fingerprints.
 func encodeAbort(fe *transport.FingerprintError) string {
-	return fmt.Sprintf("desync %d %d %d %#x %#x", fe.Key.Group, fe.Key.Seq, fe.Src, fe.Got, fe.Want)
+	return fmt.Sprintf("desync %d %d %d %x %x", fe.Key.Group, fe.Key.Seq, fe.Src, fe.Got, fe.Want)
 }
 
 func decodeAbort(src int, key transport.Key, reason string) error {
@@ -390,8 +482,13 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 				return b[:n]
 			}
 		}
-		return make([]byte, n)
+		return getScratch(n)
 	}
+	defer func() {
+		for _, b := range free {
+			putScratch(b)
+		}
+	}()
 	fail := func(err error) error {
 		withdraw(pending, func(p inflight) *transport.Receive { return p.r })
 		return err
@@ -399,7 +496,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 	// completeFront waits for the oldest receive and applies it.
 	completeFront := func() error {
 		p := pending[0]
-		if _, err := p.r.Wait(ctx); err != nil {
+		if err := g.await(ctx, p.r, g.ranks[p.x.Peer], seq, fp); err != nil {
 			return err
 		}
 		pending = pending[1:]
@@ -486,6 +583,35 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		}
 	}
 	return nil
+}
+
+// Scratch buffers for receives are recycled across calls by size class
+// (powers of two): a training step's all-reduces would otherwise allocate
+// and zero megabytes each time.
+var scratchPools [48]sync.Pool
+
+func sizeClass(n int) int {
+	c := 0
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+func getScratch(n int) []byte {
+	c := sizeClass(n)
+	if b, ok := scratchPools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+func putScratch(b []byte) {
+	c := sizeClass(cap(b))
+	if cap(b) != 1<<c {
+		return
+	}
+	scratchPools[c].Put(&b)
 }
 
 // withdraw cancels posted receives that will not be waited for.

@@ -31,7 +31,7 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
 	if err := g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) }); err != nil {
 		return nil, err
 	}
-	id := g.world.allocIDs(1)
+	id := g.childID(0)
 	if !slices.Contains(rs, g.rank) {
 		return nil, nil
 	}
@@ -59,7 +59,7 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 		}
 	}
 	slices.Sort(colors)
-	base := g.world.allocIDs(len(colors))
+	n := g.nextChild()
 	if color < 0 {
 		return nil, nil
 	}
@@ -74,20 +74,36 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	for i, r := range members {
 		global[i] = g.ranks[r]
 	}
-	id := base + uint32(slices.Index(colors, int64(color)))
+	id := childID(g.id, n, color)
 	sub := newGroup(g.world, id, global, g.timeout)
 	// Group ranks follow the split order, not ascending global ranks.
 	sub.rank = slices.Index(global, g.world.rank)
 	return sub, nil
 }
 
-// allocIDs hands out n consecutive group ids. Every process calls it in
-// the same order (from collective calls), so the ids agree.
-func (w *world) allocIDs(n int) uint32 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	id := w.mu.nextID
-	w.mu.nextID += uint32(n)
+// Group ids: a subgroup's id is a hash of its parent's id, how many
+// subgroups the parent had made before (every member of the parent makes
+// them in the same order, being collective calls) and the split color. So
+// every member computes the same id without talking, whatever other groups
+// it belongs to.
+
+// nextChild counts one more subgroup-making call of g.
+func (g *Group) nextChild() uint32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.children++
+	return g.mu.children
+}
+
+func (g *Group) childID(color int) uint32 { return childID(g.id, g.nextChild(), color) }
+
+func childID(parent, n uint32, color int) uint32 {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d/%d", parent, n, color)
+	id := h.Sum32() &^ p2pBit
+	if id == 0 {
+		id = 1
+	}
 	return id
 }
 

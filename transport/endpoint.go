@@ -83,6 +83,9 @@ type Handlers struct {
 	Abort func(src int, key Key, reason string)
 	// PeerDown is called once per peer when its connection fails or closes.
 	PeerDown func(err *PeerError)
+	// Unexpected is called for each data frame that arrives before a
+	// receive wants it (it is kept until one does).
+	Unexpected func(src int, h *Header)
 }
 
 // closeTimeout bounds the goodbye frames Close sends.
@@ -432,7 +435,11 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 		return nil
 	}
 	e.mu.unexpected = append(e.mu.unexpected, &message{src: src, h: *h, buf: buf})
+	fn := e.mu.handlers.Unexpected
 	e.mu.Unlock()
+	if fn != nil {
+		fn(src, h)
+	}
 	return nil
 }
 

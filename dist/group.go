@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,11 +56,30 @@ func (w *world) groups() []*Group {
 	return out
 }
 
-// onPeerDown fails every group that has the lost rank as a member.
+// onPeerDown fails every group that has the lost rank as a member. A peer
+// that closed cleanly (Destroy, or a normal exit) fails nothing by itself:
+// its frames before the goodbye are still delivered, and only a call that
+// needs it again fails, naming it.
 func (w *world) onPeerDown(e *transport.PeerError) {
+	if errors.Is(e, transport.ErrPeerClosed) {
+		return
+	}
 	for _, g := range w.groups() {
 		if g.groupRank(e.Rank) >= 0 {
-			g.fail(&RankError{Rank: e.Rank, Op: "group", Err: e})
+			if g.fail(&RankError{Rank: e.Rank, Op: "group", Err: e}) {
+				// Tell the others the root cause before this rank's own
+				// exit (or its goodbye) reaches them. Not from this
+				// goroutine: it is the transport's reader. Calls wait for
+				// it (briefly) before they return the failure.
+				done := make(chan struct{})
+				g.mu.Lock()
+				g.mu.aborted = done
+				g.mu.Unlock()
+				go func() {
+					defer close(done)
+					g.abortAll(fmt.Sprintf("down %d %v", e.Rank, e.Err))
+				}()
+			}
 		}
 	}
 }
@@ -106,6 +126,7 @@ type Group struct {
 		active   map[uint64]uint64 // fingerprints of the calls in flight, by sequence number
 		recent   map[uint64]uint64 // fingerprints of recently finished calls
 		children uint32            // subgroups made from this group so far
+		aborted  chan struct{}     // closed when the peers have been told of a failure
 		p2pSend  map[p2pKey]uint64
 		p2pRecv  map[p2pKey]uint64
 	}
@@ -156,9 +177,12 @@ func (w *world) onUnexpected(src int, h *transport.Header) {
 func (g *Group) onProbe(src int, seq, fp uint64) {
 	g.mu.Lock()
 	mine, ok := g.mu.active[seq]
+	if !ok {
+		mine, ok = g.mu.recent[seq]
+	}
 	g.mu.Unlock()
 	if !ok || mine == fp {
-		return // not there yet (or already past): the peer keeps waiting
+		return // not there yet: the peer keeps waiting
 	}
 	fe := &transport.FingerprintError{Src: src, Key: transport.Key{Group: g.id, Seq: seq}, Got: fp, Want: mine}
 	g.fail(asDesync(g, fe))
@@ -226,16 +250,18 @@ func (g *Group) Err() error {
 
 func (g *Group) groupRank(global int) int { return slices.Index(g.ranks, global) }
 
-// fail marks the group failed (once) and cancels every call in flight.
-func (g *Group) fail(err error) {
+// fail marks the group failed and cancels every call in flight. It
+// reports whether this was the group's first failure.
+func (g *Group) fail(err error) bool {
 	g.mu.Lock()
 	if g.mu.err != nil {
 		g.mu.Unlock()
-		return
+		return false
 	}
 	g.mu.err = err
 	g.mu.Unlock()
 	g.cancel(err)
+	return true
 }
 
 // begin numbers a call, or refuses it when the group has failed.
@@ -277,7 +303,8 @@ func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx cont
 	defer cancel(nil)
 	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
 	defer stop()
-	if _, ok := opctx.Deadline(); !ok && g.timeout > 0 {
+	if g.timeout > 0 {
+		// The earlier of the caller's deadline and the group timeout.
 		var cancelT context.CancelFunc
 		opctx, cancelT = context.WithTimeout(opctx, g.timeout)
 		defer cancelT()
@@ -289,9 +316,25 @@ func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx cont
 	return g.classify(ctx, opctx, c, seq, err)
 }
 
+// flushAbort waits (at most a second) until the peers have been told why
+// the group failed, so that a process exiting on the error does not beat
+// the news.
+func (g *Group) flushAbort() {
+	g.mu.Lock()
+	ch := g.mu.aborted
+	g.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // classify explains a failed call and fails the group.
 func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err error) error {
 	if cause := context.Cause(g.ctx); cause != nil {
+		g.flushAbort()
 		return fmt.Errorf("dist: %v: %w", c, cause)
 	}
 	var fe *transport.FingerprintError
@@ -304,7 +347,10 @@ func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err er
 	var pe *transport.PeerError
 	if errors.As(err, &pe) {
 		re := &RankError{Rank: pe.Rank, Op: c.String(), Err: pe}
-		g.fail(re)
+		if g.fail(re) && !errors.Is(pe, transport.ErrPeerClosed) {
+			g.abortAll(fmt.Sprintf("down %d %v", pe.Rank, pe.Err))
+		}
+		g.flushAbort()
 		return re
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -315,15 +361,20 @@ func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err er
 			return fmt.Errorf("dist: %v: %w", c, user.Err())
 		}
 		limit := g.timeout.String()
-		if d, ok := user.Deadline(); ok {
-			limit = "the caller's deadline (" + time.Until(d).Round(time.Millisecond).String() + " ago)"
+		if d, ok := user.Deadline(); ok && user.Err() != nil {
+			limit = "the caller's deadline (" + (-time.Until(d)).Round(time.Millisecond).String() + " ago)"
 		}
 		te := &TimeoutError{Op: c.String(), Timeout: limit}
 		g.fail(te)
 		return te
 	}
-	g.fail(err)
-	return fmt.Errorf("dist: %v: %w", c, err)
+	err = fmt.Errorf("dist: %v: %w", c, err)
+	if g.fail(err) {
+		// A size mismatch, say: the peers are waiting for something this
+		// rank will not do; tell them.
+		g.abortAll(err.Error())
+	}
+	return err
 }
 
 // abortAll tells every other member that the group failed.
@@ -348,6 +399,14 @@ func decodeAbort(src int, key transport.Key, reason string) error {
 	var seq uint64
 	var other int
 	var got, want uint64
+	var lost int
+	var cause string
+	if n, _ := fmt.Sscanf(reason, "down %d", &lost); n == 1 {
+		if _, after, ok := strings.Cut(reason, fmt.Sprintf("down %d ", lost)); ok {
+			cause = after
+		}
+		return &RankError{Rank: lost, Op: fmt.Sprintf("group (rank %d saw it go)", src), Err: errors.New(cause)}
+	}
 	if n, _ := fmt.Sscanf(reason, "desync %d %d %d %x %x", &grp, &seq, &other, &got, &want); n == 5 {
 		// src found that `other` (maybe us) sent `got` where it expected
 		// `want`.
@@ -557,7 +616,9 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 			for {
 				need := false
 				for _, p := range pending {
-					if p.round < i && overlaps(p.x, x) {
+					// An empty transfer carries no data, only order (a
+					// barrier's): it waits for every earlier receive.
+					if p.round < i && (x.Len == 0 || p.x.Len == 0 || overlaps(p.x, x)) {
 						need = true
 						break
 					}

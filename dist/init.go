@@ -24,8 +24,8 @@ type Options struct {
 	InitMethod string
 	// Store, when set, is used instead of InitMethod's.
 	Store store.Store
-	// Rank and WorldSize; -1 (or 0 for WorldSize) means from the
-	// environment.
+	// Rank and WorldSize, when WorldSize > 0; otherwise both come from
+	// the environment (so the zero Options read everything from there).
 	Rank, WorldSize int
 	// Timeout bounds every collective (DefaultTimeout when zero) and the
 	// rendezvous.
@@ -128,7 +128,7 @@ func readEnv(get func(string) string) (Env, error) {
 }
 
 // firstSlurmHost returns the first host of a Slurm node list such as
-// "node[01-04,07],gpu2".
+// "node[01-04,07],gpu2" (node01) or "rack[1-2]-ib" (rack1-ib).
 func firstSlurmHost(list string) string {
 	list = strings.TrimSpace(list)
 	if list == "" {
@@ -141,13 +141,20 @@ func firstSlurmHost(list string) string {
 	if list[i] == ',' {
 		return list[:i]
 	}
-	prefix := list[:i]
-	rest := list[i+1:]
-	end := strings.IndexAny(rest, "-,]")
-	if end < 0 {
+	prefix, rest := list[:i], list[i+1:]
+	close := strings.IndexByte(rest, ']')
+	if close < 0 {
 		return prefix
 	}
-	return prefix + rest[:end]
+	first := rest[:close]
+	if j := strings.IndexAny(first, "-,"); j >= 0 {
+		first = first[:j]
+	}
+	suffix := rest[close+1:]
+	if j := strings.IndexAny(suffix, ",["); j >= 0 {
+		suffix = suffix[:j]
+	}
+	return prefix + first + suffix
 }
 
 // Init joins this process to its job and returns the default group (all
@@ -170,6 +177,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		}
 	}
 	rank, size := opt.Rank, opt.WorldSize
+	if size <= 0 {
+		rank = -1
+	}
 	method := opt.InitMethod
 	if method == "" {
 		method = "env://"

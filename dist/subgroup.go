@@ -110,6 +110,7 @@ func childID(parent, n uint32, color int) uint32 {
 // Destroy leaves the group: it is unregistered and later calls fail. For
 // the default group it also closes the connections and the store.
 func (g *Group) Destroy() error {
+	g.flushAbort()
 	g.fail(ErrDestroyed)
 	g.world.mu.Lock()
 	delete(g.world.mu.groups, g.id)

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/tensor"
+)
+
+// benchConfig is what the parent tells every rank, as JSON in the
+// environment variable benchConfigEnv.
+type benchConfig struct {
+	Ops      []string      `json:"ops"`
+	Sizes    []int         `json:"sizes"`
+	DType    string        `json:"dtype"`
+	Warmup   int           `json:"warmup"`
+	MinIters int           `json:"min_iters"`
+	MaxIters int           `json:"max_iters"`
+	Target   time.Duration `json:"target"`
+	Timeout  time.Duration `json:"timeout"` // bounds each collective
+}
+
+const benchConfigEnv = "GODIST_BENCH_CONFIG"
+
+// benchReport is the --json output.
+type benchReport struct {
+	Backend   string   `json:"backend"`
+	World     int      `json:"world"`
+	DType     string   `json:"dtype"`
+	Transport string   `json:"transport"`
+	BLAS      string   `json:"blas"`
+	GoVersion string   `json:"go_version"`
+	Target    float64  `json:"target_s"`
+	Results   []result `json:"results"`
+}
+
+func benchMain(args []string) int {
+	fs := flag.NewFlagSet("godist bench", flag.ContinueOnError)
+	nproc := fs.Int("nproc", 2, "number of ranks, each a process of this binary on this host")
+	ops := fs.String("ops", "all", "comma-separated collectives: "+strings.Join(allOps, ",")+", or all")
+	minBytes, maxBytes := byteSize(8), byteSize(64<<20)
+	fs.Var(&minBytes, "min-bytes", "smallest message `size` (suffixes B, KiB, MiB, GiB)")
+	fs.Var(&maxBytes, "max-bytes", "largest message `size`")
+	step := fs.Int("step-factor", 0, "with `F` >= 2, also run min-bytes·F^k up to max-bytes; 0 runs only bench_gloo.py's sizes (8 B, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB) within [min-bytes, max-bytes], which are always included")
+	sizes := fs.String("sizes", "", "explicit comma-separated `list` of sizes (overrides min/max/step)")
+	iters := fs.Int("iters", 1000, "most timed iterations per size (bench_gloo.py's --max-iters)")
+	minIters := fs.Int("min-iters", 10, "fewest timed iterations per size (bench_gloo.py's --min-iters)")
+	target := fs.Duration("target", 2*time.Second, "time budget per size: the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
+	warmup := fs.Int("warmup", 5, "untimed iterations per size before the 5 probe iterations")
+	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
+	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
+	timeout := fs.Duration("timeout", 10*time.Minute, "limit for the whole run; the ranks are killed when it passes")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: godist bench [flags]
+
+Measures collectives over --nproc ranks on this host, each a process of this
+binary joined by dist.Init (env://, loopback TCP), the way
+shared/anchors/bench_gloo.py measures PyTorch's gloo: per iteration
+barrier; t0; op; t1; an iteration's latency is the maximum over ranks;
+median, p10..p90 and best..worst over iterations; algbw = bytes / median;
+busbw with nccl-tests' factors (all_reduce 2(n-1)/n; all_gather,
+reduce_scatter, all_to_all (n-1)/n; broadcast 1). For all_gather,
+reduce_scatter and all_to_all the size is the total over ranks (each rank's
+share is size/n), as in bench_gloo.py and nccl-tests.
+
+Set GODIST_CPUPROFILE=prefix to write each rank's CPU profile to
+prefix.rank<N>.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "godist bench: "+format+"\n", a...)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	if *nproc < 1 {
+		return fail("--nproc %d: want at least 1", *nproc)
+	}
+	opList, err := parseOps(*ops)
+	if err != nil {
+		return fail("--ops: %v", err)
+	}
+	sizeList, err := benchSizes(*sizes, int(minBytes), int(maxBytes), *step)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if _, err := tensor.ParseDType(*dtype); err != nil {
+		return fail("--dtype: %v", err)
+	}
+	if *iters < 1 || *minIters < 1 || *warmup < 0 || *target < 0 || *timeout <= 0 {
+		return fail("want --iters >= 1, --min-iters >= 1, --warmup >= 0, --target >= 0 and --timeout > 0")
+	}
+	cfg := benchConfig{
+		Ops: opList, Sizes: sizeList, DType: *dtype, Warmup: *warmup,
+		MinIters: *minIters, MaxIters: *iters, Target: *target, Timeout: *timeout,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("the run took longer than --timeout %v", *timeout))
+	defer cancel()
+
+	rep := benchReport{
+		Backend: "godist", World: *nproc, DType: *dtype, Transport: "tcp (loopback)",
+		BLAS: blas.Default.Name(), GoVersion: runtime.Version(), Target: target.Seconds(),
+	}
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	if !*jsonOut {
+		fmt.Fprintf(out, "godist bench: world %d, %s, %s, one process per rank, %s, sizes %s, target %v per size, %d..%d iterations\n",
+			*nproc, *dtype, rep.Transport, runtime.Version(), sizesText(sizeList), *target, min(*minIters, *iters), *iters)
+		out.Flush()
+	}
+	curOp := ""
+	err = spawnRanks(ctx, cfg, *nproc, func(r result) {
+		rep.Results = append(rep.Results, r)
+		if *jsonOut {
+			return
+		}
+		if r.Op != curOp {
+			curOp = r.Op
+			fmt.Fprintf(out, "\n#### %s, world %d\n\n%s", r.Op, r.World, tableHeader)
+		}
+		io.WriteString(out, tableRow(r))
+		out.Flush()
+	})
+	if err != nil {
+		out.Flush()
+		fmt.Fprintf(os.Stderr, "godist bench: %v\n", err)
+		return exitFail
+	}
+	if *jsonOut {
+		b, err := json.MarshalIndent(rep, "", " ")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench: %v\n", err)
+			return exitFail
+		}
+		out.Write(append(b, '\n'))
+	}
+	return exitOK
+}
+
+func sizesText(sizes []int) string {
+	var s []string
+	for _, b := range sizes {
+		s = append(s, formatSize(b))
+	}
+	return strings.Join(s, ", ")
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// rankError is the failure of one rank's process.
+type rankError struct {
+	Rank int
+	Err  error
+}
+
+func (e *rankError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
+func (e *rankError) Unwrap() error { return e.Err }
+
+// spawnRanks runs world ranks as processes of this binary (the hidden
+// worker mode) and calls emit, on this goroutine, with each result rank 0
+// prints. When a rank fails, or ctx ends, it kills them all; it returns the
+// first failure, after copying every rank's stderr to its own, prefixed
+// with [rank N].
+func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(result)) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this binary to start the ranks: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return fmt.Errorf("cannot find a free port for the store: %w", err)
+	}
+	var tok [16]byte
+	rand.Read(tok[:])
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	env := childEnv(os.Environ())
+	type exit struct {
+		rank int
+		err  error
+	}
+	var (
+		cmds    = make([]*exec.Cmd, world)
+		stderrs = make([]*tail, world)
+		exits   = make(chan exit, world)
+		lines   = make(chan result)
+		bad     = make(chan error, 1)
+		running = 0
+	)
+	killAll := func() {
+		for _, c := range cmds {
+			if c != nil && c.Process != nil {
+				c.Process.Kill() // an error means it has already exited
+			}
+		}
+	}
+	var first error
+	var rank0Out *os.File
+	for r := range world {
+		c := exec.Command(self, benchWorkerCmd)
+		c.Env = append(env,
+			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r),
+			"WORLD_SIZE="+strconv.Itoa(world), "LOCAL_WORLD_SIZE="+strconv.Itoa(world),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID=bench-"+strconv.Itoa(port),
+			benchConfigEnv+"="+string(cfgJSON))
+		stderrs[r] = &tail{max: 64 << 10}
+		c.Stderr = stderrs[r]
+		c.SysProcAttr = childProcAttr()
+		var w *os.File
+		if r == 0 {
+			var rd *os.File
+			if rd, w, err = os.Pipe(); err != nil {
+				first = err
+				break
+			}
+			rank0Out = rd
+			c.Stdout = w
+		} else {
+			c.Stdout = stderrs[r]
+		}
+		err := c.Start()
+		if w != nil {
+			w.Close()
+		}
+		if err != nil {
+			first = &rankError{r, fmt.Errorf("starting %s: %w", self, err)}
+			break
+		}
+		cmds[r] = c
+		running++
+		go func() { exits <- exit{r, c.Wait()} }()
+	}
+	if rank0Out != nil {
+		go func() {
+			defer close(lines)
+			defer rank0Out.Close()
+			sc := bufio.NewScanner(rank0Out)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				var res result
+				if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
+					select {
+					case bad <- fmt.Errorf("rank 0 printed %q, not a result: %v", sc.Text(), err):
+					default:
+					}
+					continue
+				}
+				lines <- res // the loop below reads until lines is closed
+			}
+		}()
+	}
+	if first != nil {
+		killAll()
+	}
+	linesOpen := rank0Out != nil
+	ctxDone := ctx.Done()
+	for running > 0 || linesOpen {
+		select {
+		case res, ok := <-lines:
+			if !ok {
+				linesOpen, lines = false, nil
+				continue
+			}
+			emit(res)
+		case err := <-bad:
+			if first == nil {
+				first = err
+				killAll()
+			}
+		case e := <-exits:
+			running--
+			if e.err != nil && first == nil {
+				first = &rankError{e.rank, e.err}
+				killAll()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if first == nil {
+				first = context.Cause(ctx)
+				killAll()
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	for r, t := range stderrs {
+		if t == nil {
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimRight(t.String(), "\n"), "\n") {
+			if l != "" {
+				fmt.Fprintf(os.Stderr, "[rank %d] %s\n", r, l)
+			}
+		}
+	}
+	var re *rankError
+	if errors.As(first, &re) {
+		return fmt.Errorf("%w (its output is above, prefixed [rank %d])", first, re.Rank)
+	}
+	return first
+}
+
+// childEnv is the parent's environment without the variables a rank's
+// identity is made of, so that the ones spawnRanks sets are the only ones.
+func childEnv(parent []string) []string {
+	drop := map[string]bool{
+		"RANK": true, "LOCAL_RANK": true, "WORLD_SIZE": true, "LOCAL_WORLD_SIZE": true,
+		"MASTER_ADDR": true, "MASTER_PORT": true, "GODIST_TOKEN": true, "GODIST_RUN_ID": true,
+		"TORCHELASTIC_RUN_ID": true, "GODIST_HOST": true, benchConfigEnv: true,
+	}
+	var out []string
+	for _, kv := range parent {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

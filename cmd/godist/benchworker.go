@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/tensor"
+)
+
+// benchWorker is one rank of godist bench: it joins the job from the
+// environment spawnRanks sets, runs every cell, and on rank 0 prints one
+// JSON result per line on stdout. Errors go to stderr and the exit status.
+func benchWorker() int {
+	var cfg benchConfig
+	if err := json.Unmarshal([]byte(os.Getenv(benchConfigEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "godist bench worker: bad %s (this mode is started by godist bench): %v\n", benchConfigEnv, err)
+		return exitUsage
+	}
+	dt, err := tensor.ParseDType(cfg.DType)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+		return exitUsage
+	}
+	if prefix := os.Getenv("GODIST_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(prefix + ".rank" + os.Getenv("RANK"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+			return exitFail
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+			return exitFail
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx := context.Background()
+	g, err := dist.Init(ctx, dist.Options{Rank: -1, Timeout: cfg.Timeout})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+		return exitFail
+	}
+	defer g.Destroy()
+	enc := json.NewEncoder(os.Stdout)
+	for _, op := range cfg.Ops {
+		sizes := cfg.Sizes
+		if op == "barrier" {
+			sizes = []int{0}
+		}
+		for _, size := range sizes {
+			r, err := benchCell(ctx, g, cfg, dt, op, size)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "godist bench worker: rank %d: %s of %s: %v\n", g.Rank(), op, formatSize(size), err)
+				return exitFail
+			}
+			if g.Rank() == 0 {
+				if err := enc.Encode(r); err != nil {
+					fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+					return exitFail
+				}
+			}
+		}
+	}
+	if err := leaveTogether(ctx, g.Rank(), g.Size()); err != nil {
+		fmt.Fprintf(os.Stderr, "godist bench worker: rank %d: leaving: %v\n", g.Rank(), err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// benchCell measures op at size bytes as bench_gloo.py's cell does:
+// warmup iterations, 5 probe iterations whose median (rank 0's, broadcast)
+// sets the iteration count, then the timed iterations, each
+// barrier; t0; op; t1, and the per-iteration maximum over ranks by an
+// all_reduce(MAX) after the loop. The result is complete on rank 0 only.
+func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DType, op string, size int) (result, error) {
+	n, es := g.Size(), dt.Size()
+	per, nbytes := elemCount(op, size, es, n)
+	var fn func() error
+	var plan string
+	switch op {
+	case "all_reduce":
+		t := tensor.Full(dt, 1, per)
+		fn = func() error { return g.AllReduce(ctx, t, dist.Sum) }
+		plan = algo.ChooseAllReduce(n, per, es).String()
+	case "broadcast":
+		t := tensor.Full(dt, 1, per)
+		fn = func() error { return g.Broadcast(ctx, t, 0) }
+		plan = algo.ChooseBroadcast(n, 0, per*es, 1).String() // dist chooses on bytes
+	case "all_gather":
+		in, out := tensor.Full(dt, 1, per), tensor.New(dt, per*n)
+		fn = func() error { return g.AllGatherIntoTensor(ctx, out, in) }
+		counts := make([]int, n)
+		for i := range counts {
+			counts[i] = per * es
+		}
+		plan = algo.ChooseAllGather(n, counts, 1).String() // dist chooses on bytes
+	case "reduce_scatter":
+		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per)
+		fn = func() error { return g.ReduceScatterTensor(ctx, out, in, dist.Sum) }
+		plan = "ring" // dist always runs algo.RingReduceScatter
+	case "all_to_all":
+		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per*n)
+		fn = func() error { return g.AllToAllSingle(ctx, out, in, nil, nil) }
+		plan = "pairwise" // dist runs algo.PairwiseAllToAll
+	case "barrier":
+		fn = func() error { return g.Barrier(ctx) }
+		plan = "dissemination" // dist runs algo.DisseminationBarrier
+	default:
+		return result{}, fmt.Errorf("unknown op %q", op)
+	}
+	loop := func(iters int) ([]float64, error) {
+		ts := make([]float64, iters)
+		for i := range ts {
+			if err := g.Barrier(ctx); err != nil {
+				return nil, fmt.Errorf("barrier before iteration %d: %w", i, err)
+			}
+			t0 := time.Now()
+			if err := fn(); err != nil {
+				return nil, fmt.Errorf("iteration %d: %w", i, err)
+			}
+			ts[i] = time.Since(t0).Seconds()
+		}
+		return ts, nil
+	}
+	start := time.Now()
+	if _, err := loop(cfg.Warmup); err != nil {
+		return result{}, fmt.Errorf("warm-up: %w", err)
+	}
+	probe, err := loop(5)
+	if err != nil {
+		return result{}, fmt.Errorf("probe: %w", err)
+	}
+	est := tensor.FromFloat64([]float64{median(probe)})
+	if err := g.Broadcast(ctx, est, 0); err != nil {
+		return result{}, fmt.Errorf("broadcasting the probe's latency: %w", err)
+	}
+	iters := iterCount(est.Float64s()[0], cfg.Target.Seconds(), cfg.MinIters, cfg.MaxIters)
+	ts, err := loop(iters)
+	if err != nil {
+		return result{}, err
+	}
+	if err := g.AllReduce(ctx, tensor.FromFloat64(ts), dist.Max); err != nil {
+		return result{}, fmt.Errorf("all_reduce(MAX) of the latencies: %w", err)
+	}
+	r := newResult(op, size, nbytes, n, ts)
+	r.DType, r.Algo = dt.String(), plan
+	r.TStart, r.TEnd = unixSeconds(start), unixSeconds(time.Now())
+	return r, nil
+}
+
+// leaveTogether returns once every rank has finished its last collective,
+// and on rank 0 (which serves the store) once every other rank has been
+// told so. It works around dist failing a group when a peer that has
+// already sent everything it owes says goodbye (Destroy, or a clean exit)
+// before this rank has posted the receive for it: the frame is there, but
+// the goodbye fails the group. It talks to the job's store over a
+// connection of its own, since dist does not expose the group's.
+func leaveTogether(ctx context.Context, rank, world int) error {
+	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"))
+	st, err := store.Dial(ctx, addr, store.DialOptions{
+		Token: tokenFrom(os.Getenv("GODIST_TOKEN")), JobID: os.Getenv("GODIST_RUN_ID"), Rank: rank, Timeout: time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys := func(what string, from int) []string {
+		var ks []string
+		for r := from; r < world; r++ {
+			ks = append(ks, fmt.Sprintf("godist-bench/%s/%d", what, r))
+		}
+		return ks
+	}
+	if err := st.Set(ctx, keys("done", rank)[0], nil); err != nil {
+		return err
+	}
+	if err := st.Wait(ctx, keys("done", 0)...); err != nil {
+		return err
+	}
+	if rank != 0 {
+		// Rank 0 closes the store once it sees this, maybe before the
+		// answer reaches us; an error here costs nothing.
+		st.Set(ctx, keys("gone", rank)[0], nil)
+		return nil
+	}
+	return st.Wait(ctx, keys("gone", 1)...)
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

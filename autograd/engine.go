@@ -248,3 +248,36 @@ func (h *nodeHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return n
 }
+
+// Leaves returns the leaves that require gradients and that a backward
+// pass from v would reach. DDP's find-unused-parameters mode uses it to
+// learn, right after the forward pass, which parameters will get no
+// gradient.
+func Leaves(v *Var) map[*Var]bool {
+	out := map[*Var]bool{}
+	if v == nil || !v.requiresGrad {
+		return out
+	}
+	if v.node == nil {
+		out[v] = true
+		return out
+	}
+	seen := map[*node]bool{v.node: true}
+	stack := []*node{v.node}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, in := range n.inputs {
+			if in == nil || !in.requiresGrad {
+				continue
+			}
+			if in.node == nil {
+				out[in] = true
+			} else if !seen[in.node] {
+				seen[in.node] = true
+				stack = append(stack, in.node)
+			}
+		}
+	}
+	return out
+}

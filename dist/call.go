@@ -77,6 +77,9 @@ func decodeCall(fp uint64) call {
 }
 
 func (c call) String() string {
+	if c.op == opNewGroup {
+		return fmt.Sprintf("new_group(rank list #%x)", c.count)
+	}
 	var parts []string
 	if c.dtype != tensor.Invalid {
 		parts = append(parts, c.dtype.String())

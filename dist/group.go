@@ -66,20 +66,7 @@ func (w *world) onPeerDown(e *transport.PeerError) {
 	}
 	for _, g := range w.groups() {
 		if g.groupRank(e.Rank) >= 0 {
-			if g.fail(&RankError{Rank: e.Rank, Op: "group", Err: e}) {
-				// Tell the others the root cause before this rank's own
-				// exit (or its goodbye) reaches them. Not from this
-				// goroutine: it is the transport's reader. Calls wait for
-				// it (briefly) before they return the failure.
-				done := make(chan struct{})
-				g.mu.Lock()
-				g.mu.aborted = done
-				g.mu.Unlock()
-				go func() {
-					defer close(done)
-					g.abortAll(fmt.Sprintf("down %d %v", e.Rank, e.Err))
-				}()
-			}
+			g.failAndTell(&RankError{Rank: e.Rank, Op: "group", Err: e}, fmt.Sprintf("down %d %v", e.Rank, e.Err))
 		}
 	}
 }
@@ -98,7 +85,33 @@ func (w *world) onAbort(src int, key transport.Key, reason string) {
 		g.onProbe(src, key.Seq, fp)
 		return
 	}
-	g.fail(decodeAbort(src, key, reason))
+	err := decodeAbort(src, key, reason)
+	var re *RankError
+	if errors.As(err, &re) {
+		// Pass a lost rank on, so that a member that hears of it only
+		// through this rank's goodbye still learns the root cause first.
+		g.failAndTell(err, reason)
+		return
+	}
+	g.fail(err)
+}
+
+// failAndTell fails the group and, if that was its first failure, tells
+// the other members why before this rank's own exit or goodbye can reach
+// them. It does not send from the calling goroutine (the transport's
+// reader); calls wait for it, briefly, before returning the failure.
+func (g *Group) failAndTell(err error, reason string) {
+	if !g.fail(err) {
+		return
+	}
+	done := make(chan struct{})
+	g.mu.Lock()
+	g.mu.aborted = done
+	g.mu.Unlock()
+	go func() {
+		defer close(done)
+		g.abortAll(reason)
+	}()
 }
 
 // Group is a process group: a set of ranks that run collectives together.
@@ -682,4 +695,17 @@ func withdraw[T any](ps []T, r func(T) *transport.Receive) {
 	for _, p := range ps {
 		r(p).Wait(ctx)
 	}
+}
+
+// Then returns a Work that completes when w has, after running fn on
+// success (a communication hook decompressing its result, say). fn runs at
+// most once, on the goroutine that first observes w's completion.
+func (w *Work) Then(fn func() error) *Work {
+	return goWork(func() error {
+		<-w.done
+		if w.err != nil {
+			return w.err
+		}
+		return fn()
+	})
 }

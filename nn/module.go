@@ -322,3 +322,23 @@ func NumParameters(m Module) int {
 	}
 	return n
 }
+
+// ReplaceModules walks m's submodules depth first and replaces each one for
+// which fn returns a non-nil module (and does not descend into the
+// replacement). It returns m, or fn(m) if that is non-nil. SyncBatchNorm's
+// converter uses it.
+func ReplaceModules(m Module, fn func(Module) Module) Module {
+	if r := fn(m); r != nil {
+		return r
+	}
+	b := m.base()
+	for i := range b.children {
+		b.children[i].v = ReplaceModules(b.children[i].v, fn)
+	}
+	if s, ok := m.(*Sequential); ok {
+		for i := range s.Layers {
+			s.Layers[i] = b.children[i].v.(Layer)
+		}
+	}
+	return m
+}

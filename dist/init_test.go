@@ -1,0 +1,191 @@
+package dist_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/tensor"
+)
+
+// launcherVars are every variable ReadEnv looks at; each test case starts
+// from all of them unset.
+var launcherVars = []string{
+	"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+}
+
+func clearLauncherEnv(t *testing.T) {
+	for _, k := range launcherVars {
+		t.Setenv(k, "")
+	}
+}
+
+func TestReadEnv(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    dist.Env
+		wantErr string // a word of the error; empty: no error
+	}{
+		{"torchrun", map[string]string{"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"},
+			dist.Env{Rank: 3, WorldSize: 8, LocalRank: 1, MasterAddr: "10.0.0.1", MasterPort: 1234, Source: "env"}, ""},
+		{"torchrun default port, no local rank", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost"},
+			dist.Env{Rank: 0, WorldSize: 1, LocalRank: -1, MasterAddr: "localhost", MasterPort: 29500, Source: "env"}, ""},
+		{"slurm bracketed list", map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "2", "SLURM_JOB_NODELIST": "node[03-05],gpu1"},
+			dist.Env{Rank: 5, WorldSize: 6, LocalRank: 2, MasterAddr: "node03", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm list of commas in brackets", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "cn[7,9-10]"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "cn7", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm plain list", map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "alpha,beta"},
+			dist.Env{Rank: 1, WorldSize: 2, LocalRank: -1, MasterAddr: "alpha", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm single host", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "solo"},
+			dist.Env{Rank: 0, WorldSize: 1, LocalRank: -1, MasterAddr: "solo", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm host after a plain one", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "gpu1,node[03-05]"},
+			dist.Env{Rank: 0, WorldSize: 1, LocalRank: -1, MasterAddr: "gpu1", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm suffix after the range", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[01-04]-ib"},
+			dist.Env{Rank: 0, WorldSize: 4, LocalRank: -1, MasterAddr: "node01-ib", MasterPort: 29500, Source: "slurm"}, ""},
+		{"slurm with MASTER_ADDR and MASTER_PORT", map[string]string{"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[03-05]", "MASTER_ADDR": "head", "MASTER_PORT": "4000"},
+			dist.Env{Rank: 2, WorldSize: 4, LocalRank: -1, MasterAddr: "head", MasterPort: 4000, Source: "slurm"}, ""},
+		{"openmpi", map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0"},
+			dist.Env{Rank: 2, WorldSize: 4, LocalRank: 0, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpirun"}, ""},
+		{"openmpi with MASTER_ADDR", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "777"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "h0", MasterPort: 777, Source: "mpirun"}, ""},
+		{"torchrun wins over slurm", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "SLURM_PROCID": "7", "SLURM_NTASKS": "9", "SLURM_JOB_NODELIST": "x"},
+			dist.Env{Rank: 1, WorldSize: 2, LocalRank: -1, MasterAddr: "m", MasterPort: 29500, Source: "env"}, ""},
+		{"nothing set", map[string]string{}, dist.Env{}, "RANK and WORLD_SIZE"},
+		{"rank without world size", map[string]string{"RANK": "0", "MASTER_ADDR": "m"}, dist.Env{}, "WORLD_SIZE"},
+		{"missing MASTER_ADDR", map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, dist.Env{}, "MASTER_ADDR"},
+		{"rank not a number", map[string]string{"RANK": "one", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, dist.Env{}, "RANK"},
+		{"port not a number", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "http"}, dist.Env{}, "MASTER_PORT"},
+		{"rank past world", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, dist.Env{}, "rank 2"},
+		{"negative rank", map[string]string{"RANK": "-1", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, dist.Env{}, "rank -1"},
+		{"zero world", map[string]string{"RANK": "0", "WORLD_SIZE": "0", "MASTER_ADDR": "m"}, dist.Env{}, "world size 0"},
+		{"slurm without node list", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, dist.Env{}, "MASTER_ADDR"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clearLauncherEnv(t)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			got, err := dist.ReadEnv()
+			if c.wantErr != "" {
+				if err == nil {
+					t.Fatalf("ReadEnv() = %+v, want an error mentioning %q", got, c.wantErr)
+				}
+				if !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("ReadEnv() error %q does not mention %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReadEnv(): %v", err)
+			}
+			if got != c.want {
+				t.Fatalf("ReadEnv() = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// initRanks runs Init for world ranks as goroutines with the given
+// method, an all-reduce, a broadcast and Destroy.
+func initRanks(t *testing.T, world int, method string) {
+	t.Helper()
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				g, err := dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second, JobID: "init-test", Token: []byte("secret")})
+				if err != nil {
+					return fmt.Errorf("init: %w", err)
+				}
+				defer g.Destroy()
+				if g.Rank() != r || g.Size() != world || g.Backend() != "tcp" {
+					return fmt.Errorf("group: rank %d size %d backend %q", g.Rank(), g.Size(), g.Backend())
+				}
+				x := tensor.Full(tensor.Int64, float64(r+1), 1000)
+				if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
+					return err
+				}
+				if err := expect(x, func(int) float64 { return float64(world * (world + 1) / 2) }, "all_reduce after init"); err != nil {
+					return err
+				}
+				b := tensor.Full(tensor.Float32, float64(r), 100000)
+				if err := g.Broadcast(ctx, b, world-1); err != nil {
+					return err
+				}
+				if err := expect(b, func(int) float64 { return float64(world - 1) }, "broadcast after init"); err != nil {
+					return err
+				}
+				return g.Barrier(ctx)
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d (%s): %v", r, method, err)
+		}
+	}
+}
+
+func TestInitTCP(t *testing.T) {
+	initRanks(t, 3, fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
+}
+
+func TestInitFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store")
+	initRanks(t, 3, "file://"+path)
+	// The last of the world's Closes removes the file.
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("file store %s is still there after every rank destroyed its group (stat: %v)", path, err)
+	}
+}
+
+func TestInitSingleRank(t *testing.T) {
+	initRanks(t, 1, fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
+}
+
+func TestInitBadMethod(t *testing.T) {
+	clearLauncherEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, m := range []string{"udp://x:1", "tcp://127.0.0.1:notaport", "tcp://127.0.0.1"} {
+		if g, err := dist.Init(ctx, dist.Options{InitMethod: m, Rank: 0, WorldSize: 2}); err == nil {
+			g.Destroy()
+			t.Errorf("Init(%q) succeeded", m)
+		}
+	}
+	// env:// without the variables says which are missing.
+	_, err := dist.Init(ctx, dist.Options{Rank: -1})
+	if err == nil || !strings.Contains(err.Error(), "RANK") {
+		t.Errorf("Init from an empty environment: %v, want an error naming RANK", err)
+	}
+}

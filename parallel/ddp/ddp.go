@@ -1,0 +1,485 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/nn"
+	"github.com/godist/godist/tensor"
+)
+
+// Options configure DDP. The zero value is PyTorch's default.
+type Options struct {
+	// BucketCapMB caps a bucket's size (default 25); the first bucket is
+	// capped at FirstBucketCapMB (default 1).
+	BucketCapMB, FirstBucketCapMB float64
+	// FindUnusedParameters marks the parameters that a forward pass did not
+	// use as ready (with zero gradients) so their buckets still complete.
+	// Without it, a parameter that gets no gradient is an error naming it.
+	FindUnusedParameters bool
+	// NoBroadcastBuffers turns off broadcasting rank 0's buffers (BatchNorm
+	// statistics) before every forward pass.
+	NoBroadcastBuffers bool
+	// GradientAsBucketView makes each gradient a view into its bucket, so
+	// the averaged values need no copy back.
+	GradientAsBucketView bool
+	// CommHook reduces a bucket (default AllReduceHook: the average).
+	CommHook CommHook
+	// NoRebuildBuckets keeps the initial bucket plan instead of rebuilding
+	// it after the first iteration in the order gradients became ready.
+	NoRebuildBuckets bool
+}
+
+// DDP is DistributedDataParallel: it wraps a module so that, after every
+// backward pass, each parameter's gradient is the average over the group.
+// It broadcasts rank 0's parameters and buffers at construction, groups
+// parameters into buckets, and starts a bucket's all-reduce from autograd's
+// grad-ready hook the moment the bucket's last gradient is ready, so
+// communication overlaps the rest of backward.
+//
+//	model, err := ddp.New(ctx, net, group, ddp.Options{})
+//	loss := nn.CrossEntropy(nn.Call(model, x), y)
+//	loss.Backward(nil)
+//	err = model.Wait(ctx) // every bucket reduced; gradients averaged
+//	opt.Step()
+//
+// Its state dict holds the module's under "module.", as PyTorch's.
+type DDP struct {
+	nn.Base
+	Module nn.Layer
+	group  *dist.Group
+	opt    Options
+	params []*autograd.Var // trainable, registration order
+	index  map[*autograd.Var]int
+	names  []string
+
+	mu struct {
+		sync.Mutex
+		buckets     []*bucket
+		bucketOf    []int // parameter -> bucket
+		posInBkt    []int // parameter -> position in its bucket
+		next        int   // next bucket to launch
+		ready       []bool
+		readyOrder  []int // this iteration's order of ready gradients
+		rebuilt     bool
+		iteration   int
+		requireSync bool
+		started     bool // a forward pass prepared this iteration
+		unused      map[int]bool
+		err         error
+		joined      bool // a Join shadows this model
+	}
+	join *joinState
+}
+
+type bucket struct {
+	params  []int
+	offsets []int // element offset of each parameter in buf
+	buf     *tensor.Tensor
+	pending int
+	work    *dist.Work
+}
+
+// New wraps module for data-parallel training over group. Every member
+// must call it with the same model architecture.
+func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (*DDP, error) {
+	if opt.BucketCapMB == 0 {
+		opt.BucketCapMB = 25
+	}
+	if opt.FirstBucketCapMB == 0 {
+		opt.FirstBucketCapMB = 1
+	}
+	if opt.CommHook == nil {
+		opt.CommHook = AllReduceHook
+	}
+	d := &DDP{Module: module, group: group, opt: opt, index: map[*autograd.Var]int{}}
+	d.RegisterModule("module", module)
+	for _, p := range nn.NamedParameters(module) {
+		if !p.Value.RequiresGrad() {
+			continue
+		}
+		if p.Value.DType() != tensor.Float32 {
+			return nil, fmt.Errorf("ddp: parameter %s is %v; DDP reduces float32 gradients", p.Name, p.Value.DType())
+		}
+		d.index[p.Value] = len(d.params)
+		d.params = append(d.params, p.Value)
+		d.names = append(d.names, p.Name)
+	}
+	// Every replica starts from rank 0's state.
+	for _, p := range nn.NamedParameters(module) {
+		if err := group.Broadcast(ctx, p.Value.Value(), 0); err != nil {
+			return nil, fmt.Errorf("ddp: broadcast parameter %s: %w", p.Name, err)
+		}
+	}
+	if err := d.broadcastBuffers(ctx); err != nil {
+		return nil, err
+	}
+	order := make([]int, len(d.params))
+	for i := range order {
+		order[i] = len(d.params) - 1 - i // reverse registration order
+	}
+	d.plan(order)
+	d.mu.requireSync = true
+	for i, p := range d.params {
+		p.RegisterGradReadyHook(func(*autograd.Var) { d.onReady(i) })
+	}
+	return d, nil
+}
+
+func (d *DDP) broadcastBuffers(ctx context.Context) error {
+	for _, b := range nn.NamedBuffers(d.Module) {
+		t := b.Value
+		if !t.IsContiguous() {
+			return fmt.Errorf("ddp: buffer %s is not contiguous", b.Name)
+		}
+		if err := d.group.Broadcast(ctx, t, 0); err != nil {
+			return fmt.Errorf("ddp: broadcast buffer %s: %w", b.Name, err)
+		}
+	}
+	return nil
+}
+
+// plan builds buckets for the given readiness order.
+func (d *DDP) plan(order []int) {
+	sizes := make([]int64, len(d.params))
+	for i, p := range d.params {
+		sizes[i] = int64(p.Value().Numel() * 4)
+	}
+	plan := PlanBuckets(order, sizes, int64(d.opt.FirstBucketCapMB*(1<<20)), int64(d.opt.BucketCapMB*(1<<20)))
+	d.mu.buckets = make([]*bucket, len(plan))
+	d.mu.bucketOf = make([]int, len(d.params))
+	d.mu.posInBkt = make([]int, len(d.params))
+	for b, ps := range plan {
+		bk := &bucket{params: ps}
+		n := 0
+		for k, i := range ps {
+			bk.offsets = append(bk.offsets, n)
+			n += d.params[i].Value().Numel()
+			d.mu.bucketOf[i], d.mu.posInBkt[i] = b, k
+		}
+		bk.buf = tensor.New(tensor.Float32, n)
+		d.mu.buckets[b] = bk
+		if d.opt.GradientAsBucketView {
+			for k, i := range ps {
+				p := d.params[i]
+				view := d.view(bk, k)
+				if g := p.Grad(); g != nil {
+					view.Copy(g)
+				}
+				p.SetGrad(view)
+			}
+		}
+	}
+}
+
+// view returns parameter k of bucket bk as a view of the bucket shaped like
+// the parameter.
+func (d *DDP) view(bk *bucket, k int) *tensor.Tensor {
+	p := d.params[bk.params[k]].Value()
+	return bk.buf.Narrow(0, bk.offsets[k], p.Numel()).Reshape(p.Shape()...)
+}
+
+// Buckets returns each bucket's parameter names, in reduction order.
+func (d *DDP) Buckets() [][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([][]string, len(d.mu.buckets))
+	for b, bk := range d.mu.buckets {
+		for _, i := range bk.params {
+			out[b] = append(out[b], d.names[i])
+		}
+	}
+	return out
+}
+
+// Group returns the process group.
+func (d *DDP) Group() *dist.Group { return d.group }
+
+// Forward prepares the reducer for this iteration (and, unless turned off,
+// broadcasts rank 0's buffers), then runs the module.
+func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
+	ctx := context.Background()
+	if err := d.prepare(ctx); err != nil {
+		d.setErr(err)
+		panic(&ForwardError{err})
+	}
+	y := nn.Call(d.Module, x)
+	d.mu.Lock()
+	sync, find := d.mu.requireSync, d.opt.FindUnusedParameters
+	d.mu.Unlock()
+	if sync && find && autograd.GradEnabled() {
+		reached := autograd.Leaves(y)
+		d.mu.Lock()
+		d.mu.unused = map[int]bool{}
+		for i, p := range d.params {
+			if !reached[p] {
+				d.mu.unused[i] = true
+			}
+		}
+		d.mu.Unlock()
+	}
+	return y
+}
+
+// ForwardError carries an error out of Forward (whose signature, as
+// nn.Layer's, has no error): a failed group, say. Recover it, or call
+// Prepare before nn.Call to get the error as a value.
+type ForwardError struct{ Err error }
+
+func (e *ForwardError) Error() string { return e.Err.Error() }
+func (e *ForwardError) Unwrap() error { return e.Err }
+
+// Prepare does Forward's collective part explicitly: the Join
+// notification, rebuilding buckets after the first iteration, and the
+// buffer broadcast. Forward calls it; calling it first returns its error
+// as a value, and Forward then does not repeat it.
+func (d *DDP) Prepare(ctx context.Context) error { return d.prepare(ctx) }
+
+func (d *DDP) prepare(ctx context.Context) error {
+	d.mu.Lock()
+	if d.mu.started {
+		d.mu.Unlock()
+		return nil
+	}
+	if d.mu.err != nil {
+		err := d.mu.err
+		d.mu.Unlock()
+		return err
+	}
+	if d.mu.iteration > 0 && d.mu.requireSync && d.mu.next < len(d.mu.buckets) && d.hasPendingLocked() {
+		err := d.unreadyErrorLocked()
+		d.mu.Unlock()
+		return err
+	}
+	rebuild := d.mu.iteration == 1 && !d.mu.rebuilt && !d.opt.NoRebuildBuckets && len(d.mu.readyOrder) == len(d.params)
+	order := append([]int(nil), d.mu.readyOrder...)
+	d.mu.Unlock()
+
+	if d.join != nil {
+		if err := d.join.notify(ctx, d.group); err != nil {
+			return err
+		}
+	}
+	if rebuild {
+		// Every rank must use the same plan: rank 0's observed order.
+		if err := dist.BroadcastObject(ctx, d.group, &order, 0); err != nil {
+			return fmt.Errorf("ddp: share the rebuilt bucket order: %w", err)
+		}
+		d.mu.Lock()
+		d.plan(order)
+		d.mu.rebuilt = true
+		d.mu.Unlock()
+	}
+	if !d.opt.NoBroadcastBuffers {
+		if err := d.broadcastBuffers(ctx); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.resetLocked()
+	d.mu.started = true
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *DDP) resetLocked() {
+	d.mu.next = 0
+	d.mu.ready = make([]bool, len(d.params))
+	d.mu.readyOrder = d.mu.readyOrder[:0]
+	d.mu.unused = nil
+	for _, bk := range d.mu.buckets {
+		bk.pending = len(bk.params)
+		bk.work = nil
+	}
+}
+
+func (d *DDP) hasPendingLocked() bool {
+	for _, r := range d.mu.ready {
+		if !r {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *DDP) unreadyErrorLocked() error {
+	var names []string
+	for i, r := range d.mu.ready {
+		if !r {
+			names = append(names, d.names[i])
+		}
+	}
+	return &UnusedParameterError{Rank: d.group.Rank(), Params: names}
+}
+
+// UnusedParameterError reports parameters that received no gradient in an
+// iteration while DDP expected every parameter to: their buckets could not
+// be reduced.
+type UnusedParameterError struct {
+	Rank   int
+	Params []string
+}
+
+func (e *UnusedParameterError) Error() string {
+	return fmt.Sprintf("ddp: rank %d: parameters %s received no gradient in the last backward pass, so their buckets were never reduced; if the model does not use them in every iteration, set Options.FindUnusedParameters (or make the loss depend on them)",
+		e.Rank, strings.Join(e.Params, ", "))
+}
+
+func (d *DDP) setErr(err error) {
+	d.mu.Lock()
+	if d.mu.err == nil {
+		d.mu.err = err
+	}
+	d.mu.Unlock()
+}
+
+// onReady runs in autograd's grad-ready hook: parameter i's gradient for
+// this pass is complete.
+func (d *DDP) onReady(i int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.mu.requireSync || d.mu.ready == nil || d.mu.ready[i] {
+		return
+	}
+	if !d.mu.started {
+		return // backward without a DDP forward: nothing to reduce
+	}
+	d.markReadyLocked(i)
+	// With FindUnusedParameters, the first ready gradient is the moment to
+	// mark the unused ones: the graph is known and backward has begun.
+	if d.mu.unused != nil {
+		for j := range d.mu.unused {
+			if !d.mu.ready[j] {
+				d.params[j].SetGrad(zeroGradLike(d.params[j], d.params[j].Grad()))
+				d.markReadyLocked(j)
+			}
+		}
+		d.mu.unused = nil
+	}
+	d.launchLocked()
+}
+
+func zeroGradLike(p *autograd.Var, g *tensor.Tensor) *tensor.Tensor {
+	if g != nil {
+		return g
+	}
+	return tensor.New(p.DType(), p.Shape()...)
+}
+
+func (d *DDP) markReadyLocked(i int) {
+	d.mu.ready[i] = true
+	d.mu.readyOrder = append(d.mu.readyOrder, i)
+	bk := d.mu.buckets[d.mu.bucketOf[i]]
+	k := d.mu.posInBkt[i]
+	view := d.view(bk, k)
+	g := d.params[i].Grad()
+	switch {
+	case g == nil:
+		view.Zero()
+	case d.opt.GradientAsBucketView && tensor.SharesStorage(g, view):
+		// already in place
+	default:
+		view.Copy(g)
+		if d.opt.GradientAsBucketView {
+			d.params[i].SetGrad(view)
+		}
+	}
+	bk.pending--
+}
+
+// launchLocked starts the all-reduce of every ready bucket, in bucket
+// order (so every rank issues them in the same order).
+func (d *DDP) launchLocked() {
+	for d.mu.next < len(d.mu.buckets) && d.mu.buckets[d.mu.next].pending == 0 {
+		b := d.mu.next
+		bk := d.mu.buckets[b]
+		bk.work = d.opt.CommHook(d.group, &GradBucket{Index: b, Buffer: bk.buf, IsLast: b == len(d.mu.buckets)-1, params: bk, ddp: d})
+		d.mu.next++
+	}
+}
+
+// Wait blocks until every bucket of this iteration has been reduced and
+// leaves the averaged gradient in each parameter's Grad. Call it after
+// backward and before the optimizer step. It returns an
+// *UnusedParameterError if some parameter got no gradient (without
+// FindUnusedParameters), or the group's error.
+func (d *DDP) Wait(ctx context.Context) error {
+	d.mu.Lock()
+	if !d.mu.requireSync {
+		d.mu.started = false
+		d.mu.Unlock()
+		return nil
+	}
+	if d.mu.err != nil {
+		err := d.mu.err
+		d.mu.Unlock()
+		return err
+	}
+	if !d.mu.started {
+		d.mu.Unlock()
+		return errors.New("ddp: Wait without a forward pass through the DDP model")
+	}
+	if d.hasPendingLocked() {
+		err := d.unreadyErrorLocked()
+		d.mu.err = err
+		d.mu.Unlock()
+		return err
+	}
+	buckets := d.mu.buckets
+	d.mu.Unlock()
+	for b, bk := range buckets {
+		if err := bk.work.Wait(ctx); err != nil {
+			d.setErr(err)
+			return fmt.Errorf("ddp: reduce bucket %d: %w", b, err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.opt.GradientAsBucketView {
+		for _, bk := range buckets {
+			for k, i := range bk.params {
+				p := d.params[i]
+				view := d.view(bk, k)
+				if g := p.Grad(); g != nil {
+					g.Copy(view)
+				} else {
+					p.SetGrad(view.Clone())
+				}
+			}
+		}
+	}
+	d.mu.iteration++
+	d.mu.started = false
+	return nil
+}
+
+// Backward runs loss.Backward and Wait.
+func (d *DDP) Backward(ctx context.Context, loss *autograd.Var) error {
+	loss.Backward(nil)
+	return d.Wait(ctx)
+}
+
+// NoSync runs fn with gradient synchronisation off: gradients accumulate
+// locally, and the next synchronised iteration reduces the sum, as
+// PyTorch's no_sync() context.
+func (d *DDP) NoSync(fn func() error) error {
+	d.mu.Lock()
+	d.mu.requireSync = false
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.mu.requireSync = true
+		d.mu.started = false
+		d.mu.Unlock()
+	}()
+	return fn()
+}
+
+// StateDict returns the wrapped module's state under "module." names, as
+// PyTorch's DDP.
+func (d *DDP) StateDict() map[string]*tensor.Tensor { return nn.StateDict(d) }

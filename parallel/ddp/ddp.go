@@ -33,6 +33,10 @@ type Options struct {
 	// NoRebuildBuckets keeps the initial bucket plan instead of rebuilding
 	// it after the first iteration in the order gradients became ready.
 	NoRebuildBuckets bool
+	// NoOverlap starts the buckets' reductions only in Wait, after the
+	// whole backward pass, instead of from the grad-ready hooks. It exists
+	// to measure what the overlap gains.
+	NoOverlap bool
 }
 
 // DDP is DistributedDataParallel: it wraps a module so that, after every
@@ -361,7 +365,9 @@ func (d *DDP) onReady(i int) {
 		}
 		d.mu.unused = nil
 	}
-	d.launchLocked()
+	if !d.opt.NoOverlap {
+		d.launchLocked()
+	}
 }
 
 func zeroGradLike(p *autograd.Var, g *tensor.Tensor) *tensor.Tensor {
@@ -430,6 +436,7 @@ func (d *DDP) Wait(ctx context.Context) error {
 		d.mu.Unlock()
 		return err
 	}
+	d.launchLocked() // all of them with NoOverlap; none left otherwise
 	buckets := d.mu.buckets
 	d.mu.Unlock()
 	for b, bk := range buckets {

@@ -1,0 +1,412 @@
+// Command ddp-fashion-mnist trains the MLP or LeNet on Fashion-MNIST with
+// DistributedDataParallel, with the settings of
+// shared/anchors/train_ddp.py (batch 64 per rank, SGD lr 0.01 momentum 0.9,
+// DistributedSampler with seed 0), so its accuracy and speed compare with
+// PyTorch DDP's. Start it with the launcher:
+//
+//	godist run --standalone --nproc-per-node 2 ./ddp-fashion-mnist --epochs 3
+//
+// It uses the full dataset from /usr/share/datasets/fashion-mnist when
+// installed, else the real subset shipped in testdata/fashion-mnist, and
+// says which. Rank 0 shows a progress bar (plain lines when stderr is not a
+// terminal), evaluates test accuracy after every epoch, writes a checkpoint
+// (model and optimizer, safetensors) and a loss/accuracy plot (PNG), and
+// ends with one JSON line. --resume continues from the checkpoint.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/checkpoint"
+	"github.com/godist/godist/data"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/examples/models"
+	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/nn"
+	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/ddp"
+	"github.com/godist/godist/tensor"
+)
+
+type config struct {
+	model     string
+	epochs    int
+	batch     int
+	lr, mom   float64
+	seed      uint64
+	dir       string
+	ckpt      string
+	plotPath  string
+	resume    bool
+	noOverlap bool
+	syncBN    bool
+	maxSteps  int // stop an epoch after this many steps (0: all); for tests
+}
+
+type result struct {
+	Model       string    `json:"model"`
+	World       int       `json:"world"`
+	Epochs      int       `json:"epochs"`
+	TestAcc     float64   `json:"test_acc"`
+	SamplesPerS float64   `json:"samples_per_s"`
+	MsPerStep   float64   `json:"ms_per_step"`
+	EpochAcc    []float64 `json:"epoch_test_acc"`
+	Data        string    `json:"data"`
+	BLAS        string    `json:"blas"`
+	Overlap     bool      `json:"overlap"`
+	LastLoss    float64   `json:"last_loss"`
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.model, "model", "mlp", "model: mlp or lenet")
+	flag.IntVar(&c.epochs, "epochs", 1, "epochs to train (in total, counting resumed ones)")
+	flag.IntVar(&c.batch, "batch", 64, "batch size per rank")
+	flag.Float64Var(&c.lr, "lr", 0.01, "SGD learning rate")
+	flag.Float64Var(&c.mom, "momentum", 0.9, "SGD momentum")
+	flag.Uint64Var(&c.seed, "seed", 0, "torch.manual_seed-compatible seed for the weights, and the sampler's seed")
+	flag.StringVar(&c.dir, "data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
+	flag.StringVar(&c.ckpt, "checkpoint", "ddp-fashion-mnist.safetensors", "checkpoint file written after every epoch")
+	flag.StringVar(&c.plotPath, "plot", "ddp-fashion-mnist.png", "loss/accuracy plot written by rank 0 (empty: none)")
+	flag.BoolVar(&c.resume, "resume", false, "continue from the checkpoint")
+	flag.BoolVar(&c.noOverlap, "no-overlap", false, "all-reduce only after backward (to measure what overlap gains)")
+	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
+	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
+	flag.Parse()
+	ctx := context.Background()
+	g, err := dist.Init(ctx, dist.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ddp-fashion-mnist:", err)
+		os.Exit(1)
+	}
+	res, err := train(ctx, g, c, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ddp-fashion-mnist: rank %d: %v\n", g.Rank(), err)
+		g.Destroy()
+		os.Exit(1)
+	}
+	if g.Rank() == 0 {
+		line, _ := json.Marshal(res)
+		fmt.Println(string(line))
+	}
+	g.Destroy()
+}
+
+// buildModel returns the model; with syncBN, LeNet gets a BatchNorm after
+// each convolution, converted to SyncBatchNorm.
+func buildModel(c config, g *dist.Group) (nn.Layer, error) {
+	rng := tensor.NewTorchRNG(c.seed)
+	if c.syncBN {
+		if c.model != "lenet" {
+			return nil, errors.New("--sync-bn needs --model lenet")
+		}
+		m := nn.NewSequential(
+			nn.NewConv2d(rng, 1, 6, 5, tensor.Conv2dParams{PadH: 2, PadW: 2}, true), nn.NewBatchNorm2d(6), nn.NewReLU(), nn.NewMaxPool2d(2),
+			nn.NewConv2d(rng, 6, 16, 5, tensor.Conv2dParams{}, true), nn.NewBatchNorm2d(16), nn.NewReLU(), nn.NewMaxPool2d(2),
+			nn.NewFlatten(), nn.NewLinear(rng, 400, 120, true), nn.NewReLU(),
+			nn.NewLinear(rng, 120, 84, true), nn.NewReLU(), nn.NewLinear(rng, 84, 10, true))
+		return ddp.ConvertSyncBatchNorm(m, g).(nn.Layer), nil
+	}
+	return models.New(c.model, rng)
+}
+
+func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, error) {
+	which := "given"
+	if c.dir == "" {
+		var full bool
+		c.dir, full = data.FindFashionMNIST()
+		which = "subset"
+		if full {
+			which = "full"
+		}
+	}
+	xtr, ytr, err := data.LoadFashionMNIST(c.dir, true)
+	if err != nil {
+		return nil, err
+	}
+	xte, yte, err := data.LoadFashionMNIST(c.dir, false)
+	if err != nil {
+		return nil, err
+	}
+	rank0 := g.Rank() == 0
+	if rank0 {
+		fmt.Fprintf(log, "data: %s Fashion-MNIST from %s (%d train, %d test); world %d, batch %d per rank\n",
+			which, c.dir, xtr.Size(0), xte.Size(0), g.Size(), c.batch)
+	}
+	net, err := buildModel(c, g)
+	if err != nil {
+		return nil, err
+	}
+	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap})
+	if err != nil {
+		return nil, err
+	}
+	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: c.lr, Momentum: c.mom})
+	start := 0
+	var hist history
+	if c.resume {
+		if start, hist, err = load(c.ckpt, model, opt); err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		if rank0 {
+			fmt.Fprintf(log, "resumed from %s after epoch %d\n", c.ckpt, start)
+		}
+	}
+	sampler, err := data.NewDistributedSampler(xtr.Size(0), g.Size(), g.Rank(), true, c.seed, false)
+	if err != nil {
+		return nil, err
+	}
+	ds := data.NewTensorDataset(xtr, ytr)
+	res := &result{Model: c.model, World: g.Size(), Epochs: c.epochs, Data: which, BLAS: blas.Default.Name(), Overlap: !c.noOverlap}
+	var trainTime time.Duration
+	steps := 0
+	for ep := start; ep < c.epochs; ep++ {
+		sampler.SetEpoch(ep)
+		idx := sampler.Indices()
+		nb := (len(idx) + c.batch - 1) / c.batch
+		if c.maxSteps > 0 {
+			nb = min(nb, c.maxSteps)
+		}
+		nn.Train(model)
+		var bar *progress
+		if rank0 {
+			bar = newProgress(log, fmt.Sprintf("epoch %d/%d", ep+1, c.epochs), nb, g.Size())
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		for s := range nb {
+			b := ds.Batch(idx[s*c.batch : min((s+1)*c.batch, len(idx))])
+			opt.ZeroGrad(true)
+			if err := model.Prepare(ctx); err != nil {
+				return nil, err
+			}
+			loss := nn.CrossEntropy(nn.Call(model, autograd.Const(b[0])), b[1])
+			if err := model.Backward(ctx, loss); err != nil {
+				return nil, fmt.Errorf("epoch %d step %d: %w", ep+1, s, err)
+			}
+			opt.Step()
+			steps++
+			res.LastLoss = loss.Value().Item()
+			hist.Loss = append(hist.Loss, res.LastLoss)
+			if bar != nil {
+				bar.step(res.LastLoss, b[0].Size(0))
+			}
+		}
+		if err := g.Barrier(ctx); err != nil {
+			return nil, err
+		}
+		dt := time.Since(t0)
+		trainTime += dt
+		if bar != nil {
+			bar.done()
+		}
+		acc := 0.0
+		if rank0 {
+			acc = accuracy(model, xte, yte)
+			fmt.Fprintf(log, "epoch %d: %.2f s, %.0f samples/s, loss %.4f, test accuracy %.4f\n",
+				ep+1, dt.Seconds(), float64(len(idx)*g.Size())/dt.Seconds(), res.LastLoss, acc)
+		}
+		hist.Acc = append(hist.Acc, acc)
+		res.TestAcc = acc
+		if err := save(ctx, g, c.ckpt, model, opt, ep+1, hist); err != nil {
+			return nil, err
+		}
+		if rank0 && c.plotPath != "" {
+			if err := hist.plot(c.plotPath); err != nil {
+				fmt.Fprintln(log, "plot:", err)
+			}
+		}
+	}
+	res.EpochAcc = hist.Acc
+	if steps > 0 {
+		n := float64(steps * c.batch * g.Size())
+		res.SamplesPerS = n / trainTime.Seconds()
+		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
+	}
+	return res, nil
+}
+
+// history is what the plot shows: the loss at every step of rank 0 and
+// the test accuracy after every epoch.
+type history struct {
+	Loss []float64
+	Acc  []float64
+}
+
+// save writes the checkpoint on rank 0 (model, optimizer, epoch and
+// history), then a barrier, so that no rank reads a half-written file.
+func save(ctx context.Context, g *dist.Group, path string, model *ddp.DDP, opt optim.Optimizer, epoch int, h history) error {
+	if g.Rank() == 0 {
+		ts := map[string]*tensor.Tensor{}
+		for k, v := range nn.StateDict(model) {
+			ts["model."+k] = v
+		}
+		for k, v := range opt.StateDict() {
+			ts["optim."+k] = v
+		}
+		ts["history.loss"] = tensor.FromFloat64(append([]float64{}, h.Loss...))
+		ts["history.acc"] = tensor.FromFloat64(append([]float64{}, h.Acc...))
+		meta := map[string]string{"epoch": strconv.Itoa(epoch)}
+		if err := checkpoint.SaveFile(path, ts, meta); err != nil {
+			return err
+		}
+	}
+	return g.Barrier(ctx)
+}
+
+func load(path string, model *ddp.DDP, opt optim.Optimizer) (int, history, error) {
+	ts, meta, err := checkpoint.LoadFile(path)
+	if err != nil {
+		return 0, history{}, err
+	}
+	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
+	for k, v := range ts {
+		switch {
+		case strings.HasPrefix(k, "model."):
+			ms[strings.TrimPrefix(k, "model.")] = v
+		case strings.HasPrefix(k, "optim."):
+			os[strings.TrimPrefix(k, "optim.")] = v
+		}
+	}
+	if err := nn.LoadStateDict(model, ms, true); err != nil {
+		return 0, history{}, err
+	}
+	if err := opt.LoadStateDict(os); err != nil {
+		return 0, history{}, err
+	}
+	epoch, err := strconv.Atoi(meta["epoch"])
+	if err != nil {
+		return 0, history{}, fmt.Errorf("checkpoint %s has no epoch", path)
+	}
+	var h history
+	if t := ts["history.loss"]; t != nil {
+		h.Loss = t.Values()
+	}
+	if t := ts["history.acc"]; t != nil {
+		h.Acc = t.Values()
+	}
+	return epoch, h, nil
+}
+
+func (h history) plot(path string) error {
+	p := plot.New()
+	p.Title.Text = "DDP on Fashion-MNIST (rank 0)"
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = "loss / test accuracy"
+	loss := make(plotter.XYs, len(h.Loss))
+	for i, v := range h.Loss {
+		loss[i] = plotter.XY{X: float64(i + 1), Y: v}
+	}
+	l, err := plotter.NewLine(loss)
+	if err != nil {
+		return err
+	}
+	l.Color = color.RGBA{R: 200, A: 255}
+	p.Add(l)
+	p.Legend.Add("training loss", l)
+	if len(h.Acc) > 0 {
+		per := float64(len(h.Loss)) / float64(len(h.Acc))
+		acc := make(plotter.XYs, len(h.Acc))
+		for i, v := range h.Acc {
+			acc[i] = plotter.XY{X: per * float64(i+1), Y: v}
+		}
+		s, pts, err := plotter.NewLinePoints(acc)
+		if err != nil {
+			return err
+		}
+		s.Color = color.RGBA{B: 200, A: 255}
+		pts.Color = s.Color
+		p.Add(s, pts)
+		p.Legend.Add("test accuracy", s)
+	}
+	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+}
+
+// accuracy evaluates on the test set in batches of 1000.
+func accuracy(m *ddp.DDP, x, y *tensor.Tensor) float64 {
+	nn.Eval(m)
+	defer nn.Train(m)
+	correct := 0
+	autograd.NoGrad(func() {
+		for s := 0; s < x.Size(0); s += 1000 {
+			n := min(1000, x.Size(0)-s)
+			pred := tensor.Argmax(nn.Call(m.Module, autograd.Const(x.Narrow(0, s, n))).Value(), 1).Int64s()
+			for i, p := range pred {
+				if int64(y.At(s+i)) == p {
+					correct++
+				}
+			}
+		}
+	})
+	return float64(correct) / float64(x.Size(0))
+}
+
+type progress struct {
+	w          io.Writer
+	tty        bool
+	label      string
+	total, cur int
+	samples    int
+	world      int
+	start      time.Time
+	last       time.Time
+	loss       float64
+}
+
+func newProgress(w io.Writer, label string, total, world int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			tty = st.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	now := time.Now()
+	return &progress{w: w, tty: tty, label: label, total: total, world: world, start: now, last: now}
+}
+
+func (p *progress) step(loss float64, n int) {
+	p.cur++
+	p.samples += n * p.world
+	p.loss = loss
+	now := time.Now()
+	every := 5 * time.Second
+	if p.tty {
+		every = 100 * time.Millisecond
+	}
+	if now.Sub(p.last) < every && p.cur != p.total {
+		return
+	}
+	p.last = now
+	rate := float64(p.samples) / now.Sub(p.start).Seconds()
+	if p.tty {
+		const width = 30
+		fill := width * p.cur / max(p.total, 1)
+		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d loss %.4f %.0f samples/s", p.label,
+			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), p.cur, p.total, p.loss, rate)
+		return
+	}
+	fmt.Fprintf(p.w, "%s step %d/%d loss %.4f %.0f samples/s\n", p.label, p.cur, p.total, p.loss, rate)
+}
+
+func (p *progress) done() {
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+}

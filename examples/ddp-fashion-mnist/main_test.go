@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/godist/godist/data"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
+)
+
+// TestTrainResume trains two ranks on the shipped subset for two short
+// epochs, then resumes a third from the checkpoint, and checks that it
+// learns, writes its plot, and agrees across ranks.
+func TestTrainResume(t *testing.T) {
+	dir, err := data.SubsetDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	c := config{model: "mlp", epochs: 2, batch: 64, lr: 0.01, mom: 0.9, dir: dir, maxSteps: 15,
+		ckpt: filepath.Join(tmp, "ck.safetensors"), plotPath: filepath.Join(tmp, "plot.png")}
+	accs := make([]float64, 2)
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		res, err := train(context.Background(), g, c, io.Discard)
+		if err != nil {
+			return err
+		}
+		accs[g.Rank()] = res.TestAcc
+		return nil
+	})
+	if accs[0] < 0.5 {
+		t.Fatalf("test accuracy after 30 steps of 2 ranks: %v", accs[0])
+	}
+	if st, err := os.Stat(c.plotPath); err != nil || st.Size() == 0 {
+		t.Fatalf("plot: %v", err)
+	}
+	c.epochs, c.resume = 3, true
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		res, err := train(context.Background(), g, c, io.Discard)
+		if err != nil {
+			return err
+		}
+		if len(res.EpochAcc) != 3 {
+			t.Errorf("rank %d: %d epochs of history after resuming, want 3", g.Rank(), len(res.EpochAcc))
+		}
+		return nil
+	})
+}

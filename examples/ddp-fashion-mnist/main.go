@@ -310,6 +310,7 @@ func (h history) plot(path string) error {
 	p.Title.Text = "DDP on Fashion-MNIST (rank 0)"
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = "loss / test accuracy"
+	p.Legend.Top = true
 	loss := make(plotter.XYs, len(h.Loss))
 	for i, v := range h.Loss {
 		loss[i] = plotter.XY{X: float64(i + 1), Y: v}

@@ -56,6 +56,8 @@ type config struct {
 	noOverlap bool
 	syncBN    bool
 	maxSteps  int // stop an epoch after this many steps (0: all); for tests
+	bucketMB  float64
+	firstMB   float64
 }
 
 type result struct {
@@ -87,6 +89,8 @@ func main() {
 	flag.BoolVar(&c.noOverlap, "no-overlap", false, "all-reduce only after backward (to measure what overlap gains)")
 	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
 	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
+	flag.Float64Var(&c.bucketMB, "bucket-cap-mb", 25, "DDP bucket size cap in MiB")
+	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
 	flag.Parse()
 	ctx := context.Background()
 	g, err := dist.Init(ctx, dist.Options{})
@@ -152,7 +156,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	if err != nil {
 		return nil, err
 	}
-	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap})
+	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap, BucketCapMB: c.bucketMB, FirstBucketCapMB: c.firstMB})
 	if err != nil {
 		return nil, err
 	}

@@ -709,3 +709,9 @@ func (w *Work) Then(fn func() error) *Work {
 		return fn()
 	})
 }
+
+// Go runs fn on a new goroutine and returns its Work: for code that
+// composes several calls into one asynchronous step (a communication
+// hook). The calls fn issues are numbered when fn issues them, so fn must
+// issue them in the same order on every member.
+func Go(fn func() error) *Work { return goWork(fn) }

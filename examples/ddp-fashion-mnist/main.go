@@ -23,6 +23,7 @@ import (
 	"image/color"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ddp-fashion-mnist:", err)
 		os.Exit(1)
 	}
+	if p := os.Getenv("GODIST_CPUPROFILE"); p != "" {
+		// One profile per rank, for looking at where a step's time goes.
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", p, g.Rank()))
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	res, err := train(ctx, g, c, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ddp-fashion-mnist: rank %d: %v\n", g.Rank(), err)
@@ -109,6 +118,7 @@ func main() {
 		fmt.Println(string(line))
 	}
 	g.Destroy()
+	pprof.StopCPUProfile()
 }
 
 // buildModel returns the model; with syncBN, LeNet gets a BatchNorm after

@@ -286,6 +286,15 @@ func (a *Adam) Step() {
 
 func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
 	g, buf = g[:len(w)], buf[:len(w)]
+	if wd == 0 && keep == 1 && !nesterov {
+		// The common case (plain momentum), without the dead arithmetic.
+		for i := range w {
+			b := momentum*buf[i] + g[i]
+			buf[i] = b
+			w[i] -= lr * b
+		}
+		return
+	}
 	for i := range w {
 		d := g[i] + wd*w[i]
 		b := momentum*buf[i] + keep*d

@@ -166,7 +166,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	if err != nil {
 		return nil, err
 	}
-	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap, BucketCapMB: c.bucketMB, FirstBucketCapMB: c.firstMB})
+	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap, BucketCapMB: c.bucketMB, FirstBucketCapMB: c.firstMB, GradientAsBucketView: true})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ type command struct {
 // The launcher, `godist run` (torchrun's counterpart, see DESIGN.md),
 // goes here as {"run", ..., runMain} when it exists.
 var commands = []command{
+	{"run", "launch, watch and restart workers on this node (torchrun)", runMain},
 	{"bench", "measure collectives over N local ranks (nccl-tests style)", benchMain},
 	{"store", "serve a standalone TCP store until interrupted", storeMain},
 	{"version", "print the build and the BLAS in use", versionMain},

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/godist/godist/elastic"
+	"github.com/godist/godist/store"
+)
+
+// runOptions is godist run's parsed command line.
+type runOptions struct {
+	minNodes, maxNodes int
+	nproc              int
+	nodeRank           int
+	masterAddr         string
+	masterPort         int
+	backend            string // "static" or "store"
+	endpoint           string // host:port
+	rdzvID             string
+	runID              string
+	standalone         bool
+	maxRestarts        int
+	monitor            time.Duration
+	stopGrace          time.Duration
+	logDir             string
+	redirects, tee     elastic.Streams
+	role               string
+	localAddr          string
+	lastCall           time.Duration
+	joinTimeout        time.Duration
+	keepAlive          time.Duration
+	program            []string
+}
+
+const runUsage = `Usage: godist run [flags] PROGRAM [ARGS...]
+
+Starts --nproc-per-node workers of PROGRAM (a binary or a script, executed
+directly: for Python, PROGRAM is the interpreter) on this node, as torchrun
+does: each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, GODIST_RESTART_COUNT, GODIST_MAX_RESTARTS, GODIST_RUN_ID (and
+the TORCHELASTIC_* names of the last three), GODIST_TOKEN, and
+OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless set. When a worker fails,
+the group is stopped and restarted (up to --max-restarts) after a new
+rendezvous; when the job fails for good, a root-cause report names the
+first failure's rank, host, pid, exit code or signal, and its last lines
+of stderr. SIGINT and SIGTERM are forwarded to the workers.
+
+  godist run --standalone --nproc-per-node 4 ./train
+  godist run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 ./train   # and node rank 1
+  godist run --nnodes 1:4 --rdzv-backend store --rdzv-endpoint 10.0.0.1:29400 --rdzv-id job7 --nproc-per-node 8 ./train
+
+Flags may be spelled with dashes or underscores (--nproc_per_node). Every
+flag's default can be given as GODIST_<NAME> or PET_<NAME> (for example
+PET_NPROC_PER_NODE=4), in that order; flags win.
+
+Flags:
+`
+
+func runMain(args []string) int {
+	opt, code := parseRun(args, getenvOS, os.Stderr)
+	if code >= 0 {
+		return code
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return runJob(context.Background(), opt, sigs, os.Stdout, os.Stderr)
+}
+
+// parseRun parses the command line; code >= 0 means exit with it.
+func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*runOptions, int) {
+	fs := flag.NewFlagSet("godist run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nnodes := fs.String("nnodes", "1", "number of nodes, `N` or MIN:MAX (elastic)")
+	nproc := fs.String("nproc-per-node", "1", "workers per node: a `number`, or auto (the number of CPUs)")
+	nodeRank := fs.Int("node-rank", 0, "this node's rank, for static rendezvous")
+	masterAddr := fs.String("master-addr", "127.0.0.1", "`host` of node rank 0, for static rendezvous")
+	masterPort := fs.Int("master-port", 29500, "`port` of the launchers' store on node rank 0, for static rendezvous (the workers get another, free one as MASTER_PORT)")
+	backend := fs.String("rdzv-backend", "static", "rendezvous: static (fixed --nnodes, --node-rank, node 0 serves the store at --master-addr:--master-port) or store (c10d: the launchers meet at --rdzv-endpoint)")
+	endpoint := fs.String("rdzv-endpoint", "", "`host:port` of the rendezvous store (store backend; default --master-addr:29400); the first launcher on that host to bind it serves it")
+	rdzvID := fs.String("rdzv-id", "none", "job `id`: launchers with the same id form one job")
+	conf := fs.String("rdzv-conf", "", "rendezvous settings, `key=value,...`: last_call_timeout (seconds, default 30), join_timeout (600), keep_alive_timeout (15)")
+	runID := fs.String("run-id", "", "run `id` given to the workers (default: --rdzv-id, or a random one with --standalone)")
+	standalone := fs.Bool("standalone", false, "one node: a rendezvous store on a free local port, no other rendezvous flags needed")
+	maxRestarts := fs.Int("max-restarts", 0, "restarts of the worker group after a failure before giving up")
+	monitor := fs.String("monitor-interval", "0.1", "how often, in `seconds` (or a duration such as 100ms), the launcher checks rendezvous for joining and leaving nodes")
+	grace := fs.Duration("stop-timeout", 5*time.Second, "how long workers get between SIGTERM and SIGKILL when the group is stopped")
+	logDir := fs.String("log-dir", "", "write each worker's output to `dir`/RUN_ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log (with neither --redirects nor --tee, both streams go only there)")
+	redirects := fs.String("redirects", "", "streams that go only to files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank as 0:1,1:3")
+	tee := fs.String("tee", "", "streams that go to files and to the console, as --redirects")
+	role := fs.String("role", "default", "the workers' ROLE_NAME")
+	localAddr := fs.String("local-addr", "", "`host` the other nodes reach this node's workers at (default: the address that routes to the rendezvous host)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runUsage)
+		fs.PrintDefaults()
+	}
+	prog, err := parseRunFlags(fs, args, getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitOK
+		}
+		fmt.Fprintf(stderr, "godist run: %v\n", err)
+		return nil, exitUsage
+	}
+	fail := func(format string, a ...any) (*runOptions, int) {
+		fmt.Fprintf(stderr, "godist run: "+format+"\n", a...)
+		return nil, exitUsage
+	}
+	if len(prog) == 0 {
+		return fail("no PROGRAM to run (usage: godist run [flags] PROGRAM [ARGS...]; -h lists the flags)")
+	}
+	o := &runOptions{nodeRank: *nodeRank, masterAddr: *masterAddr, masterPort: *masterPort, backend: *backend,
+		endpoint: *endpoint, rdzvID: *rdzvID, runID: *runID, standalone: *standalone, maxRestarts: *maxRestarts,
+		stopGrace: *grace, logDir: *logDir, role: *role, localAddr: *localAddr, program: prog,
+		lastCall: 30 * time.Second, joinTimeout: 10 * time.Minute, keepAlive: 15 * time.Second}
+	if o.minNodes, o.maxNodes, err = parseNNodes(*nnodes); err != nil {
+		return fail("--nnodes: %v", err)
+	}
+	switch *nproc {
+	case "auto", "cpu":
+		o.nproc = runtime.NumCPU()
+	default:
+		if o.nproc, err = strconv.Atoi(*nproc); err != nil || o.nproc < 1 {
+			return fail("--nproc-per-node %q: want a positive number or auto", *nproc)
+		}
+	}
+	if o.monitor, err = parseSeconds(*monitor); err != nil || o.monitor <= 0 {
+		return fail("--monitor-interval %q: want seconds (0.1) or a duration (100ms)", *monitor)
+	}
+	if o.maxRestarts < 0 {
+		return fail("--max-restarts %d: want 0 or more", o.maxRestarts)
+	}
+	if o.redirects, err = elastic.ParseStreams(*redirects); err != nil {
+		return fail("--redirects: %v", err)
+	}
+	if o.tee, err = elastic.ParseStreams(*tee); err != nil {
+		return fail("--tee: %v", err)
+	}
+	if *conf != "" {
+		for kv := range strings.SplitSeq(*conf, ",") {
+			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			d, err := parseSeconds(v)
+			if err != nil || d < 0 {
+				return fail("--rdzv-conf %s: want seconds", kv)
+			}
+			switch k {
+			case "last_call_timeout":
+				o.lastCall = d
+			case "join_timeout":
+				o.joinTimeout = d
+			case "keep_alive_timeout":
+				o.keepAlive = d
+			case "close_timeout", "read_timeout", "timeout":
+				// torch's; nothing to do here.
+			default:
+				return fail("--rdzv-conf: unknown key %q (known: last_call_timeout, join_timeout, keep_alive_timeout)", k)
+			}
+		}
+	}
+	if o.runID == "" {
+		o.runID = o.rdzvID
+	}
+	switch o.backend {
+	case "static":
+	case "store", "c10d":
+		o.backend = "store"
+	case "etcd", "etcd-v2":
+		return fail("--rdzv-backend %s is not supported; use store (a launcher serves it) or static", o.backend)
+	default:
+		return fail("--rdzv-backend %q: want static or store", o.backend)
+	}
+	if o.standalone {
+		o.backend = "store"
+		o.minNodes, o.maxNodes = 1, 1
+		if *runID == "" && (*rdzvID == "none" || *rdzvID == "") {
+			o.runID = "standalone-" + elastic.NewNodeID()
+		}
+		return o, -1
+	}
+	if o.backend == "static" {
+		if o.minNodes != o.maxNodes {
+			return fail("--nnodes %s: static rendezvous needs a fixed number of nodes; use --rdzv-backend store for MIN:MAX", *nnodes)
+		}
+		if o.nodeRank < 0 || o.nodeRank >= o.maxNodes {
+			return fail("--node-rank %d: want 0..%d for --nnodes %d", o.nodeRank, o.maxNodes-1, o.maxNodes)
+		}
+	} else if o.endpoint == "" {
+		o.endpoint = net.JoinHostPort(o.masterAddr, "29400")
+	} else if _, _, err := net.SplitHostPort(o.endpoint); err != nil {
+		o.endpoint = net.JoinHostPort(o.endpoint, "29400")
+	}
+	return o, -1
+}
+
+// parseNNodes parses "N" or "MIN:MAX".
+func parseNNodes(s string) (int, int, error) {
+	lo, hi, elastic := strings.Cut(s, ":")
+	a, err := strconv.Atoi(lo)
+	if err != nil || a < 1 {
+		return 0, 0, fmt.Errorf("%q: want N or MIN:MAX with 1 <= MIN <= MAX", s)
+	}
+	if !elastic {
+		return a, a, nil
+	}
+	b, err := strconv.Atoi(hi)
+	if err != nil || b < a {
+		return 0, 0, fmt.Errorf("%q: want N or MIN:MAX with 1 <= MIN <= MAX", s)
+	}
+	return a, b, nil
+}
+
+// parseSeconds reads "0.5" as seconds, or a Go duration such as "500ms".
+func parseSeconds(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return time.ParseDuration(s)
+}
+
+// runJob sets up the launchers' store and rendezvous and runs the agent.
+func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "godist run: "+format+"\n", a...) }
+	host, _ := os.Hostname()
+	envToken := os.Getenv("GODIST_TOKEN")
+	storeToken := tokenFrom(envToken)
+
+	var (
+		st     store.Store
+		srv    *store.Server
+		self   = elastic.Node{ID: elastic.NewNodeID(), NodeRank: -1, LocalWorldSize: o.nproc}
+		dialTo string
+		err    error
+	)
+	sctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
+	defer cancel()
+	switch {
+	case o.standalone:
+		if envToken == "" {
+			envToken = elastic.NewToken()
+			storeToken = tokenFrom(envToken)
+		}
+		if srv, err = store.NewServer(sctx, "127.0.0.1:0", store.ServerOptions{Token: storeToken, JobID: o.runID}); err != nil {
+			logf("starting the rendezvous store: %v", err)
+			return exitFail
+		}
+		dialTo, self.Addr = srv.Addr(), "127.0.0.1"
+	case o.backend == "static":
+		self.NodeRank = o.nodeRank
+		dialTo = net.JoinHostPort(o.masterAddr, strconv.Itoa(o.masterPort))
+		if o.nodeRank == 0 {
+			if srv, err = store.NewServer(sctx, net.JoinHostPort("", strconv.Itoa(o.masterPort)), store.ServerOptions{Token: storeToken, JobID: o.runID}); err != nil {
+				logf("node rank 0 cannot serve the rendezvous store on --master-port %d: %v (is another job using it?)", o.masterPort, err)
+				return exitFail
+			}
+			self.Addr = o.masterAddr
+		}
+	default: // store
+		dialTo = o.endpoint
+		h, p, _ := net.SplitHostPort(o.endpoint)
+		if isLocalHost(h) {
+			// The first launcher to bind the endpoint serves it.
+			if s, err := store.NewServer(sctx, net.JoinHostPort("", p), store.ServerOptions{Token: storeToken, JobID: o.runID}); err == nil {
+				srv = s
+				logf("serving the rendezvous store at %s", o.endpoint)
+			}
+		}
+	}
+	if srv != nil {
+		defer srv.Close()
+	}
+	if self.Addr == "" {
+		self.Addr = o.localAddr
+		if self.Addr == "" {
+			h, _, _ := net.SplitHostPort(dialTo)
+			self.Addr = routeTo(h)
+		}
+	} else if o.localAddr != "" {
+		self.Addr = o.localAddr
+	}
+	st, err = store.Dial(sctx, dialTo, store.DialOptions{Token: storeToken, JobID: o.runID, Rank: -1, Timeout: time.Minute, ConnectTimeout: o.joinTimeout})
+	if err != nil {
+		logf("cannot reach the rendezvous store at %s: %v", dialTo, err)
+		return exitFail
+	}
+	defer st.Close()
+	rdzv := &elastic.StoreRendezvous{
+		Store:       store.NewPrefix("godist-rdzv/"+o.runID, st),
+		Config:      elastic.Config{MinNodes: o.minNodes, MaxNodes: o.maxNodes, LastCall: o.lastCall, KeepAlive: o.keepAlive},
+		Self:        self,
+		JoinTimeout: o.joinTimeout,
+	}
+	defer rdzv.Close()
+	token := envToken
+	if token == "" {
+		if token, err = rdzv.SharedToken(sctx); err != nil {
+			logf("agreeing on the job token: %v", err)
+			return exitFail
+		}
+	}
+	spec := elastic.Spec{
+		Program: o.program[0], Args: o.program[1:], NProc: o.nproc, Role: o.role, RunID: o.runID, Token: token,
+		MaxRestarts: o.maxRestarts, Monitor: o.monitor, StopGrace: o.stopGrace, Host: host,
+		LogDir: o.logDir, Redirects: o.redirects, Tee: o.tee, Stdout: stdout, Stderr: stderr,
+		ServesStore: srv != nil, Signals: sigs, Logf: logf,
+	}
+	if spec.LogDir == "" && (o.redirects.IsSet() || o.tee.IsSet()) {
+		if spec.LogDir, err = os.MkdirTemp("", "godist-run-"); err != nil {
+			logf("%v", err)
+			return exitFail
+		}
+		logf("worker logs go under %s", spec.LogDir)
+	} else if spec.LogDir != "" && !o.redirects.IsSet() && !o.tee.IsSet() {
+		spec.Redirects = elastic.Streams{Default: elastic.StdBoth}
+	}
+	logf("starting %d worker(s) of %s per node; %d..%d node(s), %s rendezvous via %s, run id %s, max restarts %d",
+		o.nproc, o.program[0], o.minNodes, o.maxNodes, o.backend, dialTo, o.runID, o.maxRestarts)
+	res := (&elastic.Agent{Spec: spec, Rendezvous: rdzv}).Run(ctx)
+	if res.Report != nil {
+		io.WriteString(stderr, res.Report.String())
+	}
+	return res.ExitCode
+}
+
+// isLocalHost reports whether host names this machine.
+func isLocalHost(host string) bool {
+	if host == "" || host == "localhost" {
+		return true
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return false
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, ip := range ips {
+		if ip.IsLoopback() {
+			return true
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// routeTo returns the local address that routes to host (nothing is sent).
+func routeTo(host string) string {
+	if host == "" || host == "localhost" || strings.HasPrefix(host, "127.") {
+		return "127.0.0.1"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}

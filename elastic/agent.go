@@ -1,0 +1,468 @@
+package elastic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Rendezvous is what the agent needs from rendezvous; *StoreRendezvous is
+// the implementation.
+type Rendezvous interface {
+	// Next blocks until this node is in a complete round newer than after
+	// (-1 for none).
+	Next(ctx context.Context, after int) (Round, error)
+	// Check tells whether the node, running round, must re-rendezvous.
+	Check(ctx context.Context, round int) (restart bool, why string, err error)
+	// Fail marks the job failed for every node.
+	Fail(ctx context.Context, reason string) error
+	// Finish marks the node done; with wait, it waits for the others.
+	Finish(ctx context.Context, round int, wait bool) error
+}
+
+// Spec is what an agent runs and how.
+type Spec struct {
+	Program string   // a binary or script, executed directly
+	Args    []string // its arguments
+	Env     []string // the base environment (os.Environ() by default)
+
+	NProc       int    // workers on this node
+	Role        string // ROLE_NAME (default "default")
+	RunID       string // GODIST_RUN_ID and TORCHELASTIC_RUN_ID
+	Token       string // GODIST_TOKEN, hex; never printed
+	MaxRestarts int
+	Monitor     time.Duration // how often rendezvous is checked (default 100ms)
+	StopGrace   time.Duration // SIGTERM to SIGKILL (default 5s)
+	Host        string        // this node's name, for reports (default os.Hostname)
+
+	LogDir    string  // per-rank files: LogDir/RunID/attempt_N/LOCAL_RANK/{stdout,stderr}.log
+	Redirects Streams // streams that go only to files
+	Tee       Streams // streams that go to files and the console
+	Stdout    io.Writer
+	Stderr    io.Writer // the console; the agent's own messages go here too
+
+	// ServesStore makes the agent wait, after its workers succeed, for the
+	// other nodes to finish before Run returns (the launcher that hosts
+	// the store must outlive them).
+	ServesStore bool
+	// Signals, when set, delivers SIGINT and SIGTERM sent to the launcher;
+	// they are forwarded to every worker.
+	Signals <-chan os.Signal
+	// Logf receives the agent's progress lines (default: to Stderr with a
+	// "godist run: " prefix).
+	Logf func(format string, args ...any)
+}
+
+// Agent starts one node's workers, watches them, restarts the group on a
+// failure (up to Spec.MaxRestarts) or a membership change, and reports.
+type Agent struct {
+	Spec       Spec
+	Rendezvous Rendezvous
+}
+
+// Result is how a job ended on this node.
+type Result struct {
+	ExitCode int     // the launcher's exit status
+	Restarts int     // restarts after failures
+	Report   *Report // set when workers failed for good
+	Err      error   // set when the agent itself failed (rendezvous, start)
+	Signal   os.Signal
+}
+
+// tailLines is how many lines of each worker's stderr the report keeps.
+const tailLines = 20
+
+type worker struct {
+	localRank, rank int
+	cmd             *exec.Cmd
+	out, errw       *lineWriter
+	tail            *lineTail
+	files           []*os.File
+	exited          bool // its exit was seen; owned by attempt's loop
+}
+
+type exitEvent struct {
+	w   *worker
+	err error
+	at  time.Time
+}
+
+// outcome of one attempt.
+type outcome int
+
+const (
+	succeeded outcome = iota
+	failed
+	membership
+	interrupted
+	aborted
+)
+
+// Run runs the job on this node until it succeeds, fails for good, the
+// launcher is signaled, or ctx ends.
+func (a *Agent) Run(ctx context.Context) Result {
+	sp := a.Spec
+	a.defaults(&sp)
+	after := -1
+	restarts := 0
+	for attempt := 0; ; attempt++ {
+		rd, sig, err := a.next(ctx, &sp, after)
+		if sig != 0 {
+			sp.Logf("interrupted by %s during rendezvous", SignalName(sig))
+			return Result{ExitCode: 128 + int(sig), Restarts: restarts, Signal: sig}
+		}
+		if err != nil {
+			var jf *JobFailedError
+			if errors.As(err, &jf) {
+				sp.Logf("%v; stopping this node", err)
+			} else {
+				sp.Logf("rendezvous: %v", err)
+			}
+			return Result{ExitCode: 1, Restarts: restarts, Err: err}
+		}
+		after = rd.Round
+		sp.Logf("round %d: node rank %d of %d nodes, ranks %d..%d of world size %d, workers' master %s:%d",
+			rd.Round, rd.NodeRank, rd.NumNodes, rd.RankOffset, rd.RankOffset+sp.NProc-1, rd.WorldSize, rd.MasterAddr, rd.MasterPort)
+		res := a.attempt(ctx, &sp, rd, attempt, restarts)
+		switch res.outcome {
+		case succeeded:
+			// The node serving the store waits (a minute at most) for the
+			// others to finish, so that their agents can still reach it.
+			fctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := a.Rendezvous.Finish(fctx, rd.Round, sp.ServesStore); err != nil && sp.ServesStore {
+				sp.Logf("waiting for the other nodes to finish: %v", err)
+			}
+			cancel()
+			return Result{ExitCode: 0, Restarts: restarts}
+		case membership:
+			sp.Logf("re-rendezvous: %s", res.why)
+			continue
+		case interrupted:
+			code := 128 + int(res.sig)
+			for _, f := range res.failures {
+				if s := f.Status(); s != 0 {
+					code = s
+					break
+				}
+			}
+			sp.Logf("interrupted by %s; workers stopped; exit status %d", SignalName(res.sig), code)
+			return Result{ExitCode: code, Restarts: restarts, Signal: res.sig}
+		case aborted:
+			sp.Logf("%s", res.why)
+			return Result{ExitCode: 1, Restarts: restarts, Err: errors.New(res.why)}
+		case failed:
+			first := res.failures[0]
+			if restarts < sp.MaxRestarts {
+				restarts++
+				sp.Logf("%v; restarting the worker group (restart %d of %d)", first, restarts, sp.MaxRestarts)
+				continue
+			}
+			rep := &Report{Program: sp.Program, Restarts: restarts, MaxRestarts: sp.MaxRestarts, Failures: res.failures}
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.Rendezvous.Fail(fctx, fmt.Sprintf("on node %s: %v (after %d restarts)", sp.Host, first, restarts))
+			cancel()
+			return Result{ExitCode: rep.ExitCode(), Restarts: restarts, Report: rep}
+		}
+	}
+}
+
+// next runs a rendezvous that a signal to the launcher cuts short.
+func (a *Agent) next(ctx context.Context, sp *Spec, after int) (Round, syscall.Signal, error) {
+	if sp.Signals == nil {
+		rd, err := a.Rendezvous.Next(ctx, after)
+		return rd, 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan syscall.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(got)
+		select {
+		case s := <-sp.Signals:
+			sig, ok := s.(syscall.Signal)
+			if !ok {
+				sig = syscall.SIGTERM
+			}
+			got <- sig
+			cancel()
+		case <-done:
+		}
+	}()
+	rd, err := a.Rendezvous.Next(ctx, after)
+	close(done)
+	if sig, ok := <-got; ok {
+		return Round{}, sig, err
+	}
+	return rd, 0, err
+}
+
+func (a *Agent) defaults(sp *Spec) {
+	if sp.Env == nil {
+		sp.Env = os.Environ()
+	}
+	if sp.Role == "" {
+		sp.Role = "default"
+	}
+	if sp.Monitor <= 0 {
+		sp.Monitor = 100 * time.Millisecond
+	}
+	if sp.StopGrace <= 0 {
+		sp.StopGrace = 5 * time.Second
+	}
+	if sp.Host == "" {
+		sp.Host, _ = os.Hostname()
+	}
+	if sp.Stdout == nil {
+		sp.Stdout = os.Stdout
+	}
+	if sp.Stderr == nil {
+		sp.Stderr = os.Stderr
+	}
+	if sp.Logf == nil {
+		w := sp.Stderr
+		sp.Logf = func(format string, args ...any) {
+			fmt.Fprintf(w, "godist run: "+format+"\n", args...)
+		}
+	}
+}
+
+type attemptResult struct {
+	outcome  outcome
+	why      string
+	sig      syscall.Signal
+	failures []Failure
+}
+
+// identity lists the variables the agent sets; they are removed from the
+// base environment first.
+var identity = []string{
+	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+	"ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	"GODIST_RESTART_COUNT", "GODIST_MAX_RESTARTS", "GODIST_RUN_ID", "GODIST_TOKEN",
+	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+}
+
+// WorkerEnv returns the environment of local rank lr in round rd: base
+// without the identity variables, then torchrun's and godist's variables,
+// and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless base sets them.
+func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
+	drop := make(map[string]bool, len(identity))
+	for _, k := range identity {
+		drop[k] = true
+	}
+	have := map[string]bool{}
+	env := make([]string, 0, len(base)+len(identity)+2)
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if drop[k] {
+			continue
+		}
+		have[k] = true
+		env = append(env, kv)
+	}
+	rank := rd.RankOffset + lr
+	itoa := strconv.Itoa
+	env = append(env,
+		"RANK="+itoa(rank), "LOCAL_RANK="+itoa(lr), "WORLD_SIZE="+itoa(rd.WorldSize), "LOCAL_WORLD_SIZE="+itoa(sp.NProc),
+		"GROUP_RANK="+itoa(rd.NodeRank), "GROUP_WORLD_SIZE="+itoa(rd.NumNodes),
+		"ROLE_NAME="+sp.Role, "ROLE_RANK="+itoa(rank), "ROLE_WORLD_SIZE="+itoa(rd.WorldSize),
+		"MASTER_ADDR="+rd.MasterAddr, "MASTER_PORT="+itoa(rd.MasterPort),
+		"GODIST_RESTART_COUNT="+itoa(restarts), "GODIST_MAX_RESTARTS="+itoa(sp.MaxRestarts), "GODIST_RUN_ID="+sp.RunID,
+		"TORCHELASTIC_RESTART_COUNT="+itoa(restarts), "TORCHELASTIC_MAX_RESTARTS="+itoa(sp.MaxRestarts), "TORCHELASTIC_RUN_ID="+sp.RunID,
+	)
+	if sp.Token != "" {
+		env = append(env, "GODIST_TOKEN="+sp.Token)
+	}
+	for _, k := range []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"} {
+		if !have[k] {
+			env = append(env, k+"=1")
+		}
+	}
+	return env
+}
+
+// attempt starts the worker group for round rd and watches it.
+func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restarts int) attemptResult {
+	con := &console{w: sp.Stdout}
+	errCon := &console{w: sp.Stderr}
+	if sp.Stdout == sp.Stderr {
+		errCon = con
+	}
+	exits := make(chan exitEvent, sp.NProc)
+	workers := make([]*worker, 0, sp.NProc)
+	var res attemptResult
+	stopping := false // the agent has begun stopping the group
+	running := 0
+	sent := map[syscall.Signal]bool{} // signals the agent sent the group
+	kill := func(sig syscall.Signal) {
+		sent[sig] = true
+		for _, w := range workers {
+			if !w.exited {
+				signalGroup(w.cmd.Process.Pid, sig) // an error means it has exited
+			}
+		}
+	}
+	var grace <-chan time.Time
+	stop := func(sig syscall.Signal) {
+		stopping = true
+		kill(sig)
+		grace = time.After(sp.StopGrace)
+	}
+	for lr := 0; lr < sp.NProc; lr++ {
+		w, err := a.start(sp, rd, lr, attempt, restarts, con, errCon)
+		if err != nil {
+			res.outcome = aborted
+			res.why = fmt.Sprintf("cannot start local rank %d (rank %d): %v", lr, rd.RankOffset+lr, err)
+			if len(workers) > 0 {
+				stop(syscall.SIGKILL)
+			}
+			break
+		}
+		workers = append(workers, w)
+		running++
+		go func() {
+			err := w.cmd.Wait()
+			exits <- exitEvent{w, err, time.Now()}
+		}()
+	}
+	tick := time.NewTicker(sp.Monitor)
+	defer tick.Stop()
+	ctxDone := ctx.Done()
+	for running > 0 {
+		select {
+		case e := <-exits:
+			running--
+			e.w.exited = true
+			e.w.out.flush()
+			e.w.errw.flush()
+			for _, f := range e.w.files {
+				f.Close()
+			}
+			if e.err == nil || (errors.Is(e.err, exec.ErrWaitDelay) && e.w.cmd.ProcessState.Success()) {
+				continue
+			}
+			f := a.failure(sp, rd, e)
+			switch {
+			case !stopping:
+				res.outcome = failed
+				res.failures = append(res.failures, f)
+				stop(syscall.SIGTERM)
+			case f.Signal != 0 && sent[f.Signal]:
+				// Stopped by the agent.
+			case res.outcome == failed || res.outcome == interrupted:
+				res.failures = append(res.failures, f)
+			}
+		case <-tick.C:
+			if stopping {
+				continue
+			}
+			restart, why, err := a.Rendezvous.Check(ctx, rd.Round)
+			var jf *JobFailedError
+			switch {
+			case errors.As(err, &jf):
+				res.outcome, res.why = aborted, fmt.Sprintf("%v; stopping this node's workers", err)
+				stop(syscall.SIGTERM)
+			case err != nil:
+				// The store may be gone because its node finished; the
+				// workers decide.
+			case restart:
+				res.outcome, res.why = membership, why
+				stop(syscall.SIGTERM)
+			}
+		case s := <-sp.Signals:
+			sig, ok := s.(syscall.Signal)
+			if !ok {
+				sig = syscall.SIGTERM
+			}
+			res.outcome, res.sig = interrupted, sig
+			if stopping {
+				kill(sig)
+			} else {
+				stop(sig)
+			}
+		case <-grace:
+			grace = nil
+			kill(syscall.SIGKILL)
+		case <-ctxDone:
+			ctxDone = nil
+			if !stopping {
+				res.outcome, res.why = aborted, fmt.Sprintf("stopped: %v", context.Cause(ctx))
+				stop(syscall.SIGTERM)
+			}
+		}
+	}
+	res.failures = RootCauseFirst(res.failures)
+	return res
+}
+
+// start starts local rank lr.
+func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, con, errCon *console) (*worker, error) {
+	rank := rd.RankOffset + lr
+	w := &worker{localRank: lr, rank: rank, tail: &lineTail{n: tailLines}}
+	prefix := fmt.Sprintf("[rank %d] ", rank)
+	w.out = &lineWriter{prefix: prefix, con: con}
+	w.errw = &lineWriter{prefix: prefix, con: errCon, tail: w.tail}
+	if sp.LogDir != "" {
+		red, tee := sp.Redirects.For(lr), sp.Tee.For(lr)
+		dir := filepath.Join(sp.LogDir, sp.RunID, "attempt_"+strconv.Itoa(attempt), strconv.Itoa(lr))
+		for _, s := range []struct {
+			which Std
+			name  string
+			lw    *lineWriter
+		}{{StdOut, "stdout.log", w.out}, {StdErr, "stderr.log", w.errw}} {
+			if !red.has(s.which) && !tee.has(s.which) {
+				continue
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			f, err := os.Create(filepath.Join(dir, s.name))
+			if err != nil {
+				return nil, err
+			}
+			w.files = append(w.files, f)
+			s.lw.file = f
+			if red.has(s.which) && !tee.has(s.which) {
+				s.lw.con = nil
+			}
+		}
+	}
+	c := exec.Command(sp.Program, sp.Args...)
+	c.Env = WorkerEnv(sp.Env, *sp, rd, lr, restarts)
+	c.Stdout, c.Stderr = w.out, w.errw
+	c.SysProcAttr = procAttr()
+	c.WaitDelay = 2 * time.Second // a grandchild holding the pipes open
+	if err := c.Start(); err != nil {
+		for _, f := range w.files {
+			f.Close()
+		}
+		return nil, err
+	}
+	w.cmd = c
+	return w, nil
+}
+
+func (a *Agent) failure(sp *Spec, rd Round, e exitEvent) Failure {
+	f := Failure{Rank: e.w.rank, LocalRank: e.w.localRank, NodeRank: rd.NodeRank, Role: sp.Role, Host: sp.Host,
+		PID: e.w.cmd.Process.Pid, ExitCode: -1, Time: e.at, Stderr: e.w.tail.get()}
+	if ps := e.w.cmd.ProcessState; ps != nil {
+		f.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			f.Signal = ws.Signal()
+		}
+	}
+	if f.ExitCode == 0 && f.Signal == 0 { // Wait failed for another reason (pipes)
+		f.ExitCode = 1
+		f.Stderr = append(f.Stderr, "godist run: "+e.err.Error())
+	}
+	return f
+}

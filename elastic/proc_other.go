@@ -1,0 +1,21 @@
+//go:build !linux
+
+package elastic
+
+import (
+	"os"
+	"syscall"
+)
+
+func procAttr() *syscall.SysProcAttr { return nil }
+
+func signalGroup(pid int, sig syscall.Signal) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Signal(sig)
+}
+
+// SignalName returns a signal's name.
+func SignalName(s syscall.Signal) string { return s.String() }

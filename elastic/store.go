@@ -1,0 +1,391 @@
+package elastic
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/store"
+)
+
+// Round is a completed rendezvous as one node sees it.
+type Round struct {
+	Round      int
+	NodeRank   int
+	NumNodes   int
+	Members    []Node // in node-rank order
+	RankOffset int    // global rank of this node's local rank 0
+	WorldSize  int    // workers over all nodes
+	// MasterAddr and MasterPort are where the workers' rank 0 serves its
+	// store (env:// init): node 0's address and a port it found free for
+	// this round, distinct from the launcher's store.
+	MasterAddr string
+	MasterPort int
+}
+
+// Keys the executor uses, under the store it is given (which the launcher
+// prefixes with the run id).
+const (
+	stateKey = "state"
+	beatKey  = "beat/"  // + node ID: "<unix nanos>" or "done"
+	roundKey = "round/" // + round + "/master": "host:port" of the workers' store
+	tokenKey = "token"
+)
+
+// StoreRendezvous runs rendezvous through a store: the state is one JSON
+// value under "state", changed only by CompareAndSet, so that concurrent
+// nodes serialize; each node's heartbeat is its own key. Decisions are
+// Decide's; this type only reads, writes, sleeps and publishes ports.
+type StoreRendezvous struct {
+	Store  store.Store // usually a prefix view under the run id
+	Config Config
+	Self   Node
+	// Poll is how often the state is read while waiting (default 100ms).
+	Poll time.Duration
+	// JoinTimeout bounds one rendezvous (default 10 minutes).
+	JoinTimeout time.Duration
+	// PickPort returns a port that is free on this host for the workers'
+	// store, when this node is node rank 0 (default: a free TCP port).
+	PickPort func() (int, error)
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	beatOnce sync.Once
+	beatStop chan struct{}
+	beatDone chan struct{}
+}
+
+func (r *StoreRendezvous) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *StoreRendezvous) poll() time.Duration {
+	if r.Poll > 0 {
+		return r.Poll
+	}
+	return 100 * time.Millisecond
+}
+
+// read returns the state and its encoding, creating the initial state if
+// there is none.
+func (r *StoreRendezvous) read(ctx context.Context) (State, []byte, error) {
+	init, _ := json.Marshal(State{})
+	raw, err := r.Store.CompareAndSet(ctx, stateKey, nil, init)
+	if err != nil {
+		return State{}, nil, err
+	}
+	var s State
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return State{}, nil, fmt.Errorf("elastic: bad rendezvous state %.80q in the store: %w (is another program using this --rdzv-id?)", raw, err)
+	}
+	return s, raw, nil
+}
+
+// beats reads the heartbeats of the nodes named in s.
+func (r *StoreRendezvous) beats(ctx context.Context, s State) (map[string]Heartbeat, error) {
+	out := make(map[string]Heartbeat)
+	for _, ns := range [][]Node{s.Members, s.Waiting} {
+		for _, n := range ns {
+			if _, ok := out[n.ID]; ok {
+				continue
+			}
+			k := beatKey + n.ID
+			ok, err := r.Store.Check(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			v, err := r.Store.Get(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			out[n.ID] = parseBeat(v)
+		}
+	}
+	return out, nil
+}
+
+func parseBeat(v []byte) Heartbeat {
+	if string(v) == "done" {
+		return Heartbeat{Done: true}
+	}
+	ns, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return Heartbeat{}
+	}
+	return Heartbeat{At: time.Unix(0, ns)}
+}
+
+// StartHeartbeat publishes this node's heartbeat every KeepAlive/4 until
+// Close or Finish. Next starts it when needed.
+func (r *StoreRendezvous) StartHeartbeat(ctx context.Context) error {
+	if err := r.Store.Set(ctx, beatKey+r.Self.ID, []byte(strconv.FormatInt(r.now().UnixNano(), 10))); err != nil {
+		return err
+	}
+	r.beatOnce.Do(func() {
+		r.beatStop, r.beatDone = make(chan struct{}), make(chan struct{})
+		every := r.Config.KeepAlive / 4
+		if every <= 0 {
+			every = time.Second
+		}
+		go func() {
+			defer close(r.beatDone)
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-r.beatStop:
+					return
+				case <-t.C:
+					c, cancel := context.WithTimeout(context.Background(), every)
+					r.Store.Set(c, beatKey+r.Self.ID, []byte(strconv.FormatInt(r.now().UnixNano(), 10)))
+					cancel()
+				}
+			}
+		}()
+	})
+	return nil
+}
+
+func (r *StoreRendezvous) stopHeartbeat() {
+	if r.beatStop != nil {
+		select {
+		case <-r.beatStop:
+		default:
+			close(r.beatStop)
+		}
+		<-r.beatDone
+	}
+}
+
+// Next takes part in rendezvous rounds until this node is in a complete
+// round newer than after (-1 for none), and returns it. Node rank 0
+// publishes the workers' master port for the round; the others wait for
+// it. Errors: *JobFailedError when another node gave the job up,
+// *RendezvousError for a membership that cannot work or a join timeout,
+// store errors otherwise.
+func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
+	if err := r.StartHeartbeat(ctx); err != nil {
+		return Round{}, fmt.Errorf("elastic: node %s: publishing its heartbeat: %w", r.Self.Addr, err)
+	}
+	timeout := r.JoinTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var lastRound = -1
+	for {
+		s, raw, err := r.read(ctx)
+		if err != nil {
+			return Round{}, r.timeout(ctx, lastRound, timeout, err)
+		}
+		lastRound = s.Round
+		beats, err := r.beats(ctx, s)
+		if err != nil {
+			return Round{}, r.timeout(ctx, lastRound, timeout, err)
+		}
+		d := Decide(r.Config, View{State: s, Self: r.Self, After: after, Now: r.now(), Beats: beats})
+		if d.Write {
+			next, err := json.Marshal(d.Next)
+			if err != nil {
+				return Round{}, err
+			}
+			got, err := r.Store.CompareAndSet(ctx, stateKey, raw, next)
+			if err != nil {
+				return Round{}, r.timeout(ctx, lastRound, timeout, err)
+			}
+			if !bytes.Equal(got, next) {
+				continue // another node wrote first: decide again
+			}
+		}
+		switch d.Action {
+		case Abort:
+			return Round{}, d.Err
+		case Start:
+			rd := Round{Round: d.Next.Round, NodeRank: d.NodeRank, NumNodes: d.NumNodes, Members: d.Next.Members,
+				RankOffset: d.RankOffset, WorldSize: d.WorldSize}
+			if err := r.master(ctx, &rd); err != nil {
+				return Round{}, r.timeout(ctx, rd.Round, timeout, err)
+			}
+			return rd, nil
+		}
+		t := time.NewTimer(r.poll())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Round{}, r.timeout(ctx, lastRound, timeout, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (r *StoreRendezvous) timeout(ctx context.Context, round int, limit time.Duration, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &RendezvousError{Node: r.Self.Addr, Round: round, Reason: fmt.Sprintf(
+			"no complete round within the join timeout %v (want %d to %d nodes; are the other launchers running with the same --rdzv-endpoint and --rdzv-id?): %v",
+			limit, r.Config.MinNodes, r.Config.MaxNodes, err)}
+	}
+	return err
+}
+
+// master publishes (node 0) or reads (the others) the workers' master
+// address for the round.
+func (r *StoreRendezvous) master(ctx context.Context, rd *Round) error {
+	key := roundKey + strconv.Itoa(rd.Round) + "/master"
+	if rd.NodeRank == 0 {
+		pick := r.PickPort
+		if pick == nil {
+			pick = FreePort
+		}
+		port, err := pick()
+		if err != nil {
+			return fmt.Errorf("elastic: node %s: finding a free port for the workers' store: %w", r.Self.Addr, err)
+		}
+		addr := net.JoinHostPort(r.Self.Addr, strconv.Itoa(port))
+		if err := r.Store.Set(ctx, key, []byte(addr)); err != nil {
+			return err
+		}
+	}
+	v, err := r.Store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("elastic: waiting for node 0 (%s) to publish the workers' master port for round %d: %w", rd.Members[0].Addr, rd.Round, err)
+	}
+	host, port, err := net.SplitHostPort(string(v))
+	if err != nil {
+		return fmt.Errorf("elastic: bad master address %q for round %d: %w", v, rd.Round, err)
+	}
+	rd.MasterAddr = host
+	rd.MasterPort, err = strconv.Atoi(port)
+	return err
+}
+
+// Check reads the state and tells whether this node, running round
+// `round`, must re-rendezvous (see the pure Check).
+func (r *StoreRendezvous) Check(ctx context.Context, round int) (bool, string, error) {
+	s, _, err := r.read(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	beats, err := r.beats(ctx, s)
+	if err != nil {
+		return false, "", err
+	}
+	return Check(r.Config, s, round, r.Self.ID, beats, r.now())
+}
+
+// Fail marks the job failed for every node, with the reason.
+func (r *StoreRendezvous) Fail(ctx context.Context, reason string) error {
+	for {
+		s, raw, err := r.read(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Failed != "" {
+			return nil
+		}
+		s.Failed = reason
+		next, _ := json.Marshal(s)
+		got, err := r.Store.CompareAndSet(ctx, stateKey, raw, next)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(got, next) {
+			return nil
+		}
+	}
+}
+
+// Finish marks this node's workers as done, stops the heartbeat, and when
+// wait is true (the node serving the store), waits until every other
+// member of round is done or gone, or ctx ends.
+func (r *StoreRendezvous) Finish(ctx context.Context, round int, wait bool) error {
+	r.stopHeartbeat()
+	if err := r.Store.Set(ctx, beatKey+r.Self.ID, []byte("done")); err != nil {
+		return err
+	}
+	if !wait {
+		return nil
+	}
+	for {
+		s, _, err := r.read(ctx)
+		if err != nil {
+			return err
+		}
+		beats, err := r.beats(ctx, s)
+		if err != nil {
+			return err
+		}
+		pending := false
+		for _, m := range s.Members {
+			if m.ID != r.Self.ID && !beats[m.ID].Done && !gone(r.Config, m, beats, r.now()) {
+				pending = true
+			}
+		}
+		if !pending || s.Round != round || s.Failed != "" {
+			return nil
+		}
+		t := time.NewTimer(r.poll())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the heartbeat. It does not close Store.
+func (r *StoreRendezvous) Close() error {
+	r.stopHeartbeat()
+	return nil
+}
+
+// SharedToken returns the job token every node uses: the first node to
+// ask stores a fresh random one.
+func (r *StoreRendezvous) SharedToken(ctx context.Context) (string, error) {
+	tok := NewToken()
+	got, err := r.Store.CompareAndSet(ctx, tokenKey, nil, []byte(tok))
+	if err != nil {
+		return "", err
+	}
+	return string(got), nil
+}
+
+// NewToken returns a fresh random job token, hex encoded.
+func NewToken() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// NewNodeID returns a fresh random node ID.
+func NewNodeID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// FreePort returns a TCP port that was free on every interface a moment
+// ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,268 @@
+package elastic
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/store"
+)
+
+func newRdzv(st store.Store, id string, cfg Config, rank int) *StoreRendezvous {
+	return &StoreRendezvous{
+		Store: st, Config: cfg, Poll: 5 * time.Millisecond, JoinTimeout: 10 * time.Second,
+		Self: Node{ID: id, Addr: "host-" + id, NodeRank: rank, LocalWorldSize: 2},
+	}
+}
+
+func TestStoreRendezvousConcurrent(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			st := store.NewPrefix("godist-rdzv/test", store.NewMem())
+			cfg := Config{MinNodes: n, MaxNodes: n, KeepAlive: 10 * time.Second}
+			rounds := make([]Round, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				r := newRdzv(st, fmt.Sprintf("n%d", i), cfg, -1)
+				defer r.Close()
+				wg.Go(func() { rounds[i], errs[i] = r.Next(context.Background(), -1) })
+			}
+			wg.Wait()
+			seen := map[int]bool{}
+			for i, rd := range rounds {
+				if errs[i] != nil {
+					t.Fatalf("node %d: %v", i, errs[i])
+				}
+				if rd.NumNodes != n || rd.WorldSize != 2*n || rd.RankOffset != 2*rd.NodeRank || seen[rd.NodeRank] {
+					t.Fatalf("node %d: %+v", i, rd)
+				}
+				seen[rd.NodeRank] = true
+				if rd.MasterAddr != rounds[0].MasterAddr || rd.MasterPort != rounds[0].MasterPort || rd.MasterPort == 0 {
+					t.Fatalf("nodes disagree on the master: %+v vs %+v", rd, rounds[0])
+				}
+				if rd.MasterAddr != rd.Members[0].Addr {
+					t.Fatalf("master %s is not node 0's address %s", rd.MasterAddr, rd.Members[0].Addr)
+				}
+			}
+		})
+	}
+}
+
+func TestStoreRendezvousJoinAndFail(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMem()
+	cfg := Config{MinNodes: 1, MaxNodes: 2, LastCall: 20 * time.Millisecond, KeepAlive: 10 * time.Second}
+	a, b := newRdzv(st, "a", cfg, -1), newRdzv(st, "b", cfg, -1)
+	defer a.Close()
+	defer b.Close()
+	ra, err := a.Next(ctx, -1)
+	if err != nil || ra.NumNodes != 1 {
+		t.Fatalf("a alone: %+v %v", ra, err)
+	}
+	if r, why, err := a.Check(ctx, ra.Round); r || err != nil {
+		t.Fatalf("a: %v %q %v", r, why, err)
+	}
+	done := make(chan Round)
+	go func() {
+		rb, err := b.Next(ctx, -1)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rb
+	}()
+	// a notices b waiting, and re-rendezvouses.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, _, err := a.Check(ctx, ra.Round)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b waiting")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ra2, err := a.Next(ctx, ra.Round)
+	rb := <-done
+	if err != nil || ra2.NumNodes != 2 || rb.NumNodes != 2 || ra2.Round != rb.Round || ra2.NodeRank == rb.NodeRank {
+		t.Fatalf("after b joined: %+v %+v %v", ra2, rb, err)
+	}
+	// The job fails on b: a is told, and a later rendezvous aborts.
+	if err := b.Fail(ctx, "rank 3 died"); err != nil {
+		t.Fatal(err)
+	}
+	var jf *JobFailedError
+	if _, _, err := a.Check(ctx, ra2.Round); !errors.As(err, &jf) || !strings.Contains(err.Error(), "rank 3 died") {
+		t.Fatalf("Check after Fail: %v", err)
+	}
+	if _, err := a.Next(ctx, ra2.Round); !errors.As(err, &jf) {
+		t.Fatalf("Next after Fail: %v", err)
+	}
+}
+
+func TestStoreRendezvousFinishWaits(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMem()
+	cfg := Config{MinNodes: 2, MaxNodes: 2, KeepAlive: 10 * time.Second}
+	a, b := newRdzv(st, "a", cfg, 0), newRdzv(st, "b", cfg, 1)
+	var wg sync.WaitGroup
+	var rb Round
+	wg.Go(func() { rb, _ = b.Next(ctx, -1) })
+	ra, err := a.Next(ctx, -1)
+	wg.Wait()
+	if err != nil || ra.NodeRank != 0 || rb.NodeRank != 1 {
+		t.Fatalf("%+v %+v %v", ra, rb, err)
+	}
+	finished := make(chan error)
+	go func() { finished <- a.Finish(ctx, ra.Round, true) }()
+	select {
+	case err := <-finished:
+		t.Fatalf("a finished before b: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.Finish(ctx, rb.Round, false)
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStoreRendezvousJoinTimeout(t *testing.T) {
+	r := newRdzv(store.NewMem(), "a", Config{MinNodes: 2, MaxNodes: 2}, -1)
+	r.JoinTimeout = 50 * time.Millisecond
+	defer r.Close()
+	_, err := r.Next(context.Background(), -1)
+	var re *RendezvousError
+	if !errors.As(err, &re) || re.Node != "host-a" {
+		t.Fatalf("want a *RendezvousError naming the node: %v", err)
+	}
+	t.Log(err)
+}
+
+// fakeRdzv is a one-node Rendezvous for agent tests.
+type fakeRdzv struct {
+	mu     sync.Mutex
+	rounds int
+	failed string
+}
+
+func (f *fakeRdzv) Next(ctx context.Context, after int) (Round, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rounds++
+	return Round{Round: after + 1, NumNodes: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1,
+		Members: []Node{{ID: "x", Addr: "127.0.0.1"}}}, nil
+}
+func (f *fakeRdzv) Check(context.Context, int) (bool, string, error) { return false, "", nil }
+func (f *fakeRdzv) Fail(_ context.Context, why string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = why
+	return nil
+}
+func (f *fakeRdzv) Finish(context.Context, int, bool) error { return nil }
+
+func TestAgentReport(t *testing.T) {
+	var out, errb lockedWriter
+	out.w, errb.w = &bytes.Buffer{}, &bytes.Buffer{}
+	rz := &fakeRdzv{}
+	a := &Agent{Rendezvous: rz, Spec: Spec{
+		Program: "/bin/sh", NProc: 2, MaxRestarts: 1, Host: "hostA", Stdout: &out, Stderr: &errb, StopGrace: time.Second,
+		Args: []string{"-c", `if [ "$RANK" = 1 ]; then for i in $(seq 1 30); do echo "line $i" >&2; done; exit 3; fi; sleep 30`},
+	}}
+	res := a.Run(context.Background())
+	if res.ExitCode != 3 || res.Restarts != 1 || res.Report == nil || rz.rounds != 2 {
+		t.Fatalf("result %+v after %d rounds\n%s", res, rz.rounds, errb.String())
+	}
+	rep := res.Report.String()
+	for _, s := range []string{"rank:       1 (local rank 1, node rank 0", "host:       hostA", "exit:       exit code 3",
+		"last 20 lines of stderr:", "    line 30\n", "    line 11\n"} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report lacks %q:\n%s", s, rep)
+		}
+	}
+	if strings.Contains(rep, "line 10\n") {
+		t.Errorf("report has more than 20 lines:\n%s", rep)
+	}
+	if !strings.Contains(rz.failed, "rank 1") {
+		t.Errorf("the job was not marked failed: %q", rz.failed)
+	}
+	if !strings.Contains(errb.String(), "[rank 1] line 30\n") {
+		t.Errorf("console lacks the prefixed stderr:\n%s", errb.String())
+	}
+}
+
+func TestAgentSignalForwarded(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	var out lockedWriter
+	out.w = &bytes.Buffer{}
+	a := &Agent{Rendezvous: &fakeRdzv{}, Spec: Spec{
+		Program: "/bin/sh", Args: []string{"-c", `echo up; sleep 30`}, NProc: 2, Stdout: &out, Stderr: &out,
+		Signals: sigs,
+	}}
+	go func() {
+		for !strings.Contains(out.String(), "[rank 1] up") || !strings.Contains(out.String(), "[rank 0] up") {
+			time.Sleep(5 * time.Millisecond)
+		}
+		sigs <- syscall.SIGINT
+	}()
+	start := time.Now()
+	res := a.Run(context.Background())
+	if res.ExitCode != 128+int(syscall.SIGINT) || time.Since(start) > 5*time.Second {
+		t.Fatalf("want 130 soon: %+v after %v\n%s", res, time.Since(start), out.String())
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
+func TestRootCauseFirst(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	gone := []string{"dist: group failed: rank 1 is gone: transport: connection to rank 1 lost"}
+	cases := []struct {
+		name string
+		in   []Failure
+		want []int // ranks in order
+	}{
+		{"one", []Failure{{Rank: 3, Time: at(0)}}, []int{3}},
+		{"by time", []Failure{{Rank: 2, Time: at(5), ExitCode: 1}, {Rank: 0, Time: at(1), ExitCode: 1}}, []int{0, 2}},
+		{"peer loss reaped first", []Failure{{Rank: 0, Time: at(0), ExitCode: 1, Stderr: gone}, {Rank: 1, Time: at(1), Signal: syscall.SIGKILL}}, []int{1, 0}},
+		{"gloo", []Failure{{Rank: 1, Time: at(0), ExitCode: 1, Stderr: []string{"RuntimeError: [pair.cc:598] Connection closed by peer [127.0.0.1]:1234"}},
+			{Rank: 0, Time: at(2), ExitCode: 3, Stderr: []string{"ValueError: bad batch"}}, {Rank: 2, Time: at(1), ExitCode: 1, Stderr: gone}}, []int{0, 1, 2}},
+		{"all secondary", []Failure{{Rank: 2, Time: at(3), ExitCode: 1, Stderr: gone}, {Rank: 1, Time: at(1), ExitCode: 1, Stderr: gone}}, []int{1, 2}},
+	}
+	for _, c := range cases {
+		var got []int
+		for _, f := range RootCauseFirst(c.in) {
+			got = append(got, f.Rank)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+// Command launcher-allreduce is a small worker for `godist run` (and for
+// Slurm, mpirun and dist.Spawn): it joins its group through env://, runs
+// --steps all-reduces, and prints the sum of their results from rank 0.
+// It can resume from a checkpoint file, kill itself or panic at a step
+// (to test restarts and the root-cause report), and wait for the world
+// size an elastic job grows to.
+//
+//	godist run --standalone --nproc-per-node 3 ./launcher-allreduce --steps 20
+//	godist run --standalone --nproc-per-node 2 --max-restarts 3 ./launcher-allreduce \
+//		--steps 20 --checkpoint /tmp/ckpt --kill-rank 1 --kill-at 7
+//
+// Step s all-reduces (rank+1)·(s+1) from every rank, so that the result of
+// an uninterrupted run is Σ_s (s+1)·W(W+1)/2, which rank 0 prints as
+// "RESULT <n> WORLD_SIZE <w>".
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/tensor"
+)
+
+func main() {
+	steps := flag.Int("steps", 10, "all-reduce steps")
+	ckpt := flag.String("checkpoint", "", "resume from, and after each step write (rank 0), this `file`")
+	killAt := flag.Int("kill-at", -1, "on the first attempt (GODIST_RESTART_COUNT=0), SIGKILL this process at `step`")
+	killRank := flag.Int("kill-rank", 0, "the rank that --kill-at and --panic-at apply to")
+	panicAt := flag.Int("panic-at", -1, "panic at `step` on --kill-rank (every attempt)")
+	waitWorld := flag.Int("wait-world", 0, "print WORLD_SIZE and wait (until stopped) while it is below `n`")
+	sleep := flag.Duration("step-sleep", 0, "sleep this long in every step")
+	flag.Parse()
+
+	ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+	if *waitWorld > 0 && ws < *waitWorld {
+		fmt.Printf("WORLD_SIZE %d, waiting for %d\n", ws, *waitWorld)
+		for {
+			time.Sleep(time.Second)
+		}
+	}
+	ctx := context.Background()
+	g, err := dist.Init(ctx, dist.Options{Timeout: time.Minute})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "launcher-allreduce: %v\n", err)
+		os.Exit(1)
+	}
+	rank, world := g.Rank(), g.Size()
+	start, acc := 0, int64(0)
+	if *ckpt != "" {
+		if b, err := os.ReadFile(*ckpt); err == nil {
+			f := strings.Fields(string(b))
+			if len(f) == 2 {
+				start, _ = strconv.Atoi(f[0])
+				acc, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+		if rank == 0 && start > 0 {
+			fmt.Printf("resuming at step %d (restart %s)\n", start, os.Getenv("GODIST_RESTART_COUNT"))
+		}
+	}
+	first := os.Getenv("GODIST_RESTART_COUNT") == "0" || os.Getenv("GODIST_RESTART_COUNT") == ""
+	for s := start; s < *steps; s++ {
+		if rank == *killRank && s == *killAt && first {
+			fmt.Fprintf(os.Stderr, "rank %d: killing myself at step %d\n", rank, s)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if rank == *killRank && s == *panicAt {
+			panic(fmt.Sprintf("boom at step %d", s))
+		}
+		t := tensor.FromInt64([]int64{int64(rank+1) * int64(s+1)}, 1)
+		if err := g.AllReduce(ctx, t, dist.Sum); err != nil {
+			fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d step %d: %v\n", rank, s, err)
+			os.Exit(1)
+		}
+		acc += int64(t.Item())
+		if rank == 0 && *ckpt != "" {
+			tmp := *ckpt + ".tmp"
+			os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", s+1, acc)), 0o644)
+			os.Rename(tmp, *ckpt)
+		}
+		time.Sleep(*sleep)
+	}
+	if rank == 0 {
+		fmt.Printf("RESULT %d WORLD_SIZE %d\n", acc, world)
+	}
+	if err := leaveTogether(ctx, g); err != nil {
+		fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d: leaving: %v\n", rank, err)
+		os.Exit(1)
+	}
+}
+
+// leaveTogether keeps rank 0 (which serves the store) up until every
+// rank is done with it, then destroys the group.
+func leaveTogether(ctx context.Context, g *dist.Group) error {
+	if err := g.Barrier(ctx); err != nil {
+		return err
+	}
+	rank, world := g.Rank(), g.Size()
+	env, err := dist.ReadEnv()
+	if err != nil {
+		return err
+	}
+	tok := os.Getenv("GODIST_TOKEN")
+	var token []byte
+	if tok != "" {
+		token = []byte(tok)
+		if b, err := hex.DecodeString(tok); err == nil {
+			token = b
+		}
+	}
+	job := os.Getenv("GODIST_RUN_ID")
+	if job == "" {
+		job = os.Getenv("TORCHELASTIC_RUN_ID")
+	}
+	st, err := store.Dial(ctx, net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort)),
+		store.DialOptions{Token: token, JobID: job, Rank: rank, Timeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if rank != 0 {
+		st.Set(ctx, "launcher-allreduce/gone/"+strconv.Itoa(rank), nil)
+		g.Destroy()
+		return nil
+	}
+	for r := 1; r < world; r++ {
+		if err := st.Wait(ctx, "launcher-allreduce/gone/"+strconv.Itoa(r)); err != nil {
+			return err
+		}
+	}
+	g.Destroy()
+	return nil
+}

@@ -26,6 +26,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -59,6 +60,7 @@ type config struct {
 	maxSteps  int // stop an epoch after this many steps (0: all); for tests
 	bucketMB  float64
 	firstMB   float64
+	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
 }
 
 type result struct {
@@ -86,11 +88,12 @@ func main() {
 	flag.StringVar(&c.dir, "data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
 	flag.StringVar(&c.ckpt, "checkpoint", "ddp-fashion-mnist.safetensors", "checkpoint file written after every epoch")
 	flag.StringVar(&c.plotPath, "plot", "ddp-fashion-mnist.png", "loss/accuracy plot written by rank 0 (empty: none)")
-	flag.BoolVar(&c.resume, "resume", false, "continue from the checkpoint")
+	flag.BoolVar(&c.resume, "resume", false, "continue from the checkpoint if it exists (else start afresh)")
 	flag.BoolVar(&c.noOverlap, "no-overlap", false, "all-reduce only after backward (to measure what overlap gains)")
 	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
 	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
 	flag.Float64Var(&c.bucketMB, "bucket-cap-mb", 25, "DDP bucket size cap in MiB")
+	flag.StringVar(&c.killAt, "kill-at", "", "RANK:STEP: that rank kills itself (SIGKILL) at that step, to test recovery")
 	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
 	flag.Parse()
 	ctx := context.Background()
@@ -173,12 +176,20 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: c.lr, Momentum: c.mom})
 	start := 0
 	var hist history
-	if c.resume {
+	if _, statErr := os.Stat(c.ckpt); c.resume && statErr == nil {
 		if start, hist, err = load(c.ckpt, model, opt); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 		if rank0 {
 			fmt.Fprintf(log, "resumed from %s after epoch %d\n", c.ckpt, start)
+		}
+	} else if c.resume && rank0 {
+		fmt.Fprintf(log, "no checkpoint at %s: starting afresh\n", c.ckpt)
+	}
+	killRank, killStep := -1, -1
+	if c.killAt != "" {
+		if _, err := fmt.Sscanf(c.killAt, "%d:%d", &killRank, &killStep); err != nil {
+			return nil, fmt.Errorf("--kill-at %q: want RANK:STEP", c.killAt)
 		}
 	}
 	sampler, err := data.NewDistributedSampler(xtr.Size(0), g.Size(), g.Rank(), true, c.seed, false)
@@ -206,6 +217,10 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		t0 := time.Now()
 		for s := range nb {
+			if g.Rank() == killRank && steps == killStep && os.Getenv("GODIST_RESTART_COUNT") == "0" {
+				fmt.Fprintf(log, "rank %d: killing myself at step %d (--kill-at)\n", g.Rank(), steps)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
 			b := ds.Batch(idx[s*c.batch : min((s+1)*c.batch, len(idx))])
 			opt.ZeroGrad(true)
 			if err := model.Prepare(ctx); err != nil {

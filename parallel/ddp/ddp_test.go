@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
@@ -346,4 +347,43 @@ func TestSyncBatchNormMatchesWholeBatch(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestUnevenInputsWithoutJoinFail: without Join, the rank with more batches
+// gets a clear error naming the rank that left, not a hang.
+func TestUnevenInputsWithoutJoinFail(t *testing.T) {
+	disttest.SpawnWith(t, 2, disttest.Options{Timeout: 20 * time.Second}, func(_ *disttest.Job, g *dist.Group) error {
+		ctx := context.Background()
+		m, err := ddp.New(ctx, mlp(0), g, ddp.Options{})
+		if err != nil {
+			return err
+		}
+		batches := 5 + g.Rank()
+		for s := range batches {
+			x, y := batch(g.Rank(), s, 4)
+			start := time.Now()
+			if err := m.Prepare(ctx); err != nil {
+				return checkLeft(err, g.Rank(), s, start)
+			}
+			err := m.Backward(ctx, nn.CrossEntropy(nn.Call(m, autograd.Const(x)), y))
+			if err != nil {
+				return checkLeft(err, g.Rank(), s, start)
+			}
+		}
+		if g.Rank() == 1 {
+			return errors.New("rank 1 finished 6 steps while rank 0 had only 5")
+		}
+		return g.Destroy() // rank 0 runs out of data and leaves, as a program would
+	})
+}
+
+func checkLeft(err error, rank, step int, start time.Time) error {
+	var re *dist.RankError
+	if rank != 1 || step != 5 || !errors.As(err, &re) || re.Rank != 0 {
+		return fmt.Errorf("rank %d step %d: %v, want rank 1's 6th step to fail naming rank 0", rank, step, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		return fmt.Errorf("the error took %v", d)
+	}
+	return nil
 }

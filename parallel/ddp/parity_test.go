@@ -351,6 +351,9 @@ func TestParityDDPMLP(t *testing.T) {
 // before every forward (PyTorch DDP's broadcast_buffers=True), against
 // PyTorch DDP with plain BatchNorm2d.
 func TestParityDDPLeNetBatchNorm(t *testing.T) {
+	if raceOn {
+		t.Skip("100 LeNet steps of two ranks take minutes under the race detector; the normal build runs them")
+	}
 	run := runParity(t, false, lenetBN)
 	checkParity(t, "lenet_bn", run)
 	checkBuffers(t, run, func(r int) string { return fmt.Sprintf("lenet_bn.final.rank%d.", r) },
@@ -365,6 +368,9 @@ func TestParityDDPLeNetBatchNorm(t *testing.T) {
 // gradient of the mean of the two ranks' losses, which is what DDP
 // averages.
 func TestParityDDPLeNetSyncBatchNorm(t *testing.T) {
+	if raceOn {
+		t.Skip("100 LeNet steps of two ranks take minutes under the race detector; the normal build runs them")
+	}
 	run := runParity(t, true, lenetBN)
 	checkParity(t, "lenet_syncbn", run)
 	checkBuffers(t, run, func(int) string { return "lenet_syncbn.final." }, func(int) string { return "lenet_syncbn.final_f64." })

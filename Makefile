@@ -5,12 +5,23 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo test vet bench bench-gemm build
+.PHONY: demo demo-single test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist
 
-# Train the MLP on Fashion-MNIST for one epoch (the full set when the Debian
-# package dataset-fashion-mnist is installed, the shipped subset otherwise).
-demo:
+# DDP on Fashion-MNIST with two ranks started by the launcher (the full set
+# when the Debian package dataset-fashion-mnist is installed, the shipped
+# subset otherwise).
+demo: bin/godist bin/ddp-fashion-mnist
+	bin/godist run --standalone --nproc-per-node 2 bin/ddp-fashion-mnist --model mlp --epochs 1
+
+# The single-process trainer.
+demo-single:
 	$(GO) run ./examples/train-fashion-mnist --model mlp --epochs 1
+
+bin/godist:
+	$(GO) build -o $@ ./cmd/godist
+
+bin/ddp-fashion-mnist:
+	$(GO) build -o $@ ./examples/ddp-fashion-mnist
 
 build:
 	$(GO) build ./...
@@ -19,10 +30,12 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
-# Every package under the race detector, then the OpenBLAS build's
-# conformance tests when OpenBLAS is installed.
+# Every package under the race detector; the long PyTorch parity runs that
+# the race build skips; then the OpenBLAS build's tests when OpenBLAS is
+# installed.
 test: vet
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
 ifeq ($(HAVE_OPENBLAS),yes)
 	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
 else
@@ -34,6 +47,11 @@ endif
 # PyTorch's, measured in one run.
 bench:
 	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
+
+# Collectives: godist bench and PyTorch gloo (shared/anchors/bench_gloo.py)
+# one after the other, as one table per op.
+bench-dist:
+	$(GO) run ./internal/tools/gloocmp --worlds 2,4
 
 bench-gemm:
 	$(GO) test -run '^$$' -bench . -benchtime 20x $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/blas/

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/godist/godist/internal/crc32c"
 )
 
 // The frame format: every message between two ranks is one frame, a fixed
@@ -84,11 +86,13 @@ type Header struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Checksum returns the CRC32C of the concatenated slices.
+// Checksum returns the CRC32C of the concatenated slices (with the
+// AVX-512 carry-less-multiply kernel of internal/crc32c where the CPU has
+// it: several times faster than hash/crc32 on frames that fit in cache).
 func Checksum(parts ...[]byte) uint32 {
 	var c uint32
 	for _, p := range parts {
-		c = crc32.Update(c, castagnoli, p)
+		c = crc32c.Update(c, p)
 	}
 	return c
 }

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package crc32c
+
+const hasFold = false
+
+func foldUpdate(crc uint32, p []byte) uint32 { panic("crc32c: no folding kernel") }

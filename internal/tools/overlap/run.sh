@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures what DDP's overlap of communication with backward gains on a
 # slow link: two ranks in two network namespaces joined by a veth pair
-# shaped to 1 Gbit/s with tc tbf (netem is not in this kernel), the DDP
+# shaped to 1 Gbit/s (or $RATE) with tc tbf (netem is not in this kernel), the DDP
 # example run with and without overlap. Needs root and iproute2.
 #
 #   internal/tools/overlap/run.sh [MODEL] [STEPS] [EXTRA ARGS...]
@@ -20,7 +20,7 @@ ip -n gdov0 addr add 10.77.0.1/24 dev gdov-a; ip -n gdov1 addr add 10.77.0.2/24 
 for ns in gdov0 gdov1; do ip -n $ns link set lo up; done
 ip -n gdov0 link set gdov-a up; ip -n gdov1 link set gdov-b up
 for x in "gdov0 gdov-a" "gdov1 gdov-b"; do set -- $x
-  tc -n "$1" qdisc add dev "$2" root tbf rate 1gbit burst 128kb latency 100ms
+  tc -n "$1" qdisc add dev "$2" root tbf rate "${RATE:-1gbit}" burst 128kb latency 100ms
 done
 
 run() { # label, extra flags

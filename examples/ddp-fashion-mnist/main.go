@@ -74,6 +74,8 @@ type result struct {
 	Data        string    `json:"data"`
 	BLAS        string    `json:"blas"`
 	Overlap     bool      `json:"overlap"`
+	BackwardMs  float64   `json:"backward_ms_per_step"`
+	WaitMs      float64   `json:"wait_ms_per_step"`
 	LastLoss    float64   `json:"last_loss"`
 }
 
@@ -169,7 +171,20 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	if err != nil {
 		return nil, err
 	}
-	model, err := ddp.New(ctx, net, g, ddp.Options{NoOverlap: c.noOverlap, BucketCapMB: c.bucketMB, FirstBucketCapMB: c.firstMB, GradientAsBucketView: true})
+	opts := ddp.Options{NoOverlap: c.noOverlap, BucketCapMB: c.bucketMB, FirstBucketCapMB: c.firstMB, GradientAsBucketView: true}
+	var traceStart time.Time
+	if os.Getenv("GODIST_DDP_TRACE") != "" && rank0 {
+		// When each bucket's reduction starts and ends, relative to the
+		// start of backward.
+		opts.CommHook = func(gr *dist.Group, b *ddp.GradBucket) *dist.Work {
+			t0 := time.Since(traceStart)
+			return ddp.AllReduceHook(gr, b).Then(func() error {
+				fmt.Fprintf(log, "trace: bucket %d (%d floats) reduced %v..%v after backward began\n", b.Index, b.Buffer.Numel(), t0.Round(10*time.Microsecond), time.Since(traceStart).Round(10*time.Microsecond))
+				return nil
+			})
+		}
+	}
+	model, err := ddp.New(ctx, net, g, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +213,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	ds := data.NewTensorDataset(xtr, ytr)
 	res := &result{Model: c.model, World: g.Size(), Epochs: c.epochs, Data: which, BLAS: blas.Default.Name(), Overlap: !c.noOverlap}
-	var trainTime time.Duration
+	var trainTime, backwardTime, waitTime time.Duration
 	steps := 0
 	for ep := start; ep < c.epochs; ep++ {
 		sampler.SetEpoch(ep)
@@ -227,9 +242,15 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				return nil, err
 			}
 			loss := nn.CrossEntropy(nn.Call(model, autograd.Const(b[0])), b[1])
-			if err := model.Backward(ctx, loss); err != nil {
+			tb := time.Now()
+			traceStart = tb
+			loss.Backward(nil)
+			tw := time.Now()
+			if err := model.Wait(ctx); err != nil {
 				return nil, fmt.Errorf("epoch %d step %d: %w", ep+1, s, err)
 			}
+			backwardTime += tw.Sub(tb)
+			waitTime += time.Since(tw)
 			opt.Step()
 			steps++
 			res.LastLoss = loss.Value().Item()
@@ -268,6 +289,8 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		n := float64(steps * c.batch * g.Size())
 		res.SamplesPerS = n / trainTime.Seconds()
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
+		res.BackwardMs = backwardTime.Seconds() * 1e3 / float64(steps)
+		res.WaitMs = waitTime.Seconds() * 1e3 / float64(steps)
 	}
 	return res, nil
 }

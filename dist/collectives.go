@@ -61,6 +61,10 @@ func (g *Group) async(c call, check error, fn func(ctx context.Context, seq uint
 	if err != nil {
 		return doneWork(err)
 	}
+	if g.Size() == 1 {
+		// Nothing to wait for: run it now rather than on a goroutine.
+		return doneWork(g.runSeq(context.Background(), c, seq, fn))
+	}
 	return goWork(func() error { return g.runSeq(context.Background(), c, seq, fn) })
 }
 
@@ -97,7 +101,7 @@ func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Ten
 	if err := g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{b, es}, es, reduceFunc(op, t.DType())); err != nil {
 		return err
 	}
-	if op == Avg {
+	if op == Avg && g.Size() > 1 {
 		finishAvg(b, t.DType(), g.Size())
 	}
 	return nil

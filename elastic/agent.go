@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,7 +254,10 @@ var identity = []string{
 
 // WorkerEnv returns the environment of local rank lr in round rd: base
 // without the identity variables, then torchrun's and godist's variables,
-// and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless base sets them.
+// and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless base sets them. Go
+// workers also get GOMAXPROCS = CPUs / workers on the node (at least 1),
+// the Go counterpart of OMP_NUM_THREADS: without it every worker's runtime
+// schedules on every core, and they oversubscribe the node.
 func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
 	drop := make(map[string]bool, len(identity))
 	for _, k := range identity {
@@ -286,6 +290,9 @@ func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
 		if !have[k] {
 			env = append(env, k+"=1")
 		}
+	}
+	if !have["GOMAXPROCS"] {
+		env = append(env, "GOMAXPROCS="+itoa(max(1, runtime.NumCPU()/max(sp.NProc, 1))))
 	}
 	return env
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/godist/godist/checkpoint"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/examples/internal/progress"
 	"github.com/godist/godist/examples/models"
 	"github.com/godist/godist/internal/blas"
 	"github.com/godist/godist/nn"
@@ -223,9 +224,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			nb = min(nb, c.maxSteps)
 		}
 		nn.Train(model)
-		var bar *progress
+		var bar *progress.Bar
 		if rank0 {
-			bar = newProgress(log, fmt.Sprintf("epoch %d/%d", ep+1, c.epochs), nb, g.Size())
+			bar = progress.New(log, fmt.Sprintf("epoch %d/%d", ep+1, c.epochs), nb, g.Size())
 		}
 		if err := g.Barrier(ctx); err != nil {
 			return nil, err
@@ -256,7 +257,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			res.LastLoss = loss.Value().Item()
 			hist.Loss = append(hist.Loss, res.LastLoss)
 			if bar != nil {
-				bar.step(res.LastLoss, b[0].Size(0))
+				bar.Step(res.LastLoss, b[0].Size(0))
 			}
 		}
 		if err := g.Barrier(ctx); err != nil {
@@ -265,11 +266,11 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		dt := time.Since(t0)
 		trainTime += dt
 		if bar != nil {
-			bar.done()
+			bar.Done()
 		}
 		acc := 0.0
 		if rank0 {
-			acc = accuracy(model, xte, yte)
+			acc = progress.Accuracy(model.Module, xte, yte)
 			fmt.Fprintf(log, "epoch %d: %.2f s, %.0f samples/s, loss %.4f, test accuracy %.4f\n",
 				ep+1, dt.Seconds(), float64(len(idx)*g.Size())/dt.Seconds(), res.LastLoss, acc)
 		}
@@ -390,76 +391,4 @@ func (h history) plot(path string) error {
 		p.Legend.Add("test accuracy", s)
 	}
 	return p.Save(8*vg.Inch, 4*vg.Inch, path)
-}
-
-// accuracy evaluates on the test set in batches of 1000.
-func accuracy(m *ddp.DDP, x, y *tensor.Tensor) float64 {
-	nn.Eval(m)
-	defer nn.Train(m)
-	correct := 0
-	autograd.NoGrad(func() {
-		for s := 0; s < x.Size(0); s += 1000 {
-			n := min(1000, x.Size(0)-s)
-			pred := tensor.Argmax(nn.Call(m.Module, autograd.Const(x.Narrow(0, s, n))).Value(), 1).Int64s()
-			for i, p := range pred {
-				if int64(y.At(s+i)) == p {
-					correct++
-				}
-			}
-		}
-	})
-	return float64(correct) / float64(x.Size(0))
-}
-
-type progress struct {
-	w          io.Writer
-	tty        bool
-	label      string
-	total, cur int
-	samples    int
-	world      int
-	start      time.Time
-	last       time.Time
-	loss       float64
-}
-
-func newProgress(w io.Writer, label string, total, world int) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil {
-			tty = st.Mode()&os.ModeCharDevice != 0
-		}
-	}
-	now := time.Now()
-	return &progress{w: w, tty: tty, label: label, total: total, world: world, start: now, last: now}
-}
-
-func (p *progress) step(loss float64, n int) {
-	p.cur++
-	p.samples += n * p.world
-	p.loss = loss
-	now := time.Now()
-	every := 5 * time.Second
-	if p.tty {
-		every = 100 * time.Millisecond
-	}
-	if now.Sub(p.last) < every && p.cur != p.total {
-		return
-	}
-	p.last = now
-	rate := float64(p.samples) / now.Sub(p.start).Seconds()
-	if p.tty {
-		const width = 30
-		fill := width * p.cur / max(p.total, 1)
-		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d loss %.4f %.0f samples/s", p.label,
-			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), p.cur, p.total, p.loss, rate)
-		return
-	}
-	fmt.Fprintf(p.w, "%s step %d/%d loss %.4f %.0f samples/s\n", p.label, p.cur, p.total, p.loss, rate)
-}
-
-func (p *progress) done() {
-	if p.tty {
-		fmt.Fprintln(p.w)
-	}
 }

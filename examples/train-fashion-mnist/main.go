@@ -18,13 +18,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
+	"github.com/godist/godist/examples/internal/progress"
 	"github.com/godist/godist/examples/models"
 	"github.com/godist/godist/internal/blas"
 	"github.com/godist/godist/nn"
@@ -95,7 +94,7 @@ func run(model string, epochs, batch int, lr, momentum float64, seed uint64, dir
 	for ep := range epochs {
 		loader.SetEpoch(ep)
 		nn.Train(net)
-		bar := newProgress(os.Stderr, fmt.Sprintf("epoch %d/%d", ep+1, epochs), loader.Len())
+		bar := progress.New(os.Stderr, fmt.Sprintf("epoch %d/%d", ep+1, epochs), loader.Len(), 1)
 		start := time.Now()
 		for b := range loader.Batches() {
 			opt.ZeroGrad(true)
@@ -104,12 +103,12 @@ func run(model string, epochs, batch int, lr, momentum float64, seed uint64, dir
 			opt.Step()
 			steps++
 			res.LastLoss = loss.Value().Item()
-			bar.step(res.LastLoss, b[0].Size(0))
+			bar.Step(res.LastLoss, b[0].Size(0))
 		}
 		dt := time.Since(start)
 		trainTime += dt
-		bar.done()
-		res.TestAcc = accuracy(net, xte, yte)
+		bar.Done()
+		res.TestAcc = progress.Accuracy(net, xte, yte)
 		fmt.Fprintf(os.Stderr, "epoch %d: %.2f s, %.0f samples/s, loss %.4f, test accuracy %.4f\n",
 			ep+1, dt.Seconds(), float64(xtr.Size(0))/dt.Seconds(), res.LastLoss, res.TestAcc)
 	}
@@ -118,73 +117,4 @@ func run(model string, epochs, batch int, lr, momentum float64, seed uint64, dir
 	line, _ := json.Marshal(res)
 	fmt.Println(string(line))
 	return nil
-}
-
-// accuracy evaluates net on the test set in batches of 1000.
-func accuracy(net *nn.Sequential, x, y *tensor.Tensor) float64 {
-	nn.Eval(net)
-	defer nn.Train(net)
-	correct := 0
-	autograd.NoGrad(func() {
-		for s := 0; s < x.Size(0); s += 1000 {
-			n := min(1000, x.Size(0)-s)
-			pred := tensor.Argmax(nn.Call(net, autograd.Const(x.Narrow(0, s, n))).Value(), 1).Int64s()
-			for i, p := range pred {
-				if int64(y.At(s+i)) == p {
-					correct++
-				}
-			}
-		}
-	})
-	return float64(correct) / float64(x.Size(0))
-}
-
-// progress draws a bar on a terminal and plain lines every few seconds
-// otherwise.
-type progress struct {
-	w          io.Writer
-	tty        bool
-	label      string
-	total, cur int
-	samples    int
-	start      time.Time
-	last       time.Time
-	loss       float64
-}
-
-func newProgress(w *os.File, label string, total int) *progress {
-	st, err := w.Stat()
-	tty := err == nil && st.Mode()&os.ModeCharDevice != 0
-	now := time.Now()
-	return &progress{w: w, tty: tty, label: label, total: total, start: now, last: now}
-}
-
-func (p *progress) step(loss float64, n int) {
-	p.cur++
-	p.samples += n
-	p.loss = loss
-	now := time.Now()
-	every := 5 * time.Second
-	if p.tty {
-		every = 100 * time.Millisecond
-	}
-	if now.Sub(p.last) < every && p.cur != p.total {
-		return
-	}
-	p.last = now
-	rate := float64(p.samples) / now.Sub(p.start).Seconds()
-	if p.tty {
-		const width = 30
-		fill := width * p.cur / max(p.total, 1)
-		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d loss %.4f %.0f samples/s", p.label,
-			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), p.cur, p.total, p.loss, rate)
-		return
-	}
-	fmt.Fprintf(p.w, "%s step %d/%d loss %.4f %.0f samples/s\n", p.label, p.cur, p.total, p.loss, rate)
-}
-
-func (p *progress) done() {
-	if p.tty {
-		fmt.Fprintln(p.w)
-	}
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/tailbuf"
 )
 
 // SpawnRankEnv is the variable that marks a process started by Spawn as a
@@ -126,7 +128,7 @@ func Spawn(n int, fn func(rank int) error) error {
 		err  error
 	}
 	cmds := make([]*exec.Cmd, n)
-	tails := make([]*stderrTail, n)
+	tails := make([]*tailbuf.Buffer, n)
 	exits := make(chan exit, n)
 	var mu sync.Mutex // guards starting against killing
 	killAll := func() {
@@ -148,7 +150,7 @@ func Spawn(n int, fn func(rank int) error) error {
 			"WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID="+runID)
-		tails[r] = &stderrTail{max: 4 << 10}
+		tails[r] = &tailbuf.Buffer{Max: 4 << 10}
 		c.Stdout = os.Stdout
 		c.Stderr = teeWriter{os.Stderr, tails[r]}
 		c.SysProcAttr = dieWithParent()
@@ -270,29 +272,6 @@ func dieWithParent() *syscall.SysProcAttr {
 		f.Set(reflect.ValueOf(syscall.Signal(9)))
 	}
 	return attr
-}
-
-// stderrTail keeps the last max bytes written to it.
-type stderrTail struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (t *stderrTail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *stderrTail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
 
 type teeWriter struct {

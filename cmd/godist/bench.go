@@ -17,11 +17,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/tailbuf"
 	"github.com/godist/godist/tensor"
 )
 
@@ -172,29 +172,6 @@ func sizesText(sizes []int) string {
 	return strings.Join(s, ", ")
 }
 
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
-
 // rankError is the failure of one rank's process.
 type rankError struct {
 	Rank int
@@ -231,7 +208,7 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 	}
 	var (
 		cmds    = make([]*exec.Cmd, world)
-		stderrs = make([]*tail, world)
+		stderrs = make([]*tailbuf.Buffer, world)
 		exits   = make(chan exit, world)
 		lines   = make(chan result)
 		bad     = make(chan error, 1)
@@ -254,7 +231,7 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID=bench-"+strconv.Itoa(port),
 			benchConfigEnv+"="+string(cfgJSON))
-		stderrs[r] = &tail{max: 64 << 10}
+		stderrs[r] = &tailbuf.Buffer{Max: 64 << 10}
 		c.Stderr = stderrs[r]
 		c.SysProcAttr = childProcAttr()
 		var w *os.File

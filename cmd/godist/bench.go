@@ -231,6 +231,12 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID=bench-"+strconv.Itoa(port),
 			benchConfigEnv+"="+string(cfgJSON))
+		if os.Getenv("GOMAXPROCS") == "" {
+			// As godist run does: the ranks share the cores instead of each
+			// scheduling on all of them (one P per rank on a 2-core machine
+			// halves small-message latency).
+			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/world)))
+		}
 		stderrs[r] = &tailbuf.Buffer{Max: 64 << 10}
 		c.Stderr = stderrs[r]
 		c.SysProcAttr = childProcAttr()

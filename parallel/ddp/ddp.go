@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -345,13 +346,25 @@ func (d *DDP) setErr(err error) {
 // onReady runs in autograd's grad-ready hook: parameter i's gradient for
 // this pass is complete.
 func (d *DDP) onReady(i int) {
+	if d.onReadyLocked(i) > 0 {
+		// Let the reductions just started send their first frames before
+		// backward goes on: with one P per worker (GOMAXPROCS = CPUs /
+		// workers, as godist run sets), they would otherwise wait for the
+		// rest of backward, and nothing would overlap.
+		runtime.Gosched()
+	}
+}
+
+// onReadyLocked marks parameter i ready and returns how many buckets it
+// launched.
+func (d *DDP) onReadyLocked(i int) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.mu.requireSync || d.mu.ready == nil || d.mu.ready[i] {
-		return
+		return 0
 	}
 	if !d.mu.started {
-		return // backward without a DDP forward: nothing to reduce
+		return 0 // backward without a DDP forward: nothing to reduce
 	}
 	d.markReadyLocked(i)
 	// With FindUnusedParameters, the first ready gradient is the moment to
@@ -365,9 +378,10 @@ func (d *DDP) onReady(i int) {
 		}
 		d.mu.unused = nil
 	}
-	if !d.opt.NoOverlap {
-		d.launchLocked()
+	if d.opt.NoOverlap {
+		return 0
 	}
+	return d.launchLocked()
 }
 
 func zeroGradLike(p *autograd.Var, g *tensor.Tensor) *tensor.Tensor {
@@ -400,13 +414,16 @@ func (d *DDP) markReadyLocked(i int) {
 
 // launchLocked starts the all-reduce of every ready bucket, in bucket
 // order (so every rank issues them in the same order).
-func (d *DDP) launchLocked() {
+func (d *DDP) launchLocked() int {
+	n := 0
 	for d.mu.next < len(d.mu.buckets) && d.mu.buckets[d.mu.next].pending == 0 {
 		b := d.mu.next
 		bk := d.mu.buckets[b]
 		bk.work = d.opt.CommHook(d.group, &GradBucket{Index: b, Buffer: bk.buf, IsLast: b == len(d.mu.buckets)-1, params: bk, ddp: d})
 		d.mu.next++
+		n++
 	}
+	return n
 }
 
 // Wait blocks until every bucket of this iteration has been reduced and

@@ -29,7 +29,7 @@ run() { # label, extra flags
   local port=$((30000 + RANDOM % 20000))
   for r in 0 1; do
     ip netns exec gdov$r env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
-      GODIST_HOST=10.77.0.$((r + 1)) OPENBLAS_NUM_THREADS=1 GODIST_DDP_TRACE=${TRACE:-} \
+      GODIST_HOST=10.77.0.$((r + 1)) OPENBLAS_NUM_THREADS=1 GODIST_DDP_TRACE=${TRACE:-} GOMAXPROCS=${GOMAXPROCS:-1} \
       "$bin/ddp" --model "$model" --epochs 1 --max-steps "$steps" --plot "" \
       --checkpoint "$bin/ck-$port.safetensors" "$@" > "$bin/out$r" 2> "$bin/err$r" &
   done

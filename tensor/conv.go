@@ -71,6 +71,10 @@ func im2col[T float](cols, x []T, g convGeom, ld int) {
 				row++
 				j0 := kj*p.DilationW - p.PadW
 				lo, hi := validRange(j0, p.StrideW, g.w, g.ow)
+				if p.StrideW == 1 && p.StrideH == 1 && p.DilationH == 1 {
+					im2colRow1(out, plane, ki-p.PadH, j0, lo, hi, g.h, g.w, g.oh, g.ow)
+					continue
+				}
 				for oi := range g.oh {
 					ii := oi*p.StrideH - p.PadH + ki*p.DilationH
 					o := out[oi*g.ow : (oi+1)*g.ow]
@@ -91,6 +95,29 @@ func im2col[T float](cols, x []T, g convGeom, ld int) {
 				}
 			}
 		}
+	}
+}
+
+// im2colRow1 fills one row of the patch matrix for unit strides (the
+// common case) with inline loops: the image rows are short, and calls to
+// memmove and memclr per row cost more than the copying.
+func im2colRow1[T float](out, plane []T, i0, j0, lo, hi, h, w, oh, ow int) {
+	for oi := range oh {
+		o := out[oi*ow : (oi+1)*ow]
+		ii := i0 + oi
+		if ii < 0 || ii >= h {
+			for k := range o {
+				o[k] = 0
+			}
+			continue
+		}
+		for k := range lo {
+			o[k] = 0
+		}
+		for k := hi; k < len(o); k++ {
+			o[k] = 0
+		}
+		copy(o[lo:hi], plane[ii*w+j0+lo:ii*w+j0+hi])
 	}
 }
 
@@ -190,6 +217,12 @@ func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColu
 	out = New(x.dtype, n, oc, g.oh, g.ow)
 	cols := scratch(x.dtype, n*k*pix) // im2col writes every element
 	chunk := convChunk(k, pix, n, x.dtype.Size())
+	var bias *Tensor
+	if b != nil && b.dtype == x.dtype {
+		bias = b.Reshape(oc).Contiguous()
+	}
+	prodBuf := scratch(x.dtype, oc*chunk*pix) // every GEMM overwrites its part
+	defer recycle(prodBuf)
 	for i0 := 0; i0 < n; i0 += chunk {
 		m := min(chunk, n-i0)
 		c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
@@ -204,13 +237,48 @@ func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColu
 				panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
 			}
 		}
-		prod := new(Tensor).MatMul(wm, c) // OC × m·P
-		copyStrided(out.Narrow(0, i0, m).Reshape(m, oc, pix), prod.Reshape(oc, m, pix).Transpose(0, 1))
+		prod := prodBuf.Narrow(0, 0, oc*m*pix).Reshape(oc, m*pix)
+		prod.MatMul(wm, c) // OC × m·P
+		dst := out.Narrow(0, i0, m)
+		switch x.dtype {
+		case Float32:
+			var bv []float32
+			if bias != nil {
+				bv = bias.Float32s()
+			}
+			convScatter(dst.Float32s(), prod.Float32s(), bv, oc, m, pix)
+		case Float64:
+			var bv []float64
+			if bias != nil {
+				bv = bias.Float64s()
+			}
+			convScatter(dst.Float64s(), prod.Float64s(), bv, oc, m, pix)
+		}
 	}
-	if b != nil {
+	if b != nil && bias == nil {
 		out.Add(out, b.Reshape(oc, 1, 1))
 	}
 	return out, &ConvColumns{cols}
+}
+
+// convScatter moves the product prod (OC × m·P) of a chunk of m images into
+// their outputs out (m × OC × P), adding bias (OC, or nil) on the way.
+func convScatter[T float](out, prod, bias []T, oc, m, pix int) {
+	for i := range m {
+		for o := range oc {
+			d := out[(i*oc+o)*pix : (i*oc+o+1)*pix]
+			s := prod[(o*m+i)*pix : (o*m+i+1)*pix]
+			if bias == nil {
+				copy(d, s)
+				continue
+			}
+			bv := bias[o]
+			s = s[:len(d)]
+			for k := range d {
+				d[k] = s[k] + bv
+			}
+		}
+	}
 }
 
 // Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
@@ -238,15 +306,18 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 		dx = New(x.dtype, x.shape...)
 	}
 	chunk := convChunk(k, pix, n, x.dtype.Size())
-	gt := New(g.dtype, oc, chunk, pix)
-	var dcols *Tensor
+	// gt and dcols are scratch: every element is written before it is read.
+	gt := scratch(g.dtype, oc*chunk*pix)
+	defer recycle(gt)
+	var dcolsBuf *Tensor
+	if wantX {
+		dcolsBuf = scratch(x.dtype, k*chunk*pix)
+		defer recycle(dcolsBuf)
+	}
 	for i0 := 0; i0 < n; i0 += chunk {
 		m := min(chunk, n-i0)
 		// The chunk's output gradient as OC × m·P, the forward product's layout.
-		gc := gt.Narrow(1, 0, m)
-		if m < chunk {
-			gc = New(g.dtype, oc, m, pix)
-		}
+		gc := gt.Narrow(0, 0, oc*m*pix).Reshape(oc, m, pix)
 		copyStrided(gc, g.Narrow(0, i0, m).Reshape(m, oc, pix).Transpose(0, 1))
 		gm := gc.Reshape(oc, m*pix)
 		if wantW {
@@ -254,7 +325,8 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 			dw.AddMatMul(gm, c.T())
 		}
 		if wantX {
-			dcols = new(Tensor).MatMul(wm.T(), gm) // K × m·P
+			dcols := dcolsBuf.Narrow(0, 0, k*m*pix).Reshape(k, m*pix)
+			dcols.MatMul(wm.T(), gm) // K × m·P
 			for i := range m {
 				switch x.dtype {
 				case Float32:

@@ -62,6 +62,7 @@ type config struct {
 	bucketMB  float64
 	firstMB   float64
 	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
+	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
 }
 
 type result struct {
@@ -96,6 +97,7 @@ func main() {
 	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
 	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
 	flag.Float64Var(&c.bucketMB, "bucket-cap-mb", 25, "DDP bucket size cap in MiB")
+	flag.BoolVar(&c.unsynced, "unsynced", false, "independent replicas, gradients never reduced (accuracy meaningless): the step time without synchronisation, as train_ddp.py --no-ddp at world 2")
 	flag.StringVar(&c.killAt, "kill-at", "", "RANK:STEP: that rank kills itself (SIGKILL) at that step, to test recovery")
 	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
 	flag.Parse()
@@ -184,6 +186,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				return nil
 			})
 		}
+	}
+	if c.unsynced {
+		opts.CommHook = func(*dist.Group, *ddp.GradBucket) *dist.Work { return dist.Go(func() error { return nil }) }
 	}
 	model, err := ddp.New(ctx, net, g, opts)
 	if err != nil {

@@ -95,7 +95,7 @@ var dtypes = []tensor.DType{tensor.Float32, tensor.Float64, tensor.Int64, tensor
 func TestAllReduceEveryOpAndDType(t *testing.T) {
 	for _, world := range worlds {
 		t.Run(fmt.Sprint("world", world), func(t *testing.T) {
-			disttest.Spawn(t, world, func(g *dist.Group) error {
+			spawnBoth(t, world, func(g *dist.Group) error {
 				ctx := context.Background()
 				for _, d := range dtypes {
 					for _, op := range allOps {
@@ -136,7 +136,7 @@ func TestBitwiseOnFloatIsRefused(t *testing.T) {
 // TestLargeMessages runs the ring (segmented) and chain paths.
 func TestLargeMessages(t *testing.T) {
 	for _, world := range []int{2, 3, 5} {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			n := 1<<19 + 3 // 2 MiB of float32
 			x := input(tensor.Float32, dist.Sum, g.Rank(), n)
@@ -164,7 +164,7 @@ func TestLargeMessages(t *testing.T) {
 
 func TestBroadcastReduceEveryRoot(t *testing.T) {
 	for _, world := range worlds {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			for root := range world {
 				for _, n := range counts(world) {
@@ -197,7 +197,7 @@ func TestBroadcastReduceEveryRoot(t *testing.T) {
 
 func TestGatherFamily(t *testing.T) {
 	for _, world := range worlds {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			me := g.Rank()
 			for _, n := range counts(world) {
@@ -252,7 +252,7 @@ func TestGatherFamily(t *testing.T) {
 
 func TestReduceScatter(t *testing.T) {
 	for _, world := range worlds {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			for _, n := range counts(world) {
 				for _, op := range []dist.ReduceOp{dist.Sum, dist.Avg, dist.Max} {
@@ -296,7 +296,7 @@ func TestReduceScatter(t *testing.T) {
 
 func TestAllToAll(t *testing.T) {
 	for _, world := range worlds {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			me := g.Rank()
 			// Member s sends (s+d+1) rows of 3 to member d, each holding 100s+d.
@@ -351,7 +351,7 @@ func TestAllToAll(t *testing.T) {
 
 func TestBarrierAndAsync(t *testing.T) {
 	for _, world := range worlds {
-		disttest.Spawn(t, world, func(g *dist.Group) error {
+		spawnBoth(t, world, func(g *dist.Group) error {
 			ctx := context.Background()
 			for range 5 {
 				if err := g.Barrier(ctx); err != nil {
@@ -404,4 +404,19 @@ func TestMonitoredBarrier(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// spawnBoth runs fn on world ranks over each backend in turn: the
+// in-process transport and loopback TCP. The collectives are the same code
+// over both (STYLE.md: one suite every backend runs).
+func spawnBoth(t *testing.T, world int, fn func(g *dist.Group) error) {
+	t.Helper()
+	for _, tcp := range []bool{false, true} {
+		disttest.SpawnWith(t, world, disttest.Options{TCP: tcp}, func(_ *disttest.Job, g *dist.Group) error {
+			if err := fn(g); err != nil {
+				return fmt.Errorf("over %s: %w", g.Backend(), err)
+			}
+			return nil
+		})
+	}
 }

@@ -205,6 +205,10 @@ func (g *Group) onProbe(src int, seq, fp uint64) {
 // await waits for a posted receive from global rank peer, probing the peer
 // if the wait grows long.
 func (g *Group) await(ctx context.Context, r *transport.Receive, peer int, seq, fp uint64) error {
+	if r.Done() {
+		_, err := r.Wait(ctx)
+		return err
+	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t := time.AfterFunc(probeAfter, func() {
@@ -535,10 +539,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 	const lookahead = 2
 	ep := g.world.ep
 	fp := c.fingerprint()
-	var sent, recvd map[int]uint32
-	if len(g.ranks) > 1 {
-		sent, recvd = map[int]uint32{}, map[int]uint32{}
-	}
+	sent, recvd := make([]uint32, len(g.ranks)), make([]uint32, len(g.ranks))
 	type inflight struct {
 		r     *transport.Receive
 		x     algo.Xfer

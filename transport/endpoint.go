@@ -284,6 +284,19 @@ func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
 	return r
 }
 
+// Done reports whether the receive has completed (Wait would not block).
+func (r *Receive) Done() bool {
+	if r.now {
+		return true
+	}
+	select {
+	case <-r.p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Wait blocks until the posted receive completes and returns the sender's
 // rank. If ctx ends first, Wait withdraws the receive and returns ctx's
 // error (unless the frame is already being read into the buffer, in which

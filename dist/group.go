@@ -316,12 +316,21 @@ func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx cont
 			g.mu.Unlock()
 		}()
 	}
-	opctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
-	defer stop()
+	// The call ends at the earliest of: the caller's cancellation or
+	// deadline, the group timeout, and the group's failure.
+	var opctx context.Context
+	if ctx.Done() == nil {
+		// A caller that never cancels (async calls, most loops): derive
+		// straight from the group's context, one context and one timer.
+		opctx = g.ctx
+	} else {
+		c, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
+		defer stop()
+		opctx = c
+	}
 	if g.timeout > 0 {
-		// The earlier of the caller's deadline and the group timeout.
 		var cancelT context.CancelFunc
 		opctx, cancelT = context.WithTimeout(opctx, g.timeout)
 		defer cancelT()

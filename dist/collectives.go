@@ -97,8 +97,10 @@ func (g *Group) allReduceCall(t *tensor.Tensor, op ReduceOp) (call, error) {
 
 func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor, op ReduceOp) error {
 	es, b := t.DType().Size(), t.Bytes()
-	plan := algo.ChooseAllReduce(g.Size(), t.Numel(), es)
-	if err := g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{b, es}, es, reduceFunc(op, t.DType())); err != nil {
+	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
+		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)
+	})
+	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType())); err != nil {
 		return err
 	}
 	if op == Avg && g.Size() > 1 {
@@ -135,8 +137,10 @@ func (g *Group) broadcastCall(t *tensor.Tensor, root int) (call, error) {
 // broadcast sends bytes (elements of one byte for the schedule: the
 // choice depends on the byte count, which all ranks share).
 func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, root int) error {
-	plan := algo.ChooseBroadcast(g.Size(), root, len(b), 1)
-	return g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{b, 1}, 1, nil)
+	sched := g.schedule(schedKey{opBroadcast, len(b), 1, root}, func() algo.Schedule {
+		return algo.ChooseBroadcast(g.Size(), root, len(b), 1).Schedule(g.rank)
+	})
+	return g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil)
 }
 
 // Reduce reduces t across the group into root's t. The other members' t
@@ -470,5 +474,34 @@ func (g *Group) BarrierAsync() *Work {
 }
 
 func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
-	return g.execute(ctx, seq, c, algo.DisseminationBarrier(g.rank, g.Size()), flat{nil, 1}, 1, nil)
+	sched := g.schedule(schedKey{opBarrier, 0, 0, -1}, func() algo.Schedule {
+		return algo.DisseminationBarrier(g.rank, g.Size())
+	})
+	return g.execute(ctx, seq, c, sched, flat{nil, 1}, 1, nil)
+}
+
+// schedKey names a schedule of this rank in this group.
+type schedKey struct {
+	op              opKind
+	count, es, root int
+}
+
+// schedule returns this rank's schedule for key, building it once: a
+// training loop issues the same few calls over and over, and building a
+// schedule allocates. Schedules are never modified after they are built.
+func (g *Group) schedule(key schedKey, build func() algo.Schedule) algo.Schedule {
+	g.mu.Lock()
+	s, ok := g.mu.schedules[key]
+	g.mu.Unlock()
+	if ok {
+		return s
+	}
+	s = build()
+	g.mu.Lock()
+	if len(g.mu.schedules) >= 256 {
+		clear(g.mu.schedules) // a program with ever new sizes: start over
+	}
+	g.mu.schedules[key] = s
+	g.mu.Unlock()
+	return s
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/dist/algo"
@@ -134,14 +135,15 @@ type Group struct {
 
 	mu struct {
 		sync.Mutex
-		seq      uint64
-		err      error
-		active   map[uint64]uint64 // fingerprints of the calls in flight, by sequence number
-		recent   map[uint64]uint64 // fingerprints of recently finished calls
-		children uint32            // subgroups made from this group so far
-		aborted  chan struct{}     // closed when the peers have been told of a failure
-		p2pSend  map[p2pKey]uint64
-		p2pRecv  map[p2pKey]uint64
+		seq       uint64
+		err       error
+		active    map[uint64]uint64          // fingerprints of the calls in flight, by sequence number
+		recent    map[uint64]uint64          // fingerprints of recently finished calls
+		children  uint32                     // subgroups made from this group so far
+		aborted   chan struct{}              // closed when the peers have been told of a failure
+		schedules map[schedKey]algo.Schedule // this rank's schedules, by call
+		p2pSend   map[p2pKey]uint64
+		p2pRecv   map[p2pKey]uint64
 	}
 }
 
@@ -209,17 +211,17 @@ func (g *Group) await(ctx context.Context, r *transport.Receive, peer int, seq, 
 		_, err := r.Wait(ctx)
 		return err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var finished atomic.Bool
 	t := time.AfterFunc(probeAfter, func() {
-		if pctx.Err() == nil {
+		if !finished.Load() && ctx.Err() == nil {
 			sctx, c := context.WithTimeout(context.Background(), time.Second)
 			defer c()
 			_ = g.world.ep.Abort(sctx, peer, transport.Key{Group: g.id, Seq: seq}, fmt.Sprintf("probe %x", fp))
 		}
 	})
-	defer t.Stop()
 	_, err := r.Wait(ctx)
+	finished.Store(true)
+	t.Stop()
 	return err
 }
 
@@ -236,6 +238,7 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g := &Group{world: w, id: id, ranks: ranks, rank: slices.Index(ranks, w.rank), timeout: timeout}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	g.mu.active = map[uint64]uint64{}
+	g.mu.schedules = map[schedKey]algo.Schedule{}
 	g.mu.recent = map[uint64]uint64{}
 	g.mu.p2pSend = map[p2pKey]uint64{}
 	g.mu.p2pRecv = map[p2pKey]uint64{}

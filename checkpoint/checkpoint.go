@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/godist/godist/internal/boundedio"
 	"github.com/godist/godist/tensor"
 )
 
@@ -80,7 +81,7 @@ func Load(r io.Reader) (map[string]*tensor.Tensor, map[string]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := readGrowing(r, int(n))
+	h, err := boundedio.ReadGrowing(r, int(n))
 	if err != nil {
 		return nil, nil, readErr(err, "header: got %d of %d bytes", len(h), n)
 	}
@@ -107,7 +108,7 @@ func Load(r io.Reader) (map[string]*tensor.Tensor, map[string]string, error) {
 		}
 		return out, meta, nil
 	}
-	data, err := readGrowing(r, int(total))
+	data, err := boundedio.ReadGrowing(r, int(total))
 	if err != nil {
 		return nil, nil, readErr(err, "data: got %d of %d bytes", len(data), total)
 	}
@@ -138,26 +139,6 @@ func remaining(r io.Reader) int64 {
 		return st.Size() - pos
 	}
 	return -1
-}
-
-// readGrowing reads exactly n bytes, growing its buffer as data arrives
-// rather than trusting n up front. On error it returns what it read.
-func readGrowing(r io.Reader, n int) ([]byte, error) {
-	const first = 1 << 20
-	buf := make([]byte, 0, min(n, first))
-	for len(buf) < n {
-		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(n, 2*cap(buf)))
-			copy(grown, buf)
-			buf = grown
-		}
-		m, err := io.ReadFull(r, buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
 }
 
 // SaveFile writes the checkpoint to path atomically: it writes a temporary

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/godist/godist/internal/boundedio"
 	"github.com/godist/godist/tensor"
 )
 
@@ -156,7 +157,7 @@ func readIDXBody(r io.Reader, magic [4]byte, rest int64) (*tensor.Tensor, error)
 	if rest >= 0 && rest-int64(4*ndim) != int64(want) {
 		return nil, fmt.Errorf("%w: dimensions %v of 0x%02x elements need %d bytes of data, the file has %d", ErrIDX, shape, typ, want, rest-int64(4*ndim))
 	}
-	buf, err := readGrowing(r, want)
+	buf, err := boundedio.ReadGrowing(r, want)
 	if err != nil {
 		return nil, readErr(fmt.Sprintf("data for dimensions %v", shape), len(buf), want, err)
 	}
@@ -188,26 +189,6 @@ func idxType(typ byte) (int, tensor.DType) {
 		return 8, tensor.Float64
 	}
 	return 0, tensor.Invalid
-}
-
-// readGrowing reads exactly n bytes, growing its buffer as data arrives
-// rather than trusting n up front. On error it returns what it read.
-func readGrowing(r io.Reader, n int) ([]byte, error) {
-	const first = 1 << 20
-	buf := make([]byte, 0, min(n, first))
-	for len(buf) < n {
-		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(n, 2*cap(buf)))
-			copy(grown, buf)
-			buf = grown
-		}
-		m, err := io.ReadFull(r, buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+m]
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
 }
 
 func readErr(what string, got, want int, err error) error {

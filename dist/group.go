@@ -599,40 +599,86 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 	overlaps := func(a, b algo.Xfer) bool {
 		return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
 	}
-	post := func(j, current int) {
-		round := sched[j]
-		for _, x := range round.Recvs {
-			tag := recvd[x.Peer]
-			recvd[x.Peer]++
-			dst := buf.at(x.Off, x.Len)
-			var tmp []byte
-			// In place unless it reduces, its round reads a snapshot, an
-			// earlier receive still writes there, or a send of the rounds
-			// before it (not yet sent) reads there.
-			inPlace := !x.Reduce && !round.Snapshot
-			for _, p := range pending {
-				if inPlace && overlaps(p.x, x) {
-					inPlace = false
-				}
+	// A receive that could land in place but for a send of an earlier
+	// round not yet made (which reads the same bytes) waits here until that
+	// send is out, rather than landing in scratch and being copied.
+	type later struct {
+		x     algo.Xfer
+		tag   uint32
+		round int
+	}
+	var deferred []later
+	// place posts receive x of round j (with its tag), given that the sends
+	// of the rounds before current have been made. It reports false when x
+	// must wait for those sends.
+	place := func(x algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
+		dst := buf.at(x.Off, x.Len)
+		// In place unless it reduces, its round reads a snapshot, an
+		// earlier receive still writes there, or a send of the rounds
+		// before it (not yet sent) reads there.
+		inPlace := !x.Reduce && !sched[j].Snapshot
+		for _, p := range pending {
+			if inPlace && p.round < j && overlaps(p.x, x) {
+				inPlace = false
 			}
-			for k := current; inPlace && k < j; k++ {
+		}
+		for _, d := range deferred {
+			if inPlace && d.round < j && overlaps(d.x, x) {
+				inPlace = false
+			}
+		}
+		if inPlace {
+			for k := current; k < j; k++ {
 				for _, y := range sched[k].Sends {
 					if overlaps(x, y) {
+						if mayWait {
+							return false
+						}
 						inPlace = false
 					}
 				}
 			}
-			if !inPlace {
-				tmp = scratch(len(dst))
-				dst = tmp
-			}
-			peer := g.ranks[x.Peer]
-			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
-			pending = append(pending, inflight{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp, j})
 		}
+		var tmp []byte
+		if !inPlace {
+			tmp = scratch(len(dst))
+			dst = tmp
+		}
+		peer := g.ranks[x.Peer]
+		key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
+		f := inflight{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp, j}
+		// Keep pending in round order: receives are applied oldest first.
+		at := len(pending)
+		for at > 0 && pending[at-1].round > j {
+			at--
+		}
+		pending = slices.Insert(pending, at, f)
+		return true
+	}
+	post := func(j, current int) {
+		for _, x := range sched[j].Recvs {
+			tag := recvd[x.Peer]
+			recvd[x.Peer]++
+			if !place(x, tag, j, current, true) {
+				deferred = append(deferred, later{x, tag, j})
+			}
+		}
+	}
+	// retry posts the deferred receives whose sends are out.
+	retry := func(current int) {
+		kept := deferred[:0]
+		for _, d := range deferred {
+			if !place(d.x, d.tag, d.round, current, d.round > current) {
+				kept = append(kept, d)
+			}
+		}
+		deferred = kept
 	}
 	posted := 0
 	for i, round := range sched {
+		if len(deferred) > 0 {
+			retry(i)
+		}
 		for ; posted < len(sched) && posted <= i+lookahead; posted++ {
 			post(posted, i)
 		}

@@ -34,6 +34,9 @@ type TCPOptions struct {
 	Token []byte
 	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when positive (default 4 MiB).
 	SocketBuffer int
+	// Spin is how long a connection's reader polls the socket before it
+	// parks in the runtime's poller (see DefaultSpin); 0 never polls.
+	Spin time.Duration
 }
 
 // NewTCP connects this rank to every other rank over TCP and returns its
@@ -169,7 +172,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		}
 		l := &tcpLink{conn: c}
 		e.links[r] = l
-		go e.readLoop(r, c)
+		go e.readLoop(r, c, opt.Spin)
 	}
 	return e, nil
 }
@@ -251,8 +254,8 @@ func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]b
 func (l *tcpLink) close() error { return l.conn.Close() }
 
 // readLoop reads frames from rank r until the connection ends.
-func (e *Endpoint) readLoop(r int, conn net.Conn) {
-	br := bufio.NewReaderSize(conn, 64<<10)
+func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration) {
+	br := bufio.NewReaderSize(socketReader(conn, spin), 64<<10)
 	var hb [HeaderSize]byte
 	read := func(p []byte) error {
 		_, err := io.ReadFull(br, p)

@@ -31,8 +31,18 @@ func TestInProcFaulty(t *testing.T) {
 }
 
 // tcpMesh connects size ranks over loopback TCP through an in-memory
-// store, with a job token.
-func tcpMesh(t *testing.T, size int) transporttest.Mesh {
+// store, with a job token; readers park at once.
+func tcpMesh(t *testing.T, size int) transporttest.Mesh { return tcpMeshSpin(0)(t, size) }
+
+// tcpMeshSpin is tcpMesh with readers that poll their sockets for spin
+// before parking.
+func tcpMeshSpin(spin time.Duration) transporttest.NewMesh {
+	return func(t *testing.T, size int) transporttest.Mesh {
+		return newTCPMesh(t, size, spin)
+	}
+}
+
+func newTCPMesh(t *testing.T, size int, spin time.Duration) transporttest.Mesh {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, size)
 	errs := make([]error, size)
@@ -43,7 +53,7 @@ func tcpMesh(t *testing.T, size int) transporttest.Mesh {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret")})
+			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin})
 		}()
 	}
 	wg.Wait()
@@ -65,6 +75,10 @@ func tcpMesh(t *testing.T, size int) transporttest.Mesh {
 }
 
 func TestTCP(t *testing.T) { transporttest.Run(t, tcpMesh) }
+
+// TestTCPSpin runs the suite with polling readers (as dist.Init makes
+// them): frames, peer death and Close behave the same.
+func TestTCPSpin(t *testing.T) { transporttest.Run(t, tcpMeshSpin(200*time.Microsecond)) }
 
 // TestTCPRefusesWrongToken starts rank 0 of a two-rank job and connects to
 // it with the wrong token, then as a stranger that is not godist at all:
@@ -126,5 +140,21 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 	got := make([]byte, 2)
 	if _, err := r.e.Recv(ctx, 1, transport.ExactMatch(1, transport.Key{Seq: 1}), 0, got); err != nil || string(got) != "hi" {
 		t.Fatalf("after refusing strangers: %q %v", got, err)
+	}
+}
+
+func TestDefaultSpin(t *testing.T) {
+	t.Setenv("GODIST_SPIN_US", "")
+	t.Setenv("LOCAL_WORLD_SIZE", "1")
+	if got := transport.DefaultSpin(); got != 50*time.Microsecond {
+		t.Errorf("one rank per host: %v, want 50µs", got)
+	}
+	t.Setenv("LOCAL_WORLD_SIZE", "100000")
+	if got := transport.DefaultSpin(); got != 0 {
+		t.Errorf("more ranks than CPUs: %v, want 0", got)
+	}
+	t.Setenv("GODIST_SPIN_US", "7")
+	if got := transport.DefaultSpin(); got != 7*time.Microsecond {
+		t.Errorf("GODIST_SPIN_US=7: %v", got)
 	}
 }

@@ -96,4 +96,3 @@ func DefaultSpin() time.Duration {
 	}
 	return 50 * time.Microsecond
 }
-

@@ -133,6 +133,8 @@ type TimeoutError struct {
 	Op      string
 	Timeout string
 	Waiting []int // global ranks the call was still waiting on, if known
+
+	seq uint64 // the call's sequence number, for the group timeout's own
 }
 
 func (e *TimeoutError) Error() string {

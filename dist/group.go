@@ -144,6 +144,74 @@ type Group struct {
 		schedules map[schedKey]algo.Schedule // this rank's schedules, by call
 		p2pSend   map[p2pKey]uint64
 		p2pRecv   map[p2pKey]uint64
+		// The group timeout: each call in flight and when it must end;
+		// one timer, armed for the earliest end while any call is in
+		// flight (a context with its own timer per call costs a small
+		// collective a tenth of its time).
+		deadlines map[uint64]callDeadline
+		watchdog  *time.Timer
+		watching  bool
+	}
+}
+
+type callDeadline struct {
+	at time.Time
+	c  call
+}
+
+// watch enters call seq into the group timeout's watch.
+func (g *Group) watch(seq uint64, c call) {
+	if g.timeout <= 0 {
+		return
+	}
+	at := time.Now().Add(g.timeout)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.deadlines[seq] = callDeadline{at, c}
+	if g.mu.watching {
+		return // armed for an earlier end; it re-arms when it fires
+	}
+	g.mu.watching = true
+	if g.mu.watchdog == nil {
+		g.mu.watchdog = time.AfterFunc(g.timeout, g.expire)
+	} else {
+		g.mu.watchdog.Reset(g.timeout)
+	}
+}
+
+// unwatch takes call seq out of the watch.
+func (g *Group) unwatch(seq uint64) {
+	if g.timeout <= 0 {
+		return
+	}
+	g.mu.Lock()
+	delete(g.mu.deadlines, seq)
+	g.mu.Unlock()
+}
+
+// expire fails the group when a call has outlived the timeout, and
+// otherwise re-arms the watchdog for the earliest end.
+func (g *Group) expire() {
+	now := time.Now()
+	g.mu.Lock()
+	var first callDeadline
+	var firstSeq uint64
+	for seq, d := range g.mu.deadlines {
+		if first.at.IsZero() || d.at.Before(first.at) {
+			first, firstSeq = d, seq
+		}
+	}
+	switch {
+	case first.at.IsZero():
+		g.mu.watching = false
+		g.mu.Unlock()
+	case first.at.After(now):
+		g.mu.watchdog.Reset(first.at.Sub(now))
+		g.mu.Unlock()
+	default:
+		g.mu.watching = false
+		g.mu.Unlock()
+		g.fail(&TimeoutError{Op: first.c.String(), Timeout: g.timeout.String(), seq: firstSeq})
 	}
 }
 
@@ -242,6 +310,7 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g.mu.recent = map[uint64]uint64{}
 	g.mu.p2pSend = map[p2pKey]uint64{}
 	g.mu.p2pRecv = map[p2pKey]uint64{}
+	g.mu.deadlines = map[uint64]callDeadline{}
 	w.register(g)
 	return g
 }
@@ -333,12 +402,9 @@ func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx cont
 		defer stop()
 		opctx = c
 	}
-	if g.timeout > 0 {
-		var cancelT context.CancelFunc
-		opctx, cancelT = context.WithTimeout(opctx, g.timeout)
-		defer cancelT()
-	}
+	g.watch(seq, c)
 	err := fn(opctx, seq)
+	g.unwatch(seq)
 	if err == nil {
 		return nil
 	}
@@ -363,6 +429,9 @@ func (g *Group) flushAbort() {
 // classify explains a failed call and fails the group.
 func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err error) error {
 	if cause := context.Cause(g.ctx); cause != nil {
+		if te, ok := cause.(*TimeoutError); ok && te.seq == seq {
+			return te // this call timed out: it tells its own story
+		}
 		g.flushAbort()
 		return fmt.Errorf("dist: %v: %w", c, cause)
 	}

@@ -112,6 +112,11 @@ func childID(parent, n uint32, color int) uint32 {
 func (g *Group) Destroy() error {
 	g.flushAbort()
 	g.fail(ErrDestroyed)
+	g.mu.Lock()
+	if g.mu.watchdog != nil {
+		g.mu.watchdog.Stop()
+	}
+	g.mu.Unlock()
 	g.world.mu.Lock()
 	delete(g.world.mu.groups, g.id)
 	g.world.mu.Unlock()

@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/godist/godist/internal/handshake"
 	"github.com/godist/godist/store"
@@ -170,8 +175,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			tc.SetReadBuffer(opt.SocketBuffer)
 			tc.SetWriteBuffer(opt.SocketBuffer)
 		}
-		l := &tcpLink{conn: c}
-		e.links[r] = l
+		e.links[r] = newTCPLink(c)
 		go e.readLoop(r, c, opt.Spin)
 	}
 	return e, nil
@@ -213,11 +217,50 @@ func dialPeer(ctx context.Context, s store.Store, key string, r int, hs handshak
 type tcpLink struct {
 	mu   sync.Mutex // one frame at a time
 	conn net.Conn
+	raw  syscall.RawConn // conn's descriptor; nil when conn is not a socket
+	bufs net.Buffers     // the frame being written (reused)
+	iov  []unix.Iovec    // bufs for writev (reused)
+}
+
+func newTCPLink(conn net.Conn) *tcpLink {
+	l := &tcpLink{conn: conn}
+	if sc, ok := conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			l.raw = rc
+		}
+	}
+	return l
 }
 
 func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	bufs := append(l.bufs[:0], hdr[:])
+	for _, p := range payload {
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	l.bufs = bufs
+	defer clear(l.bufs) // keep no tensor alive
+	// Most frames fit in the socket's buffer: one writev that cannot block
+	// needs no cancellation. Only the rest of a frame that does not fit
+	// waits on the socket, and only that wait watches ctx.
+	n, err := l.tryWritev(bufs)
+	if err != nil {
+		return err
+	}
+	for n > 0 && len(bufs) > 0 {
+		if n < len(bufs[0]) {
+			bufs[0] = bufs[0][n:]
+			break
+		}
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	if len(bufs) == 0 {
+		return nil
+	}
 	if ctx.Done() != nil {
 		// ctx's deadline, if any, closes Done too: then the write stops.
 		// (Setting the socket's write deadline on every send instead costs
@@ -240,15 +283,42 @@ func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]b
 			}
 		}()
 	}
-	bufs := make(net.Buffers, 0, 1+len(payload))
-	bufs = append(bufs, hdr[:])
-	for _, p := range payload {
-		if len(p) > 0 {
-			bufs = append(bufs, p)
-		}
-	}
-	_, err := bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
+	_, err = bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
 	return err
+}
+
+// tryWritev makes one writev of bufs that does not wait for the socket,
+// and returns how many bytes it took (0 when the socket buffer is full).
+func (l *tcpLink) tryWritev(bufs [][]byte) (int, error) {
+	if l.raw == nil {
+		return 0, nil
+	}
+	l.iov = l.iov[:0]
+	for _, b := range bufs {
+		v := unix.Iovec{Base: &b[0]}
+		v.SetLen(len(b))
+		l.iov = append(l.iov, v)
+	}
+	defer clear(l.iov)
+	var n uintptr
+	var errno syscall.Errno
+	err := l.raw.Write(func(fd uintptr) bool {
+		for {
+			n, _, errno = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&l.iov[0])), uintptr(len(l.iov)))
+			if errno != syscall.EINTR {
+				return true // never wait here
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN:
+		return 0, nil
+	case errno != 0:
+		return 0, os.NewSyscallError("writev", errno)
+	}
+	return int(n), nil
 }
 
 func (l *tcpLink) close() error { return l.conn.Close() }

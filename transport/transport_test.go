@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -156,5 +157,35 @@ func TestDefaultSpin(t *testing.T) {
 	t.Setenv("GODIST_SPIN_US", "7")
 	if got := transport.DefaultSpin(); got != 7*time.Microsecond {
 		t.Errorf("GODIST_SPIN_US=7: %v", got)
+	}
+}
+
+// TestTCPFrameLargerThanSocketBuffers sends frames that cannot go in one
+// non-blocking writev (the socket buffers hold 8 MiB): the rest of each
+// waits on the socket, and every byte arrives in order.
+func TestTCPFrameLargerThanSocketBuffers(t *testing.T) {
+	m := newTCPMesh(t, 2, 0)
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 24 << 20
+	want := make([]byte, n)
+	for i := 0; i < n; i += 4096 {
+		want[i] = byte(i >> 12)
+	}
+	for i := range 2 {
+		k := transport.Key{Group: 3, Seq: uint64(i)}
+		errc := make(chan error, 1)
+		go func() { errc <- m.Endpoints[0].Send(ctx, 1, k, 0, want) }()
+		got := make([]byte, n)
+		if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k), 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d of %d bytes arrived changed", i, n)
+		}
 	}
 }

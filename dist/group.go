@@ -609,15 +609,22 @@ func (p parts) at(off, n int) []byte {
 //
 // It follows the schedule's semantics (rounds in order; a round's sends
 // read the buffer as the earlier rounds left it) without running the ranks
-// in lock step: receives are posted up to lookahead rounds early, and a
-// round's sends wait only for earlier receives that write what they read.
+// in lock step: receives are posted at least lookahead rounds early (up to
+// maxAhead while their scratch space stays within scratchBudget: a peer
+// whose sends do not block runs ahead, and a frame with no receive posted
+// costs an allocation and a copy), and a round's sends wait only for
+// earlier receives that write what they read.
 // So a ring's pieces stream back to back, and frames find their receive
 // already posted (and land in place) instead of being copied on arrival.
 // Overwriting receives land in place when nothing still to be sent reads
 // their range; reducing receives, snapshot rounds' receives and the others
 // land in scratch space and are applied in posting order.
 func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red reducer) error {
-	const lookahead = 2
+	const (
+		lookahead     = 2
+		maxAhead      = 8
+		scratchBudget = 16 << 20
+	)
 	ep := g.world.ep
 	fp := c.fingerprint()
 	sent, recvd := make([]uint32, len(g.ranks)), make([]uint32, len(g.ranks))
@@ -629,6 +636,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 	}
 	var pending []inflight
 	var free [][]byte
+	scratchInUse := 0 // bytes of pending receives' scratch
 	scratch := func(n int) []byte {
 		for i, b := range free {
 			if cap(b) >= n {
@@ -662,6 +670,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 				copy(dst, p.tmp)
 			}
 			free = append(free, p.tmp)
+			scratchInUse -= len(p.tmp)
 		}
 		return nil
 	}
@@ -712,6 +721,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		if !inPlace {
 			tmp = scratch(len(dst))
 			dst = tmp
+			scratchInUse += len(tmp)
 		}
 		peer := g.ranks[x.Peer]
 		key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
@@ -748,7 +758,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		if len(deferred) > 0 {
 			retry(i)
 		}
-		for ; posted < len(sched) && posted <= i+lookahead; posted++ {
+		for ; posted < len(sched) && (posted <= i+lookahead || posted <= i+maxAhead && scratchInUse < scratchBudget); posted++ {
 			post(posted, i)
 		}
 		for _, x := range round.Sends {

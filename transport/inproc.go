@@ -233,7 +233,12 @@ func (m *Mesh) receive(l *memLink, frame []byte) {
 		return
 	}
 	if err := dst.deliver(l.src, &h, func(p []byte) error {
-		copy(p, body)
+		// Like a stream: each read takes the next bytes.
+		n := copy(p, body)
+		body = body[n:]
+		if n < len(p) {
+			return io.ErrUnexpectedEOF
+		}
 		return nil
 	}); err != nil {
 		dst.peerDown(l.src, err)

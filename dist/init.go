@@ -248,7 +248,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	if host == "" {
 		host = localAddrFor(masterHost)
 	}
-	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token, Spin: transport.DefaultSpin()})
+	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token, Spin: transport.DefaultSpin(), SharedMemory: os.Getenv("GODIST_SHM") != "0"})
 	if err != nil {
 		for _, c := range closers {
 			c()

@@ -7,6 +7,7 @@ import (
 	"github.com/godist/godist/internal/crc32c"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -111,6 +112,7 @@ type link interface {
 type Endpoint struct {
 	rank, size int
 	links      []link
+	gone       []atomic.Bool // set when the peer's connection fails
 
 	mu struct {
 		sync.Mutex
@@ -141,7 +143,7 @@ type message struct {
 }
 
 func newEndpoint(rank, size int) *Endpoint {
-	e := &Endpoint{rank: rank, size: size, links: make([]link, size)}
+	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size)}
 	e.mu.down = map[int]*PeerError{}
 	return e
 }
@@ -518,6 +520,9 @@ func (p *pending) finish(src int, err error) {
 // peerDown records that the connection to rank failed, fails every receive
 // waiting on it (and every receive from any source), and tells the handler.
 func (e *Endpoint) peerDown(rank int, cause error) {
+	if rank >= 0 && rank < len(e.gone) {
+		e.gone[rank].Store(true)
+	}
 	e.mu.Lock()
 	if _, ok := e.mu.down[rank]; ok || e.mu.closed {
 		e.mu.Unlock()

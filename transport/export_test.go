@@ -17,3 +17,15 @@ func (e *Endpoint) Crash() {
 		}
 	}
 }
+
+// UsesSharedMemory reports whether e sends large payloads to peer through
+// a shared-memory segment.
+func UsesSharedMemory(e *Endpoint, peer int) bool {
+	l, ok := e.links[peer].(*tcpLink)
+	if !ok {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.shm != nil
+}

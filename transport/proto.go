@@ -16,7 +16,8 @@ import (
 //	  0    4 magic "GDTF"
 //	  4    1 version
 //	  5    1 kind
-//	  6    2 reserved (zero)
+//	  6    1 shared-memory slot (KindShmData), else zero
+//	  7    1 reserved (zero)
 //	  8    4 group id
 //	 12    4 tag
 //	 16    8 sequence number of the call in its group
@@ -48,6 +49,9 @@ const (
 	// KindBye announces a clean close: the connection ending afterwards is
 	// not a failure.
 	KindBye Kind = 3
+	// KindShmData is a data frame whose payload is not on the stream but
+	// in the shared-memory slot the header names (same-host peers).
+	KindShmData Kind = 4
 )
 
 func (k Kind) String() string {
@@ -58,6 +62,8 @@ func (k Kind) String() string {
 		return "abort"
 	case KindBye:
 		return "bye"
+	case KindShmData:
+		return "shm-data"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -82,6 +88,8 @@ type Header struct {
 	FP  uint64
 	Len int64
 	CRC uint32 // CRC32C of the payload
+	// Slot is the shared-memory slot holding a KindShmData frame's payload.
+	Slot uint8
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -106,7 +114,7 @@ func (h *Header) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[0:], frameMagic)
 	b[4] = frameVersion
 	b[5] = byte(h.Kind)
-	b[6], b[7] = 0, 0
+	b[6], b[7] = h.Slot, 0
 	binary.LittleEndian.PutUint32(b[8:], h.Key.Group)
 	binary.LittleEndian.PutUint32(b[12:], h.Key.Tag)
 	binary.LittleEndian.PutUint64(b[16:], h.Key.Seq)
@@ -138,8 +146,9 @@ func decodeHeader(b []byte) (Header, error) {
 			Tag:   binary.LittleEndian.Uint32(b[12:]),
 			Seq:   binary.LittleEndian.Uint64(b[16:]),
 		},
-		FP:  binary.LittleEndian.Uint64(b[24:]),
-		CRC: binary.LittleEndian.Uint32(b[40:]),
+		FP:   binary.LittleEndian.Uint64(b[24:]),
+		CRC:  binary.LittleEndian.Uint32(b[40:]),
+		Slot: b[6],
 	}
 	n := binary.LittleEndian.Uint64(b[32:])
 	if n > MaxPayload {
@@ -147,7 +156,7 @@ func decodeHeader(b []byte) (Header, error) {
 	}
 	h.Len = int64(n)
 	switch h.Kind {
-	case KindData, KindAbort, KindBye:
+	case KindData, KindAbort, KindBye, KindShmData:
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
 	}

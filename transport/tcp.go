@@ -3,8 +3,10 @@ package transport
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -42,6 +44,10 @@ type TCPOptions struct {
 	// Spin is how long a connection's reader polls the socket before it
 	// parks in the runtime's poller (see DefaultSpin); 0 never polls.
 	Spin time.Duration
+	// SharedMemory lets peers on the same host move large payloads through
+	// shared memory (see shm.go); headers still go over TCP. A pair uses
+	// it only when both ranks enable it.
+	SharedMemory bool
 }
 
 // NewTCP connects this rank to every other rank over TCP and returns its
@@ -166,6 +172,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	stopAccept()
 	wg.Wait()
+	shmOuts, shmIns := setupShm(ctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory)
 	for r, c := range conns {
 		if c == nil {
 			continue
@@ -175,8 +182,12 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			tc.SetReadBuffer(opt.SocketBuffer)
 			tc.SetWriteBuffer(opt.SocketBuffer)
 		}
-		e.links[r] = newTCPLink(c)
-		go e.readLoop(r, c, opt.Spin)
+		l := newTCPLink(c)
+		if shmOuts[r] != nil {
+			l.shm = &shmOut{seg: shmOuts[r], down: &e.gone[r]}
+		}
+		e.links[r] = l
+		go e.readLoop(r, c, opt.Spin, shmIns[r])
 	}
 	return e, nil
 }
@@ -220,6 +231,7 @@ type tcpLink struct {
 	raw  syscall.RawConn // conn's descriptor; nil when conn is not a socket
 	bufs net.Buffers     // the frame being written (reused)
 	iov  []unix.Iovec    // bufs for writev (reused)
+	shm  *shmOut         // same-host peer's segment, or nil
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {
@@ -235,6 +247,29 @@ func newTCPLink(conn net.Conn) *tcpLink {
 func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.shm != nil && Kind(hdr[5]) == KindData {
+		var n int
+		for _, p := range payload {
+			n += len(p)
+		}
+		if n >= shmMinFrame && n <= shmSlotSize {
+			// The payload goes through the next shared-memory slot; the
+			// header, naming the slot, goes over TCP.
+			i, err := l.shm.acquire(ctx)
+			if err != nil {
+				return err
+			}
+			slot := l.shm.seg.slot(i)
+			off := 0
+			for _, p := range payload {
+				off += copy(slot[off:], p)
+			}
+			l.shm.seg.state(i).Store(1)
+			hdr[5], hdr[6] = byte(KindShmData), byte(i)
+			binary.LittleEndian.PutUint32(hdr[44:], crc32.Checksum(hdr[:44], castagnoli))
+			payload = nil
+		}
+	}
 	bufs := append(l.bufs[:0], hdr[:])
 	for _, p := range payload {
 		if len(p) > 0 {
@@ -321,10 +356,23 @@ func (l *tcpLink) tryWritev(bufs [][]byte) (int, error) {
 	return int(n), nil
 }
 
-func (l *tcpLink) close() error { return l.conn.Close() }
+func (l *tcpLink) close() error {
+	if l.shm != nil {
+		l.shm.closed.Store(true)
+	}
+	err := l.conn.Close()
+	l.mu.Lock()
+	if l.shm != nil {
+		l.shm.seg.unmap()
+		l.shm = nil
+	}
+	l.mu.Unlock()
+	return err
+}
 
 // readLoop reads frames from rank r until the connection ends.
-func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration) {
+func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
+	defer shm.unmap()
 	br := bufio.NewReaderSize(socketReader(conn, spin), 64<<10)
 	var hb [HeaderSize]byte
 	read := func(p []byte) error {
@@ -344,6 +392,30 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration) {
 			e.peerDown(r, err)
 			conn.Close()
 			return
+		}
+		if h.Kind == KindShmData {
+			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
+				e.peerDown(r, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a connection without a segment for it", ErrFrame, h.Slot, h.Len))
+				conn.Close()
+				return
+			}
+			slot := shm.slot(int(h.Slot))[:h.Len]
+			h.Kind = KindData
+			err := e.deliver(r, &h, func(p []byte) error {
+				n := copy(p, slot)
+				slot = slot[n:]
+				if n < len(p) {
+					return io.ErrUnexpectedEOF
+				}
+				return nil
+			})
+			shm.state(int(h.Slot)).Store(0) // the sender may reuse it
+			if err != nil {
+				e.peerDown(r, err)
+				conn.Close()
+				return
+			}
+			continue
 		}
 		if err := e.deliver(r, &h, read); err != nil {
 			e.peerDown(r, err)

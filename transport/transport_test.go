@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -33,17 +34,17 @@ func TestInProcFaulty(t *testing.T) {
 
 // tcpMesh connects size ranks over loopback TCP through an in-memory
 // store, with a job token; readers park at once.
-func tcpMesh(t *testing.T, size int) transporttest.Mesh { return tcpMeshSpin(0)(t, size) }
+func tcpMesh(t *testing.T, size int) transporttest.Mesh { return newTCPMesh(t, size, 0, false) }
 
 // tcpMeshSpin is tcpMesh with readers that poll their sockets for spin
 // before parking.
 func tcpMeshSpin(spin time.Duration) transporttest.NewMesh {
 	return func(t *testing.T, size int) transporttest.Mesh {
-		return newTCPMesh(t, size, spin)
+		return newTCPMesh(t, size, spin, false)
 	}
 }
 
-func newTCPMesh(t *testing.T, size int, spin time.Duration) transporttest.Mesh {
+func newTCPMesh(t *testing.T, size int, spin time.Duration, shm bool) transporttest.Mesh {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, size)
 	errs := make([]error, size)
@@ -54,7 +55,7 @@ func newTCPMesh(t *testing.T, size int, spin time.Duration) transporttest.Mesh {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin})
+			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, SharedMemory: shm})
 		}()
 	}
 	wg.Wait()
@@ -80,6 +81,12 @@ func TestTCP(t *testing.T) { transporttest.Run(t, tcpMesh) }
 // TestTCPSpin runs the suite with polling readers (as dist.Init makes
 // them): frames, peer death and Close behave the same.
 func TestTCPSpin(t *testing.T) { transporttest.Run(t, tcpMeshSpin(200*time.Microsecond)) }
+
+// TestTCPSharedMemory runs the suite with the same-host path on: large
+// payloads go through shared-memory slots, headers over TCP.
+func TestTCPSharedMemory(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh { return newTCPMesh(t, size, 0, true) })
+}
 
 // TestTCPRefusesWrongToken starts rank 0 of a two-rank job and connects to
 // it with the wrong token, then as a stranger that is not godist at all:
@@ -164,7 +171,7 @@ func TestDefaultSpin(t *testing.T) {
 // non-blocking writev (the socket buffers hold 8 MiB): the rest of each
 // waits on the socket, and every byte arrives in order.
 func TestTCPFrameLargerThanSocketBuffers(t *testing.T) {
-	m := newTCPMesh(t, 2, 0)
+	m := newTCPMesh(t, 2, 0, false)
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -186,6 +193,68 @@ func TestTCPFrameLargerThanSocketBuffers(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("frame %d of %d bytes arrived changed", i, n)
+		}
+	}
+}
+
+// TestTCPSharedMemoryStream sends many more slot-sized frames than there
+// are slots, both ways at once, with the receives posted late: every frame
+// arrives intact and in order, the pair really uses the segment, and no
+// segment file is left in /dev/shm.
+func TestTCPSharedMemoryStream(t *testing.T) {
+	m := newTCPMesh(t, 2, 0, true)
+	defer func() {
+		m.Close()
+		if left, _ := filepath.Glob("/dev/shm/godist-*"); len(left) > 0 {
+			t.Errorf("segment files left behind: %v", left)
+		}
+	}()
+	for r := range 2 {
+		if !transport.UsesSharedMemory(m.Endpoints[r], 1-r) {
+			t.Fatalf("rank %d does not use shared memory to rank %d on one host", r, 1-r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const frames, n = 24, 1<<20 + 12
+	frame := func(src, i int) []byte {
+		b := make([]byte, n)
+		for k := 0; k < n; k += 997 {
+			b[k] = byte(src*131 + i*7 + k)
+		}
+		return b
+	}
+	errc := make(chan error, 4)
+	for r := range 2 {
+		go func() {
+			for i := range frames {
+				if err := m.Endpoints[r].Send(ctx, 1-r, transport.Key{Group: 5, Seq: uint64(i)}, 9, frame(r, i)); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		go func() {
+			time.Sleep(20 * time.Millisecond) // let frames arrive first
+			got := make([]byte, n)
+			for i := range frames {
+				k := transport.Key{Group: 5, Seq: uint64(i)}
+				if _, err := m.Endpoints[r].Recv(ctx, 1-r, transport.ExactMatch(1-r, k), 9, got); err != nil {
+					errc <- err
+					return
+				}
+				if !bytes.Equal(got, frame(1-r, i)) {
+					errc <- fmt.Errorf("rank %d: frame %d from rank %d arrived changed", r, i, 1-r)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
 		}
 	}
 }

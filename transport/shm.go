@@ -1,0 +1,233 @@
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/godist/godist/store"
+)
+
+// Same-host bulk path. Two ranks on one host still exchange every frame
+// header over their TCP connection (order, matching, failure detection and
+// desync checks are unchanged), but a large payload travels through a
+// shared-memory segment instead of the kernel's loopback: the sender copies
+// it into a slot, sends a header that names the slot, and the receiver
+// copies it out and frees the slot. Two memory copies replace two kernel
+// copies that run at a quarter of memcpy's speed here.
+//
+// One segment per direction and pair, created by the sender in /dev/shm
+// with mode 0600 under a random name that travels through the job's
+// (authenticated) store, and unlinked as soon as the receiver has mapped
+// it: nothing is left behind, and only the job's processes hold it.
+const (
+	shmSlots     = 4
+	shmSlotSize  = 4 << 20
+	shmHeader    = 4096 // slot states, one cache line each
+	shmSegment   = shmHeader + shmSlots*shmSlotSize
+	shmMinFrame  = 32 << 10 // smaller payloads go over TCP with the header
+	shmMaxLocals = 8        // more ranks on a host than this: TCP only
+)
+
+// shmSeg is a mapped segment.
+type shmSeg struct {
+	mem []byte
+}
+
+func (s *shmSeg) state(i int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[i*64]))
+}
+
+func (s *shmSeg) slot(i int) []byte {
+	off := shmHeader + i*shmSlotSize
+	return s.mem[off : off+shmSlotSize : off+shmSlotSize]
+}
+
+func (s *shmSeg) unmap() {
+	if s != nil && s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+}
+
+func mapSeg(f *os.File) (*shmSeg, error) {
+	mem, err := unix.Mmap(int(f.Fd()), 0, shmSegment, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	return &shmSeg{mem: mem}, nil
+}
+
+// shmOut is the sending side of a segment: slots are used in turn, and
+// the receiver frees them in the same order.
+type shmOut struct {
+	seg    *shmSeg
+	next   int
+	down   *atomic.Bool // the peer's connection failed
+	closed atomic.Bool  // the link is closing
+}
+
+// acquire waits until the next slot is free and returns its index.
+func (o *shmOut) acquire(ctx context.Context) (int, error) {
+	i := o.next
+	st := o.seg.state(i)
+	var start time.Time
+	for st.Load() != 0 {
+		if o.down.Load() || o.closed.Load() {
+			return 0, fmt.Errorf("transport: no free shared-memory slot: the connection is closed")
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) < 100*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	o.next = (i + 1) % shmSlots
+	return i, nil
+}
+
+// hostID names this host's shared-memory domain: the boot id (same
+// kernel) and /dev/shm's device and inode (same mount, so not two
+// containers with separate ones).
+func hostID() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/dev/shm", &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d/%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino)
+}
+
+// setupShm gives every pair of this rank's peers on the same host a
+// segment in each direction, through the store: it publishes this rank's
+// host id, creates a segment for each same-host peer and publishes its
+// name, maps each peer's segment for this rank and says whether that
+// worked, and keeps the outgoing segments whose receiver said yes. A pair
+// that cannot share memory uses TCP alone. It returns the segments by
+// peer (nil where none).
+func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool) (out, in []*shmSeg) {
+	out, in = make([]*shmSeg, size), make([]*shmSeg, size)
+	key := func(parts ...any) string {
+		s := prefix + "transport/shm"
+		for _, p := range parts {
+			s += "/" + fmt.Sprint(p)
+		}
+		return s
+	}
+	id := ""
+	if enabled {
+		id = hostID()
+	}
+	if err := st.Set(ctx, key("host", rank), []byte(id)); err != nil {
+		return out, in
+	}
+	var same []int
+	for p := range size {
+		if p == rank {
+			continue
+		}
+		v, err := st.Get(ctx, key("host", p))
+		if err != nil {
+			return out, in
+		}
+		if id != "" && string(v) == id {
+			same = append(same, p)
+		}
+	}
+	if len(same)+1 > shmMaxLocals {
+		same = nil
+	}
+	// Create and publish this rank's segments.
+	files := map[int]*os.File{}
+	for _, p := range same {
+		name := ""
+		if f, err := createSeg(rank, p); err == nil {
+			if seg, err := mapSeg(f); err == nil {
+				files[p], out[p], name = f, seg, f.Name()
+			} else {
+				f.Close()
+				os.Remove(f.Name())
+			}
+		}
+		if err := st.Set(ctx, key("seg", rank, p), []byte(name)); err != nil {
+			return closeAll(out, files), in
+		}
+	}
+	// Map the peers' segments for this rank.
+	for _, p := range same {
+		v, err := st.Get(ctx, key("seg", p, rank))
+		ok := "0"
+		if err == nil && len(v) > 0 {
+			if f, err := os.OpenFile(string(v), os.O_RDWR, 0); err == nil {
+				if seg, err := mapSeg(f); err == nil {
+					in[p], ok = seg, "1"
+				}
+				f.Close()
+			}
+		}
+		if err := st.Set(ctx, key("ok", p, rank), []byte(ok)); err != nil {
+			return closeAll(out, files), in
+		}
+	}
+	// Keep the segments whose receiver mapped them; unlink every file.
+	for _, p := range same {
+		if out[p] == nil {
+			continue
+		}
+		v, err := st.Get(ctx, key("ok", rank, p))
+		f := files[p]
+		f.Close()
+		os.Remove(f.Name())
+		if err != nil || string(v) != "1" {
+			out[p].unmap()
+			out[p] = nil
+		}
+	}
+	return out, in
+}
+
+func closeAll(out []*shmSeg, files map[int]*os.File) []*shmSeg {
+	for p, f := range files {
+		f.Close()
+		os.Remove(f.Name())
+		out[p].unmap()
+		out[p] = nil
+	}
+	return out
+}
+
+func createSeg(from, to int) (*os.File, error) {
+	var b [8]byte
+	rand.Read(b[:])
+	name := filepath.Join("/dev/shm", "godist-"+hex.EncodeToString(b[:])+"-"+strconv.Itoa(from)+"-"+strconv.Itoa(to))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(shmSegment); err != nil {
+		f.Close()
+		os.Remove(name)
+		return nil, err
+	}
+	return f, nil
+}

@@ -614,3 +614,16 @@ func readSum(read func([]byte) error, buf []byte) (uint32, error) {
 	}
 	return c, nil
 }
+
+// readFrom returns a read function (as deliver takes) over a payload that
+// is already in memory: like a stream, each read takes the next bytes.
+func readFrom(b []byte) func([]byte) error {
+	return func(p []byte) error {
+		n := copy(p, b)
+		b = b[n:]
+		if n < len(p) {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
+}

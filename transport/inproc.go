@@ -232,15 +232,7 @@ func (m *Mesh) receive(l *memLink, frame []byte) {
 		dst.peerDown(l.src, fmt.Errorf("%w: %d payload bytes, header says %d", ErrFrame, len(body), h.Len))
 		return
 	}
-	if err := dst.deliver(l.src, &h, func(p []byte) error {
-		// Like a stream: each read takes the next bytes.
-		n := copy(p, body)
-		body = body[n:]
-		if n < len(p) {
-			return io.ErrUnexpectedEOF
-		}
-		return nil
-	}); err != nil {
+	if err := dst.deliver(l.src, &h, readFrom(body)); err != nil {
 		dst.peerDown(l.src, err)
 	}
 }

@@ -399,16 +399,8 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 				conn.Close()
 				return
 			}
-			slot := shm.slot(int(h.Slot))[:h.Len]
 			h.Kind = KindData
-			err := e.deliver(r, &h, func(p []byte) error {
-				n := copy(p, slot)
-				slot = slot[n:]
-				if n < len(p) {
-					return io.ErrUnexpectedEOF
-				}
-				return nil
-			})
+			err := e.deliver(r, &h, readFrom(shm.slot(int(h.Slot))[:h.Len]))
 			shm.state(int(h.Slot)).Store(0) // the sender may reuse it
 			if err != nil {
 				e.peerDown(r, err)

@@ -95,9 +95,11 @@ const closeTimeout = 2 * time.Second
 
 // link moves whole frames to one peer.
 type link interface {
-	// send writes the header and the payload parts as one frame. Concurrent
-	// calls are serialised by the link.
-	send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error
+	// send writes h and the payload parts as one frame. The link fills in
+	// the payload checksum (where it can compute it while copying the
+	// payload anyway) and encodes the header. Concurrent calls are
+	// serialised by the link.
+	send(ctx context.Context, h *Header, payload [][]byte) error
 	// close ends the link; the peer sees the connection close.
 	close() error
 }
@@ -128,7 +130,9 @@ type pending struct {
 	peer  int
 	match Match
 	fp    uint64
-	buf   []byte
+	buf   []byte // the payload's destination, or nil with sink
+	sink  Sink
+	n     int // the payload's length
 	done  chan struct{}
 	// set once matched (under the endpoint lock), then filled by the reader
 	claimed bool
@@ -210,10 +214,8 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 	for _, p := range parts {
 		n += int64(len(p))
 	}
-	h := Header{Kind: kind, Key: key, FP: fp, Len: n, CRC: Checksum(parts...)}
-	var hdr [HeaderSize]byte
-	h.encode(hdr[:])
-	if err := e.links[peer].send(ctx, &hdr, parts); err != nil {
+	h := Header{Kind: kind, Key: key, FP: fp, Len: n}
+	if err := e.links[peer].send(ctx, &h, parts); err != nil {
 		if ctx.Err() != nil {
 			// A frame cut short leaves the stream unusable.
 			e.peerDown(peer, fmt.Errorf("send cancelled mid-frame: %w", ctx.Err()))
@@ -248,6 +250,30 @@ type Receive struct {
 // arrived is copied into it. The caller must not touch buf until Wait
 // returns, and must call Wait.
 func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
+	return e.post(&pending{peer: peer, match: match, fp: fp, buf: buf, n: len(buf)})
+}
+
+// Sink consumes a payload piece by piece, in order, as it is read: b is
+// the part at byte offset off, valid only during the call. A sink runs on
+// the goroutine that reads the frame (or the one that posts the receive,
+// when the frame arrived first); it must not block.
+type Sink func(off int, b []byte)
+
+// SinkBlock is the most a Sink is handed at once.
+const SinkBlock = viewMax
+
+// PostSink is Post for a payload of n bytes that sink consumes instead of
+// a buffer: e.g. a reduction that adds each piece to a tensor while the
+// piece is in cache, straight from the socket's buffer or the
+// shared-memory slot. Pieces hold whole multiples of 16 bytes, except the
+// last. The sink runs before Wait returns; on a checksum or connection
+// error it may have seen part or all of a corrupt payload.
+func (e *Endpoint) PostSink(peer int, match Match, fp uint64, n int, sink Sink) *Receive {
+	return e.post(&pending{peer: peer, match: match, fp: fp, sink: sink, n: n})
+}
+
+func (e *Endpoint) post(p *pending) *Receive {
+	peer, match := p.peer, p.match
 	r := &Receive{e: e}
 	if peer != AnySource {
 		if err := e.checkPeer(peer, "receive"); err != nil {
@@ -255,7 +281,7 @@ func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
 			return r
 		}
 	}
-	p := &pending{peer: peer, match: match, fp: fp, buf: buf, done: make(chan struct{})}
+	p.done = make(chan struct{})
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
@@ -271,7 +297,7 @@ func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
 			complete(more)
 			r.now, r.src = true, m.src
 			if r.err = p.check(m.src, &m.h); r.err == nil {
-				copy(buf, m.buf)
+				p.take(m.buf)
 			}
 			return r
 		}
@@ -361,24 +387,68 @@ func (p *pending) check(src int, h *Header) error {
 	if h.FP != p.fp {
 		return &FingerprintError{Src: src, Key: h.Key, Got: h.FP, Want: p.fp}
 	}
-	if h.Len != int64(len(p.buf)) {
-		return &LengthError{Src: src, Key: h.Key, Got: h.Len, Want: int64(len(p.buf))}
+	if h.Len != int64(p.n) {
+		return &LengthError{Src: src, Key: h.Key, Got: h.Len, Want: int64(p.n)}
 	}
 	return nil
 }
 
+// take hands a payload kept in memory to the receive.
+func (p *pending) take(b []byte) {
+	if p.sink == nil {
+		copy(p.buf, b)
+		return
+	}
+	for off := 0; off < len(b); off += SinkBlock {
+		p.sink(off, b[off:min(off+SinkBlock, len(b))])
+	}
+}
+
+// fill reads the payload into the receive's buffer or sink and returns its
+// CRC32C, computed block by block as it is read, while the block is in
+// cache (one pass over memory instead of two).
+func (p *pending) fill(in payload) (uint32, error) {
+	if p.sink == nil {
+		return readSum(in, p.buf)
+	}
+	var c uint32
+	for off := 0; off < p.n; off += SinkBlock {
+		n := min(SinkBlock, p.n-off)
+		err := in.view(n, func(b []byte) {
+			c = crc32c.Update(c, b)
+			p.sink(off, b)
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return c, nil
+}
+
+// payload is an incoming frame's payload, read front to back.
+type payload interface {
+	// read fills b with the next len(b) bytes.
+	read(b []byte) error
+	// view hands the next n (at most viewMax) bytes to fn where they lie,
+	// without copying them out; b is valid only during fn.
+	view(n int, fn func(b []byte)) error
+}
+
+// viewMax is the most a payload's view hands out at once (the size of a
+// connection's read buffer).
+const viewMax = 64 << 10
+
 // deliver hands an incoming frame from src to a posted receive or keeps it.
-// read fills its argument with the payload (exactly h.Len bytes); it is
-// called exactly once unless deliver returns an error, which means the
-// connection is unusable.
-func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
+// in holds the payload (exactly h.Len bytes); it is read exactly once
+// unless deliver returns an error, which means the connection is unusable.
+func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 	switch h.Kind {
 	case KindAbort:
 		reason := make([]byte, min(h.Len, 64<<10))
 		if h.Len > int64(len(reason)) {
 			return fmt.Errorf("%w: abort reason of %d bytes", ErrFrame, h.Len)
 		}
-		if err := read(reason); err != nil {
+		if err := in.read(reason); err != nil {
 			return err
 		}
 		if Checksum(reason) != h.CRC {
@@ -392,7 +462,7 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 		}
 		return nil
 	case KindBye:
-		if err := read(make([]byte, min(h.Len, 1<<10))); err != nil {
+		if err := in.read(make([]byte, min(h.Len, 1<<10))); err != nil {
 			return err
 		}
 		e.peerDown(src, ErrPeerClosed)
@@ -410,14 +480,14 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 	if p != nil {
 		if err := p.check(src, h); err != nil {
 			// Drain the payload and fail the receive; the stream is fine.
-			if derr := read(make([]byte, h.Len)); derr != nil {
+			if derr := in.read(make([]byte, h.Len)); derr != nil {
 				p.finish(src, err)
 				return derr
 			}
 			p.finish(src, err)
 			return nil
 		}
-		sum, err := readSum(read, p.buf)
+		sum, err := p.fill(in)
 		if err != nil {
 			p.finish(src, &PeerError{Rank: src, Err: err})
 			return err
@@ -432,7 +502,7 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 	}
 	// Nobody is waiting yet: keep a copy.
 	buf := make([]byte, h.Len)
-	sum, err := readSum(read, buf)
+	sum, err := readSum(in, buf)
 	if err != nil {
 		return err
 	}
@@ -448,7 +518,7 @@ func (e *Endpoint) deliver(src int, h *Header, read func([]byte) error) error {
 			p.finish(src, err)
 			return nil
 		}
-		copy(p.buf, buf)
+		p.take(buf)
 		p.finish(src, nil)
 		return nil
 	}
@@ -569,11 +639,9 @@ func (e *Endpoint) Close() error {
 	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	var hdr [HeaderSize]byte
-	(&Header{Kind: KindBye, CRC: Checksum()}).encode(hdr[:])
 	for r, l := range e.links {
 		if l != nil && !down[r] {
-			_ = l.send(ctx, &hdr, nil)
+			_ = l.send(ctx, &Header{Kind: KindBye}, nil)
 		}
 	}
 	e.mu.Lock()
@@ -602,11 +670,11 @@ func (e *Endpoint) Close() error {
 const sumBlock = 128 << 10
 
 // readSum reads len(buf) bytes into buf and returns their CRC32C.
-func readSum(read func([]byte) error, buf []byte) (uint32, error) {
+func readSum(in payload, buf []byte) (uint32, error) {
 	var c uint32
 	for len(buf) > 0 {
 		n := min(len(buf), sumBlock)
-		if err := read(buf[:n]); err != nil {
+		if err := in.read(buf[:n]); err != nil {
 			return 0, err
 		}
 		c = crc32c.Update(c, buf[:n])
@@ -615,15 +683,24 @@ func readSum(read func([]byte) error, buf []byte) (uint32, error) {
 	return c, nil
 }
 
-// readFrom returns a read function (as deliver takes) over a payload that
-// is already in memory: like a stream, each read takes the next bytes.
-func readFrom(b []byte) func([]byte) error {
-	return func(p []byte) error {
-		n := copy(p, b)
-		b = b[n:]
-		if n < len(p) {
-			return io.ErrUnexpectedEOF
-		}
-		return nil
+// memPayload is a payload already in memory (the in-process mesh's frames,
+// shared-memory slots): like a stream, each read takes the next bytes.
+type memPayload struct{ b []byte }
+
+func (m *memPayload) read(p []byte) error {
+	n := copy(p, m.b)
+	m.b = m.b[n:]
+	if n < len(p) {
+		return io.ErrUnexpectedEOF
 	}
+	return nil
+}
+
+func (m *memPayload) view(n int, fn func([]byte)) error {
+	if n > len(m.b) {
+		return io.ErrUnexpectedEOF
+	}
+	fn(m.b[:n])
+	m.b = m.b[n:]
+	return nil
 }

@@ -127,7 +127,7 @@ type memLink struct {
 	closed bool
 }
 
-func (l *memLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error {
+func (l *memLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -146,11 +146,12 @@ func (l *memLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]b
 	if dead {
 		return io.ErrClosedPipe
 	}
-	frame := make([]byte, 0, HeaderSize+totalLen(payload))
-	frame = append(frame, hdr[:]...)
+	frame := make([]byte, HeaderSize, HeaderSize+totalLen(payload))
 	for _, p := range payload {
 		frame = append(frame, p...)
 	}
+	h.CRC = Checksum(frame[HeaderSize:])
+	h.encode(frame)
 	f := m.faults
 	if f.Loss == 0 && f.Dup == 0 && f.MaxDelay == 0 {
 		m.route(l, seq, frame, 0)
@@ -232,7 +233,7 @@ func (m *Mesh) receive(l *memLink, frame []byte) {
 		dst.peerDown(l.src, fmt.Errorf("%w: %d payload bytes, header says %d", ErrFrame, len(body), h.Len))
 		return
 	}
-	if err := dst.deliver(l.src, &h, readFrom(body)); err != nil {
+	if err := dst.deliver(l.src, &h, &memPayload{body}); err != nil {
 		dst.peerDown(l.src, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/godist/godist/internal/crc32c"
 	"github.com/godist/godist/store"
 )
 
@@ -230,4 +231,21 @@ func createSeg(from, to int) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// copySum copies the parts into dst back to back and returns their CRC32C,
+// checksumming each block just copied while it is in cache (one pass over
+// the source instead of two).
+func copySum(dst []byte, parts [][]byte) uint32 {
+	var c uint32
+	off := 0
+	for _, p := range parts {
+		for len(p) > 0 {
+			n := copy(dst[off:], p[:min(len(p), sumBlock)])
+			c = crc32c.Update(c, dst[off:off+n])
+			off += n
+			p = p[n:]
+		}
+	}
+	return c
 }

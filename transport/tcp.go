@@ -3,10 +3,8 @@ package transport
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -229,9 +227,10 @@ type tcpLink struct {
 	mu   sync.Mutex // one frame at a time
 	conn net.Conn
 	raw  syscall.RawConn // conn's descriptor; nil when conn is not a socket
-	bufs net.Buffers     // the frame being written (reused)
-	iov  []unix.Iovec    // bufs for writev (reused)
-	shm  *shmOut         // same-host peer's segment, or nil
+	hdr  [HeaderSize]byte
+	bufs net.Buffers  // the frame being written (reused)
+	iov  []unix.Iovec // bufs for writev (reused)
+	shm  *shmOut      // same-host peer's segment, or nil
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {
@@ -244,10 +243,10 @@ func newTCPLink(conn net.Conn) *tcpLink {
 	return l
 }
 
-func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]byte) error {
+func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.shm != nil && Kind(hdr[5]) == KindData {
+	if l.shm != nil && h.Kind == KindData {
 		var n int
 		for _, p := range payload {
 			n += len(p)
@@ -259,18 +258,17 @@ func (l *tcpLink) send(ctx context.Context, hdr *[HeaderSize]byte, payload [][]b
 			if err != nil {
 				return err
 			}
-			slot := l.shm.seg.slot(i)
-			off := 0
-			for _, p := range payload {
-				off += copy(slot[off:], p)
-			}
+			h.CRC = copySum(l.shm.seg.slot(i), payload)
 			l.shm.seg.state(i).Store(1)
-			hdr[5], hdr[6] = byte(KindShmData), byte(i)
-			binary.LittleEndian.PutUint32(hdr[44:], crc32.Checksum(hdr[:44], castagnoli))
+			h.Kind, h.Slot = KindShmData, uint8(i)
 			payload = nil
 		}
 	}
-	bufs := append(l.bufs[:0], hdr[:])
+	if h.Kind != KindShmData {
+		h.CRC = Checksum(payload...)
+	}
+	h.encode(l.hdr[:])
+	bufs := append(l.bufs[:0], l.hdr[:])
 	for _, p := range payload {
 		if len(p) > 0 {
 			bufs = append(bufs, p)
@@ -373,12 +371,9 @@ func (l *tcpLink) close() error {
 // readLoop reads frames from rank r until the connection ends.
 func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
 	defer shm.unmap()
-	br := bufio.NewReaderSize(socketReader(conn, spin), 64<<10)
+	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
+	in := &streamPayload{br}
 	var hb [HeaderSize]byte
-	read := func(p []byte) error {
-		_, err := io.ReadFull(br, p)
-		return err
-	}
 	for {
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			if errors.Is(err, net.ErrClosed) {
@@ -400,7 +395,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 				return
 			}
 			h.Kind = KindData
-			err := e.deliver(r, &h, readFrom(shm.slot(int(h.Slot))[:h.Len]))
+			err := e.deliver(r, &h, &memPayload{shm.slot(int(h.Slot))[:h.Len]})
 			shm.state(int(h.Slot)).Store(0) // the sender may reuse it
 			if err != nil {
 				e.peerDown(r, err)
@@ -409,10 +404,30 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			}
 			continue
 		}
-		if err := e.deliver(r, &h, read); err != nil {
+		if err := e.deliver(r, &h, in); err != nil {
 			e.peerDown(r, err)
 			conn.Close()
 			return
 		}
 	}
+}
+
+// streamPayload is the payload of the frame being read from a connection.
+type streamPayload struct{ br *bufio.Reader }
+
+func (s *streamPayload) read(p []byte) error {
+	_, err := io.ReadFull(s.br, p)
+	return err
+}
+
+// view hands out the bytes in the connection's read buffer (n is at most
+// its size).
+func (s *streamPayload) view(n int, fn func([]byte)) error {
+	b, err := s.br.Peek(n)
+	if err != nil {
+		return err
+	}
+	fn(b)
+	_, err = s.br.Discard(n)
+	return err
 }

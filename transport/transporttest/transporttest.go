@@ -45,6 +45,7 @@ func Run(t *testing.T, newMesh NewMesh) {
 	t.Run("AllPairsConcurrent", func(t *testing.T) { testAllPairs(t, newMesh) })
 	t.Run("PostedBeforeAndAfter", func(t *testing.T) { testPostedOrder(t, newMesh) })
 	t.Run("AnySource", func(t *testing.T) { testAnySource(t, newMesh) })
+	t.Run("Sink", func(t *testing.T) { testSink(t, newMesh) })
 	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, newMesh) })
 	t.Run("RecvCancel", func(t *testing.T) { testCancel(t, newMesh) })
 	t.Run("Abort", func(t *testing.T) { testAbort(t, newMesh) })
@@ -162,6 +163,65 @@ func testPostedOrder(t *testing.T, newMesh NewMesh) {
 	}
 	if s := <-got; s != "late" {
 		t.Fatalf("late frame: %s", s)
+	}
+}
+
+// testSink receives payloads of several sizes (below, within and above the
+// shared-memory range; posted before and after the frame) through sinks
+// and checks the pieces: in order, contiguous, at most SinkBlock, whole.
+func testSink(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	for i, n := range []int{0, 5, 40 << 10, 1<<20 + 48, 6 << 20} {
+		for _, early := range []bool{false, true} {
+			k := transport.Key{Group: 3, Seq: uint64(i), Tag: map[bool]uint32{false: 0, true: 1}[early]}
+			want := payload(0, 1, i, n)
+			if early {
+				if err := m.Endpoints[0].Send(ctx, 1, k, 7, want); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			var got []byte
+			var bad error
+			r := m.Endpoints[1].PostSink(0, transport.ExactMatch(0, k), 7, n, func(off int, b []byte) {
+				if off != len(got) || len(b) > transport.SinkBlock || len(b) == 0 {
+					bad = fmt.Errorf("piece of %d bytes at %d after %d bytes", len(b), off, len(got))
+				}
+				got = append(got, b...)
+			})
+			if !early {
+				if err := m.Endpoints[0].Send(ctx, 1, k, 7, want[:n/3], want[n/3:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := r.Wait(ctx); err != nil {
+				t.Fatalf("%d bytes, early %v: %v", n, early, err)
+			}
+			if bad != nil {
+				t.Fatalf("%d bytes, early %v: %v", n, early, bad)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%d bytes, early %v: sink saw %d bytes, changed", n, early, len(got))
+			}
+		}
+	}
+	// A length mismatch fails the receive without calling the sink, and the
+	// stream stays usable.
+	k := transport.Key{Group: 3, Seq: 100}
+	go m.Endpoints[0].Send(ctx, 1, k, 0, make([]byte, 64<<10))
+	called := false
+	_, err := m.Endpoints[1].PostSink(0, transport.ExactMatch(0, k), 0, 32<<10, func(int, []byte) { called = true }).Wait(ctx)
+	var le *transport.LengthError
+	if !errors.As(err, &le) || called {
+		t.Fatalf("length mismatch: %v (sink called: %v)", err, called)
+	}
+	k2 := transport.Key{Group: 3, Seq: 101}
+	go m.Endpoints[0].Send(ctx, 1, k2, 0, []byte("ok"))
+	buf := make([]byte, 2)
+	if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k2), 0, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("after the mismatch: %q %v", buf, err)
 	}
 }
 

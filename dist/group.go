@@ -616,9 +616,10 @@ func (p parts) at(off, n int) []byte {
 // earlier receives that write what they read.
 // So a ring's pieces stream back to back, and frames find their receive
 // already posted (and land in place) instead of being copied on arrival.
-// Overwriting receives land in place when nothing still to be sent reads
-// their range; reducing receives, snapshot rounds' receives and the others
-// land in scratch space and are applied in posting order.
+// A receive lands in place (a reducing one reduces piece by piece as it
+// is read) when nothing still to be sent reads its range and no earlier
+// receive writes it; snapshot rounds' receives and the others land in
+// scratch space and are applied in posting order.
 func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red reducer) error {
 	const (
 		lookahead     = 2
@@ -691,10 +692,11 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 	// must wait for those sends.
 	place := func(x algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
 		dst := buf.at(x.Off, x.Len)
-		// In place unless it reduces, its round reads a snapshot, an
-		// earlier receive still writes there, or a send of the rounds
-		// before it (not yet sent) reads there.
-		inPlace := !x.Reduce && !sched[j].Snapshot
+		// In place (a reducing receive reduces each piece into dst as it
+		// is read, while the piece is in cache) unless its round reads a
+		// snapshot, an earlier receive still writes there, or a send of
+		// the rounds before it (not yet sent) reads there.
+		inPlace := !sched[j].Snapshot
 		for _, p := range pending {
 			if inPlace && p.round < j && overlaps(p.x, x) {
 				inPlace = false
@@ -725,7 +727,15 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		}
 		peer := g.ranks[x.Peer]
 		key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
-		f := inflight{ep.Post(peer, transport.ExactMatch(peer, key), fp, dst), x, tmp, j}
+		var r *transport.Receive
+		if x.Reduce && inPlace {
+			r = ep.PostSink(peer, transport.ExactMatch(peer, key), fp, len(dst), func(off int, b []byte) {
+				red(dst[off:off+len(b)], b)
+			})
+		} else {
+			r = ep.Post(peer, transport.ExactMatch(peer, key), fp, dst)
+		}
+		f := inflight{r, x, tmp, j}
 		// Keep pending in round order: receives are applied oldest first.
 		at := len(pending)
 		for at > 0 && pending[at-1].round > j {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/tensor"
@@ -377,7 +378,7 @@ func (g *Group) ReduceScatter(ctx context.Context, out *tensor.Tensor, ins []*te
 		return err
 	}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, concat(ins, out.DType()), op)
+		return g.reduceScatter(ctx, seq, c, out, tensorBytes(ins), op)
 	})
 }
 
@@ -385,16 +386,35 @@ func (g *Group) ReduceScatter(ctx context.Context, out *tensor.Tensor, ins []*te
 func (g *Group) ReduceScatterAsync(out *tensor.Tensor, ins []*tensor.Tensor, op ReduceOp) *Work {
 	c, err := g.reduceScatterCall(out, ins, op)
 	return g.async(c, err, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, concat(ins, out.DType()), op)
+		return g.reduceScatter(ctx, seq, c, out, tensorBytes(ins), op)
 	})
 }
 
-func concat(ts []*tensor.Tensor, d tensor.DType) []byte {
-	var b []byte
-	for _, t := range ts {
-		b = append(b, t.Bytes()...)
+func tensorBytes(ts []*tensor.Tensor) [][]byte {
+	bs := make([][]byte, len(ts))
+	for i, t := range ts {
+		bs[i] = t.Bytes()
 	}
-	return b
+	return bs
+}
+
+// split cuts b into n equal parts.
+func split(b []byte, n int) [][]byte {
+	bs := make([][]byte, n)
+	k := len(b) / n
+	for i := range bs {
+		bs[i] = b[i*k : (i+1)*k : (i+1)*k]
+	}
+	return bs
+}
+
+// scratchCopy copies b into a scratch buffer (recycled memory: a fresh
+// allocation of tens of megabytes costs more in page faults than the
+// collective's transfers).
+func scratchCopy(b []byte) []byte {
+	s := getScratch(len(b))
+	copy(s, b)
+	return s
 }
 
 func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op ReduceOp) (call, error) {
@@ -410,19 +430,57 @@ func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op R
 	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op}, nil
 }
 
-// reduceScatter runs over buf (a private copy of the inputs, size chunks).
-func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, buf []byte, op ReduceOp) error {
-	es, n := out.DType().Size(), out.Numel()
-	s := algo.RingReduceScatter(g.rank, g.Size(), equalCounts(g.Size(), n))
-	if err := g.execute(ctx, seq, c, s, flat{buf, es}, es, reduceFunc(op, out.DType())); err != nil {
+// reduceScatter runs the ring over a buffer made of the inputs' chunks
+// (ins[r] is chunk r) without copying them all: the chunk the ring only
+// sends (ChooseReduceScatter's schedules never receive into chunk rank-1)
+// is read where it is, this rank's chunk is reduced in out, and the others
+// are reduced in scratch copies. The inputs are not modified.
+func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
+	size, es, n := g.Size(), out.DType().Size(), out.Numel()
+	s := algo.ChooseReduceScatter(size, equalCounts(size, n), es).Schedule(g.rank)
+	ob := out.Bytes()
+	aliased := false
+	for _, in := range ins {
+		aliased = aliased || overlapMem(ob, in)
+	}
+	sendOnly := (g.rank + size - 1) % size
+	buf := parts{bufs: make([][]byte, size), offs: make([]int, size), es: es}
+	var scratch [][]byte
+	for r, in := range ins {
+		buf.offs[r] = r * n
+		switch {
+		case r == g.rank && !aliased:
+			copy(ob, in)
+			buf.bufs[r] = ob
+		case r == sendOnly && r != g.rank && !aliased:
+			buf.bufs[r] = in
+		default:
+			buf.bufs[r] = scratchCopy(in)
+			scratch = append(scratch, buf.bufs[r])
+		}
+	}
+	if err := g.execute(ctx, seq, c, s, buf, es, reduceFunc(op, out.DType())); err != nil {
 		return err
 	}
-	mine := buf[g.rank*n*es : (g.rank+1)*n*es]
-	if op == Avg {
-		finishAvg(mine, out.DType(), g.Size())
+	if aliased {
+		copy(ob, buf.bufs[g.rank])
 	}
-	copy(out.Bytes(), mine)
+	if op == Avg {
+		finishAvg(ob, out.DType(), size)
+	}
+	for _, b := range scratch {
+		putScratch(b)
+	}
 	return nil
+}
+
+// overlapMem reports whether a and b share memory.
+func overlapMem(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // ReduceScatterTensor is ReduceScatter with the inputs concatenated in one
@@ -433,7 +491,7 @@ func (g *Group) ReduceScatterTensor(ctx context.Context, out, in *tensor.Tensor,
 		return err
 	}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, slices.Clone(in.Bytes()), op)
+		return g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op)
 	})
 }
 
@@ -441,7 +499,7 @@ func (g *Group) ReduceScatterTensor(ctx context.Context, out, in *tensor.Tensor,
 func (g *Group) ReduceScatterTensorAsync(out, in *tensor.Tensor, op ReduceOp) *Work {
 	c, err := g.reduceScatterTensorCall(out, in, op)
 	return g.async(c, err, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, slices.Clone(in.Bytes()), op)
+		return g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op)
 	})
 }
 

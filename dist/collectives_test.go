@@ -287,6 +287,17 @@ func TestReduceScatter(t *testing.T) {
 					if !tensor.Equal(out, out2) {
 						return fmt.Errorf("reduce_scatter %v differs from reduce_scatter_tensor", op)
 					}
+					// out may be a view of the input (its own chunk, or another).
+					for _, c := range []int{me, (me + 1) % world} {
+						in2 := before.Clone()
+						view := in2.Narrow(0, c*n, n)
+						if err := g.ReduceScatterTensor(ctx, view, in2, op); err != nil {
+							return err
+						}
+						if !tensor.Equal(view, out) {
+							return fmt.Errorf("reduce_scatter_tensor %v n %d into a view of input chunk %d differs", op, n, c)
+						}
+					}
 				}
 			}
 			return nil

@@ -98,15 +98,11 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	case "all_gather":
 		in, out := tensor.Full(dt, 1, per), tensor.New(dt, per*n)
 		fn = func() error { return g.AllGatherIntoTensor(ctx, out, in) }
-		counts := make([]int, n)
-		for i := range counts {
-			counts[i] = per * es
-		}
-		plan = algo.ChooseAllGather(n, counts, 1).String() // dist chooses on bytes
+		plan = algo.ChooseAllGather(n, equal(n, per*es), 1).String() // dist chooses on bytes
 	case "reduce_scatter":
 		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per)
 		fn = func() error { return g.ReduceScatterTensor(ctx, out, in, dist.Sum) }
-		plan = "ring" // dist always runs algo.RingReduceScatter
+		plan = algo.ChooseReduceScatter(n, equal(n, per), es).String()
 	case "all_to_all":
 		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per*n)
 		fn = func() error { return g.AllToAllSingle(ctx, out, in, nil, nil) }
@@ -196,3 +192,12 @@ func leaveTogether(ctx context.Context, rank, world int) error {
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// equal is n counts of c.
+func equal(n, c int) []int {
+	cs := make([]int, n)
+	for i := range cs {
+		cs[i] = c
+	}
+	return cs
+}

@@ -183,7 +183,7 @@ func TestReduceScatter(t *testing.T) {
 		for _, counts := range layoutsFor(size) {
 			for _, op := range ops {
 				desc := fmt.Sprintf("RingReduceScatter(size=%d counts=%v)", size, counts)
-				scheds, res := checkReduceScatter(t, desc, size, counts, op, func(r int) Schedule { return RingReduceScatter(r, size, counts) })
+				scheds, res := checkReduceScatter(t, desc, size, counts, op, func(r int) Schedule { return RingReduceScatter(r, size, counts, 1) })
 				total := Offsets(counts)[size]
 				for r := range size {
 					if want := total - counts[r]; size > 1 && res.sent[r] != want {
@@ -202,7 +202,7 @@ func TestAllGather(t *testing.T) {
 	for _, size := range sizes {
 		for _, counts := range layoutsFor(size) {
 			desc := fmt.Sprintf("RingAllGather(size=%d counts=%v)", size, counts)
-			scheds, res := checkAllGather(t, desc, size, counts, func(r int) Schedule { return RingAllGather(r, size, counts) })
+			scheds, res := checkAllGather(t, desc, size, counts, func(r int) Schedule { return RingAllGather(r, size, counts, 1) })
 			for r := range size {
 				if want := Offsets(counts)[size] - counts[mod(r+1, size)]; size > 1 && res.sent[r] != want {
 					t.Fatalf("%s rank %d: sent %d, want %d\n%s", desc, r, res.sent[r], want, scheds[r])
@@ -395,7 +395,7 @@ func TestPanics(t *testing.T) {
 		"segments": func() { RingAllReduce(0, 3, 1, 0) },
 		"count":    func() { BinomialBroadcast(0, 3, 0, -1) },
 		"root":     func() { BinomialReduce(0, 3, 3, 1) },
-		"counts":   func() { RingAllGather(0, 3, []int{1, 2}) },
+		"counts":   func() { RingAllGather(0, 3, []int{1, 2}, 1) },
 		"elemSize": func() { ChooseAllReduce(3, 1, 0) },
 	} {
 		func() {
@@ -435,10 +435,19 @@ func TestChooseSimulated(t *testing.T) {
 			p := tinyPolicy.allGather(size, counts, 8)
 			seen["allgather "+p.Name] = true
 			checkAllGather(t, fmt.Sprintf("tiny ChooseAllGather(size=%d counts=%v)=%v", size, counts, p), size, counts, p.Schedule)
+			if p.Segments > 1 {
+				seen["allgather segmented"] = true
+			}
+			p = tinyPolicy.reduceScatter(size, counts, 8)
+			checkReduceScatter(t, fmt.Sprintf("tiny ChooseReduceScatter(size=%d counts=%v)=%v", size, counts, p), size, counts, opSum, p.Schedule)
+			if p.Segments > 1 {
+				seen["reducescatter segmented"] = true
+			}
 		}
 	}
 	for _, want := range []string{"allreduce recursive-doubling", "allreduce halving-doubling", "allreduce ring",
-		"broadcast binomial", "broadcast chain", "allgather recursive-doubling", "allgather ring"} {
+		"broadcast binomial", "broadcast chain", "allgather recursive-doubling", "allgather ring",
+		"allgather segmented", "reducescatter segmented"} {
 		if !seen[want] {
 			t.Errorf("the tiny policy never chose %s", want)
 		}
@@ -484,6 +493,24 @@ func TestChooseDefault(t *testing.T) {
 					t.Fatalf("%s, want %s", desc, want)
 				}
 				validateAll(t, desc, size, count, p)
+
+				p = ChooseReduceScatter(size, counts, elem)
+				desc = fmt.Sprintf("ChooseReduceScatter(size=%d counts=%v elem=%d)=%v", size, counts, elem, p)
+				if piece := count * elem / p.Segments; p.Name != "ring" || p.Segments < 1 || p.Segments > maxRingSegments ||
+					p.Segments < maxRingSegments && piece > maxPieceBytes {
+					t.Fatalf("%s: pieces of %d bytes", desc, piece)
+				}
+				validateAll(t, desc, size, count, p)
+				for r := range size {
+					ro := Offsets(counts)[(r+size-1)%size]
+					for _, round := range p.Schedule(r) {
+						for _, x := range round.Recvs {
+							if size > 1 && x.Len > 0 && x.Off < ro+counts[(r+size-1)%size] && ro < x.Off+x.Len {
+								t.Fatalf("%s rank %d receives into chunk %d, which it must only send", desc, r, (r+size-1)%size)
+							}
+						}
+					}
+				}
 			}
 		}
 	}
@@ -540,10 +567,10 @@ func TestRandom(t *testing.T) {
 				func(r int) Schedule { return HalvingDoublingAllReduce(r, size, count) })
 		case 3:
 			checkReduceScatter(t, pre+fmt.Sprintf("RingReduceScatter(size=%d counts=%v)", size, counts), size, counts, op,
-				func(r int) Schedule { return RingReduceScatter(r, size, counts) })
+				func(r int) Schedule { return RingReduceScatter(r, size, counts, 1) })
 		case 4:
 			checkAllGather(t, pre+fmt.Sprintf("RingAllGather(size=%d counts=%v)", size, counts), size, counts,
-				func(r int) Schedule { return RingAllGather(r, size, counts) })
+				func(r int) Schedule { return RingAllGather(r, size, counts, 1) })
 		case 5:
 			checkAllGather(t, pre+fmt.Sprintf("RecursiveDoublingAllGather(size=%d counts=%v)", size, counts), size, counts,
 				func(r int) Schedule { return RecursiveDoublingAllGather(r, size, counts) })

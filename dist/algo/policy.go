@@ -1,6 +1,9 @@
 package algo
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The thresholds the Choose functions use, in bytes, all in one place. They
 // are first guesses, to be tuned with `godist bench` on real machines.
@@ -89,8 +92,9 @@ func ChooseBroadcast(size, root, count, elemSize int) Plan {
 
 // ChooseAllGather picks the all-gather of chunks of counts[r] elements of
 // elemSize bytes: RecursiveDoublingAllGather when the whole output is at
-// most 64 KiB, RingAllGather above. The schedules' buffers hold
-// sum(counts) elements, laid out by Offsets(counts).
+// most 64 KiB, RingAllGather above, its chunks cut so that a piece holds at
+// most 1 MiB (at most 16 pieces). The schedules' buffers hold sum(counts)
+// elements, laid out by Offsets(counts).
 func ChooseAllGather(size int, counts []int, elemSize int) Plan {
 	return defaultPolicy.allGather(size, counts, elemSize)
 }
@@ -151,7 +155,29 @@ func (p policy) allGather(size int, counts []int, elemSize int) Plan {
 			return RecursiveDoublingAllGather(rank, size, counts)
 		}}
 	}
-	return Plan{"ring", 1, func(rank int) Schedule {
-		return RingAllGather(rank, size, counts)
+	seg := p.segmentsFor(slices.Max(counts), elemSize, p.maxRingSegments)
+	return Plan{"ring", seg, func(rank int) Schedule {
+		return RingAllGather(rank, size, counts, seg)
+	}}
+}
+
+// ChooseReduceScatter picks the reduce-scatter of chunks of counts[r]
+// elements of elemSize bytes: RingReduceScatter, its chunks cut so that a
+// piece holds at most 1 MiB (at most 16 pieces), so that a rank reduces
+// one piece while the next is on the wire. The schedules' buffers hold
+// sum(counts) elements, laid out by Offsets(counts). Rank r's schedule
+// never receives into chunk (r-1) mod size, which it only sends: that
+// chunk may be read-only memory.
+func ChooseReduceScatter(size int, counts []int, elemSize int) Plan {
+	return defaultPolicy.reduceScatter(size, counts, elemSize)
+}
+
+func (p policy) reduceScatter(size int, counts []int, elemSize int) Plan {
+	total := checkCounts("ChooseReduceScatter", size, counts)[size]
+	checkChoice("ChooseReduceScatter", size, total, elemSize)
+	counts = append([]int(nil), counts...)
+	seg := p.segmentsFor(slices.Max(counts), elemSize, p.maxRingSegments)
+	return Plan{"ring", seg, func(rank int) Schedule {
+		return RingReduceScatter(rank, size, counts, seg)
 	}}
 }

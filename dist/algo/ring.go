@@ -37,17 +37,19 @@ func RingAllReduce(rank, size, count, segments int) Schedule {
 // chunk rank holds the reduction over all ranks of their chunk rank; the
 // other chunks are scratch.
 //
-// Rounds: size-1 (fewer where chunks are empty). Traffic: in step s a rank
-// sends chunk (rank-s-1) mod size to rank+1, so it sends every chunk but
-// its own: sum(counts) - counts[rank] elements.
-func RingReduceScatter(rank, size int, counts []int) Schedule {
+// Rounds: (size-1)·segments (fewer where chunks are empty); segments >= 1
+// splits every chunk into that many pieces, as in RingAllReduce. Traffic:
+// in step s a rank sends chunk (rank-s-1) mod size to rank+1, so it sends
+// every chunk but its own: sum(counts) - counts[rank] elements.
+func RingReduceScatter(rank, size int, counts []int, segments int) Schedule {
 	checkGroup("RingReduceScatter", rank, size)
 	offs := checkCounts("RingReduceScatter", size, counts)
+	checkSegments("RingReduceScatter", segments)
 	if size == 1 {
 		return nil
 	}
 	var b builder
-	ringReduceScatter(&b, rank, size, offs, counts, 1)
+	ringReduceScatter(&b, rank, size, offs, counts, segments)
 	return b.s
 }
 
@@ -56,17 +58,18 @@ func RingReduceScatter(rank, size int, counts []int) Schedule {
 // Layout: the buffer is the whole output, chunk r of counts[r] elements at
 // Offsets(counts)[r]. Before, only chunk rank is valid; afterwards all are.
 //
-// Rounds: size-1 (fewer where chunks are empty). Traffic: each rank sends
-// every chunk but the one of rank+1, i.e. sum(counts) - counts[rank+1]
-// elements.
-func RingAllGather(rank, size int, counts []int) Schedule {
+// Rounds: (size-1)·segments (fewer where chunks are empty), segments as in
+// RingReduceScatter. Traffic: each rank sends every chunk but the one of
+// rank+1, i.e. sum(counts) - counts[rank+1] elements.
+func RingAllGather(rank, size int, counts []int, segments int) Schedule {
 	checkGroup("RingAllGather", rank, size)
 	offs := checkCounts("RingAllGather", size, counts)
+	checkSegments("RingAllGather", segments)
 	if size == 1 {
 		return nil
 	}
 	var b builder
-	ringAllGather(&b, rank, size, offs, counts, 1)
+	ringAllGather(&b, rank, size, offs, counts, segments)
 	return b.s
 }
 

@@ -93,6 +93,14 @@ type Handlers struct {
 // closeTimeout bounds the goodbye frames Close sends.
 const closeTimeout = 2 * time.Second
 
+// notSent is a link's error for a send that gave up (its context ended)
+// before any byte of the frame was written: unlike a frame cut short, it
+// leaves the connection usable.
+type notSent struct{ err error }
+
+func (e notSent) Error() string { return e.err.Error() }
+func (e notSent) Unwrap() error { return e.err }
+
 // link moves whole frames to one peer.
 type link interface {
 	// send writes h and the payload parts as one frame. The link fills in
@@ -216,6 +224,11 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 	}
 	h := Header{Kind: kind, Key: key, FP: fp, Len: n}
 	if err := e.links[peer].send(ctx, &h, parts); err != nil {
+		var ns notSent
+		if errors.As(err, &ns) {
+			// Given up before any of the frame left: the stream is intact.
+			return fmt.Errorf("transport: send of %v to rank %d: %w", key, peer, ns.err)
+		}
 		if ctx.Err() != nil {
 			// A frame cut short leaves the stream unusable.
 			e.peerDown(peer, fmt.Errorf("send cancelled mid-frame: %w", ctx.Err()))

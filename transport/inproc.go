@@ -129,7 +129,7 @@ type memLink struct {
 
 func (l *memLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return notSent{err}
 	}
 	m := l.mesh
 	m.mu.Lock()

@@ -104,6 +104,12 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	return i, nil
 }
 
+// release gives back slot i, the last one acquired, unused.
+func (o *shmOut) release(i int) {
+	o.seg.state(i).Store(0)
+	o.next = i
+}
+
 // hostID names this host's shared-memory domain: the boot id (same
 // kernel) and /dev/shm's device and inode (same mount, so not two
 // containers with separate ones).

@@ -243,9 +243,12 @@ func newTCPLink(conn net.Conn) *tcpLink {
 	return l
 }
 
-func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) error {
+func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return notSent{err}
+	}
 	if l.shm != nil && h.Kind == KindData {
 		var n int
 		for _, p := range payload {
@@ -256,12 +259,20 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 			// header, naming the slot, goes over TCP.
 			i, err := l.shm.acquire(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					return notSent{err}
+				}
 				return err
 			}
 			h.CRC = copySum(l.shm.seg.slot(i), payload)
 			l.shm.seg.state(i).Store(1)
 			h.Kind, h.Slot = KindShmData, uint8(i)
 			payload = nil
+			defer func() {
+				if _, ok := err.(notSent); ok {
+					l.shm.release(i) // the header never left: the slot is free again
+				}
+			}()
 		}
 	}
 	if h.Kind != KindShmData {
@@ -283,6 +294,7 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 	if err != nil {
 		return err
 	}
+	started := n > 0
 	for n > 0 && len(bufs) > 0 {
 		if n < len(bufs[0]) {
 			bufs[0] = bufs[0][n:]
@@ -316,7 +328,10 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) error {
 			}
 		}()
 	}
-	_, err = bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
+	m, err := bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
+	if err != nil && !started && m == 0 && ctx.Err() != nil {
+		return notSent{err}
+	}
 	return err
 }
 

@@ -48,6 +48,7 @@ func Run(t *testing.T, newMesh NewMesh) {
 	t.Run("Sink", func(t *testing.T) { testSink(t, newMesh) })
 	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, newMesh) })
 	t.Run("RecvCancel", func(t *testing.T) { testCancel(t, newMesh) })
+	t.Run("SendCancelledBeforeStart", func(t *testing.T) { testSendCancelled(t, newMesh) })
 	t.Run("Abort", func(t *testing.T) { testAbort(t, newMesh) })
 	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, newMesh) })
 	t.Run("BadPeer", func(t *testing.T) {
@@ -264,6 +265,36 @@ func testMismatch(t *testing.T, newMesh NewMesh) {
 	buf := make([]byte, 2)
 	if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k3), 0, buf); err != nil || string(buf) != "ok" {
 		t.Fatalf("after mismatches: %q %v", buf, err)
+	}
+}
+
+// testSendCancelled: a send whose context has ended before it began
+// writes nothing and leaves the connection usable (a group failing while
+// a rank is about to send must still be able to tell that peer why).
+func testSendCancelled(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 10*time.Second)
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, n := range []int{0, 100, 64 << 10} { // header only, small, a shared-memory slot's size
+		err := m.Endpoints[0].Send(dead, 1, transport.Key{Group: 4, Seq: 1}, 0, make([]byte, n))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("send of %d bytes with a cancelled context: %v", n, err)
+		}
+	}
+	if err := m.Endpoints[0].PeerErr(1); err != nil {
+		t.Fatalf("the cancelled sends marked the peer down: %v", err)
+	}
+	k := transport.Key{Group: 4, Seq: 2}
+	for i := range 6 { // more frames than shared-memory slots: none was lost
+		want := payload(0, 1, i, 64<<10)
+		go m.Endpoints[0].Send(ctx, 1, k, 0, want)
+		got := make([]byte, len(want))
+		if _, err := m.Endpoints[1].Recv(ctx, 0, transport.ExactMatch(0, k), 0, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("frame %d after the cancelled sends: %v", i, err)
+		}
+		k.Seq++
 	}
 }
 

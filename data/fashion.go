@@ -97,11 +97,14 @@ func normalizeFashion(px []uint8, n int) *tensor.Tensor {
 		x = x - mean
 		lut[v] = x / std
 	}
-	out := make([]float32, len(px))
+	// Off the Go heap: a dataset on the heap would double the memory the
+	// collector lets training steps cycle through (see tensor.NewOffHeap).
+	t := tensor.NewOffHeap(tensor.Float32, n, 1, 28, 28)
+	out := t.Float32s()
 	for i, v := range px {
 		out[i] = lut[v]
 	}
-	return tensor.FromFloat32(out, n, 1, 28, 28)
+	return t
 }
 
 // FindFashionMNIST returns the directory to load Fashion-MNIST from: the

@@ -8,7 +8,7 @@ import (
 // view returns a tensor sharing t's buffer with a new shape, strides and
 // offset.
 func (t *Tensor) view(shape, strides []int, off int) *Tensor {
-	return &Tensor{dtype: t.dtype, shape: shape, strides: strides, off: off, buf: t.buf}
+	return &Tensor{dtype: t.dtype, shape: shape, strides: strides, off: off, buf: t.buf, keep: t.keep}
 }
 
 // Reshape returns a tensor with the same elements in a new shape. One

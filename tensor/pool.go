@@ -24,7 +24,7 @@ func scratch(d DType, shape ...int) *Tensor {
 // be used afterwards.
 func recycle(t *Tensor) {
 	n := len(t.buf)
-	if n < 64<<10 {
+	if n < 64<<10 || t.keep != nil {
 		return // small buffers are cheap; leave them to the allocator
 	}
 	p, _ := scratchPools.LoadOrStore(n, new(sync.Pool))

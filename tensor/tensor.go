@@ -20,6 +20,7 @@ type Tensor struct {
 	strides []int
 	off     int    // offset of element 0 in elements
 	buf     []byte // backing storage, 8-byte aligned; nil only when unsized
+	keep    *offHeap // buf's mapping when it lies outside the Go heap (NewOffHeap)
 }
 
 // alloc returns a zeroed, 8-byte aligned buffer of n elements of d.

@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"math"
+	"runtime"
+	"time"
 	"testing"
 )
 
@@ -294,5 +296,46 @@ func TestMaxPoolTiesAndNaN(t *testing.T) {
 				t.Fatalf("%v: indices %v, want %v (first maximum, last NaN, as PyTorch)", d, idx.Values(), wantIdx)
 			}
 		}
+	}
+}
+
+func TestNewOffHeap(t *testing.T) {
+	before := offHeapBytes.Load()
+	x := NewOffHeap(Float32, 512, 1024) // 2 MiB: mapped
+	if x.keep == nil || offHeapBytes.Load()-before != 2<<20 {
+		t.Fatalf("2 MiB tensor not mapped off the heap (keep %v, %d bytes mapped)", x.keep, offHeapBytes.Load()-before)
+	}
+	if s := x.Shape(); len(s) != 2 || s[0] != 512 || s[1] != 1024 || x.DType() != Float32 {
+		t.Fatalf("shape %v dtype %v", s, x.DType())
+	}
+	for _, v := range x.Float32s() {
+		if v != 0 {
+			t.Fatal("off-heap tensor not zeroed")
+		}
+	}
+	x.Fill(3)
+	// A view keeps the mapping alive after the tensor it came from is gone.
+	v := x.Narrow(0, 500, 12)
+	x = nil
+	for range 3 {
+		runtime.GC()
+	}
+	v.Fill(4)
+	if v.At(11, 1023) != 4 || v.Float32s()[0] != 4 {
+		t.Fatal("view of an off-heap tensor lost its values")
+	}
+	// Once nothing refers to it, the mapping is released.
+	v = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for offHeapBytes.Load() != before && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if offHeapBytes.Load() != before {
+		t.Fatalf("%d bytes still mapped after the tensor became unreachable", offHeapBytes.Load()-before)
+	}
+	// Small tensors stay on the heap.
+	if s := NewOffHeap(Float32, 10); s.keep != nil || s.Numel() != 10 {
+		t.Fatal("small tensor mapped off the heap")
 	}
 }

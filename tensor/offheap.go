@@ -1,0 +1,51 @@
+package tensor
+
+import (
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"syscall"
+)
+
+// offHeap is storage mapped outside the Go heap (NewOffHeap). Every tensor
+// sharing the storage points to it, so the mapping is released only once
+// none of them is reachable.
+type offHeap struct{ size int }
+
+// offHeapBytes counts the bytes mapped by NewOffHeap and not yet released.
+var offHeapBytes atomic.Int64
+
+// offHeapMin is the smallest tensor NewOffHeap maps; smaller ones are
+// cheap on the heap.
+const offHeapMin = 1 << 20
+
+// NewOffHeap is New for a large tensor that lives long, such as a dataset:
+// its storage is an anonymous mapping outside the Go heap. The garbage
+// collector lets the heap grow to (1+GOGC/100) times what is live before it
+// collects, and every allocation until then touches pages never used
+// before; a 200 MB dataset on the heap makes that 400 MB of page faults
+// through the first epoch of training, where off the heap the steps reuse
+// a few megabytes that stay faulted in and in cache.
+//
+// The storage is released when t and every view of it are unreachable. A
+// slice from Float32s and the like does not keep it alive: use such a
+// slice only while the tensor is in use (runtime.KeepAlive(t) where it
+// would otherwise be dead). Tensors under 1 MiB, and any whose mapping
+// fails, are allocated with New.
+func NewOffHeap(d DType, shape ...int) *Tensor {
+	n := numel(shape) * d.Size()
+	if n < offHeapMin || d == Invalid || slices.ContainsFunc(shape, func(s int) bool { return s < 0 }) {
+		return New(d, shape...)
+	}
+	mem, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return New(d, shape...)
+	}
+	h := &offHeap{size: n}
+	offHeapBytes.Add(int64(n))
+	runtime.AddCleanup(h, func(m []byte) {
+		offHeapBytes.Add(-int64(len(m)))
+		syscall.Munmap(m)
+	}, mem)
+	return &Tensor{dtype: d, shape: append([]int(nil), shape...), strides: contiguousStrides(shape), buf: mem, keep: h}
+}

@@ -25,6 +25,10 @@ const (
 	// maxPieceBytes), so pieces of a segmented message hold between half
 	// and all of it.
 	maxPieceBytes = 1 << 20
+	// A broadcast of less than chainSegments·maxPieceBytes is still cut
+	// in up to chainSegments pieces of at least this many bytes.
+	chainPieceBytes = 256 << 10
+	chainSegments   = 4
 	// Caps on the number of segments: each costs a round.
 	maxRingSegments  = 16
 	maxChainSegments = 64
@@ -36,6 +40,7 @@ type policy struct {
 	smallAllReduce, mediumAllReduce int
 	smallBroadcast, smallAllGather  int
 	maxPiece                        int
+	chainPiece                      int
 	maxRingSegments                 int
 	maxChainSegments                int
 }
@@ -46,6 +51,7 @@ var defaultPolicy = policy{
 	smallBroadcast:   smallBroadcastBytes,
 	smallAllGather:   smallAllGatherBytes,
 	maxPiece:         maxPieceBytes,
+	chainPiece:       chainPieceBytes,
 	maxRingSegments:  maxRingSegments,
 	maxChainSegments: maxChainSegments,
 }
@@ -85,7 +91,8 @@ func ChooseAllReduce(size, count, elemSize int) Plan {
 
 // ChooseBroadcast picks the broadcast of count elements of elemSize bytes
 // from root: BinomialBroadcast up to 256 KiB, ChainBroadcast above, with
-// enough segments that a piece holds at most 1 MiB (at most 64).
+// enough segments that a piece holds at most 1 MiB (at most 64) and, for
+// messages under 4 MiB, up to 4 pieces of at least 256 KiB.
 func ChooseBroadcast(size, root, count, elemSize int) Plan {
 	return defaultPolicy.broadcast(size, root, count, elemSize)
 }
@@ -141,6 +148,11 @@ func (p policy) broadcast(size, root, count, elemSize int) Plan {
 		}}
 	}
 	seg := p.segmentsFor(count, elemSize, p.maxChainSegments)
+	if p.chainPiece > 0 {
+		// A message of a few pieces is still cut in chainSegments, so that
+		// the next hop starts before the whole message has arrived.
+		seg = max(seg, min(chainSegments, count*elemSize/p.chainPiece))
+	}
 	return Plan{"chain", seg, func(rank int) Schedule {
 		return ChainBroadcast(rank, size, root, count, seg)
 	}}

@@ -15,6 +15,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,7 @@ type config struct {
 	firstMB   float64
 	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
 	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
+	stepLog   string // prefix of per-rank files of step timestamps
 }
 
 type result struct {
@@ -97,6 +99,7 @@ func main() {
 	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
 	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
 	flag.Float64Var(&c.bucketMB, "bucket-cap-mb", 25, "DDP bucket size cap in MiB")
+	flag.StringVar(&c.stepLog, "step-log", "", "write PREFIX.rankN: per step, its number and the Unix ns times backward began, backward ended and the gradients were reduced (to measure skew between ranks: internal/tools/ddpcmp/skew.py)")
 	flag.BoolVar(&c.unsynced, "unsynced", false, "independent replicas, gradients never reduced (accuracy meaningless): the step time without synchronisation, as train_ddp.py --no-ddp at world 2")
 	flag.StringVar(&c.killAt, "kill-at", "", "RANK:STEP: that rank kills itself (SIGKILL) at that step, to test recovery")
 	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
@@ -220,6 +223,16 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	ds := data.NewTensorDataset(xtr, ytr)
 	res := &result{Model: c.model, World: g.Size(), Epochs: c.epochs, Data: which, BLAS: blas.Default.Name(), Overlap: !c.noOverlap}
 	var trainTime, backwardTime, waitTime time.Duration
+	var steplog *bufio.Writer
+	if c.stepLog != "" {
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", c.stepLog, g.Rank()))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		steplog = bufio.NewWriter(f)
+		defer steplog.Flush()
+	}
 	steps := 0
 	for ep := start; ep < c.epochs; ep++ {
 		sampler.SetEpoch(ep)
@@ -254,6 +267,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			tw := time.Now()
 			if err := model.Wait(ctx); err != nil {
 				return nil, fmt.Errorf("epoch %d step %d: %w", ep+1, s, err)
+			}
+			if steplog != nil {
+				fmt.Fprintf(steplog, "%d %d %d %d\n", steps, tb.UnixNano(), tw.UnixNano(), time.Now().UnixNano())
 			}
 			backwardTime += tw.Sub(tb)
 			waitTime += time.Since(tw)

@@ -18,8 +18,8 @@ type Tensor struct {
 	dtype   DType
 	shape   []int
 	strides []int
-	off     int    // offset of element 0 in elements
-	buf     []byte // backing storage, 8-byte aligned; nil only when unsized
+	off     int      // offset of element 0 in elements
+	buf     []byte   // backing storage, 8-byte aligned; nil only when unsized
 	keep    *offHeap // buf's mapping when it lies outside the Go heap (NewOffHeap)
 }
 

@@ -3,8 +3,8 @@ package tensor
 import (
 	"math"
 	"runtime"
-	"time"
 	"testing"
+	"time"
 )
 
 func vals(t *Tensor) []float64 { return t.Values() }

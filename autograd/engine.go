@@ -191,7 +191,20 @@ func (e *engine) run(root *node, grad *tensor.Tensor) {
 				n.out.mu.grad = g
 			}
 			n.out.mu.Unlock()
+			// A leaf whose only contribution comes from this node may get
+			// its gradient computed straight into its destination
+			// (SetGradDestination).
+			var armed []*Var
+			for _, in := range n.inputs {
+				if in != nil && in.requiresGrad && in.node == nil && e.leafDeps[in] == 1 && e.leafGrad[in] == nil {
+					in.arm()
+					armed = append(armed, in)
+				}
+			}
 			ins = n.backward(g)
+			for _, in := range armed {
+				in.disarm()
+			}
 			if len(ins) != len(n.inputs) {
 				panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
 			}

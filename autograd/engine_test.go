@@ -179,3 +179,55 @@ func TestExternalFunction(t *testing.T) {
 		t.Fatalf("d(x³)/dx at 2 = %v", w.Grad().Item())
 	}
 }
+
+// TestGradDestination: a leaf with a destination and no gradient gets its
+// gradient computed into the destination (the same tensor, the same
+// values as without one); a leaf used twice, one with a gradient already,
+// and one with a tensor hook fall back to the usual path.
+func TestGradDestination(t *testing.T) {
+	x := autograd.Const(tensor.FromFloat32([]float32{1, 2, 3, 4, 5, 6}, 2, 3))
+	newParams := func() (*autograd.Var, *autograd.Var) {
+		return autograd.Param(tensor.FromFloat32([]float32{1, -1, 2, 0.5, 3, -2}, 2, 3)), autograd.Param(vec(0.5, -0.5))
+	}
+	loss := func(w, b *autograd.Var) *autograd.Var { return autograd.SumAll(autograd.Linear(x, w, b)) }
+	w0, b0 := newParams()
+	loss(w0, b0).Backward(nil)
+
+	w, b := newParams()
+	wd, bd := tensor.Full(tensor.Float32, 7, 2, 3), tensor.Full(tensor.Float32, 7, 2)
+	w.SetGradDestination(wd)
+	b.SetGradDestination(bd)
+	loss(w, b).Backward(nil)
+	if w.Grad() != wd || b.Grad() != bd {
+		t.Fatal("the gradients were not computed into their destinations")
+	}
+	if !tensor.Equal(wd, w0.Grad()) || !tensor.Equal(bd, b0.Grad()) {
+		t.Fatalf("gradients in the destinations %v %v, want %v %v", wd.Values(), bd.Values(), w0.Grad().Values(), b0.Grad().Values())
+	}
+	// A second pass accumulates into the gradient (the destination), as
+	// without one.
+	loss(w, b).Backward(nil)
+	if w.Grad() != wd || wd.Values()[0] != 2*w0.Grad().Values()[0] {
+		t.Fatalf("second pass: %v, want twice %v", wd.Values(), w0.Grad().Values())
+	}
+
+	// Used twice in one graph: the contributions are summed elsewhere and
+	// the destination is left alone.
+	w2, _ := newParams()
+	d2 := tensor.Full(tensor.Float32, 7, 2, 3)
+	w2.SetGradDestination(d2)
+	autograd.Add(autograd.SumAll(autograd.Linear(x, w2, nil)), autograd.SumAll(autograd.Linear(x, w2, nil))).Backward(nil)
+	if w2.Grad() == d2 || d2.Values()[0] != 7 || w2.Grad().Values()[0] != 2*w0.Grad().Values()[0] {
+		t.Fatalf("leaf used twice: grad %v, destination %v", w2.Grad().Values(), d2.Values())
+	}
+
+	// A tensor hook may replace the gradient: no destination.
+	w3, _ := newParams()
+	d3 := tensor.Full(tensor.Float32, 7, 2, 3)
+	w3.SetGradDestination(d3)
+	w3.RegisterHook(func(g *tensor.Tensor) *tensor.Tensor { return nil })
+	loss(w3, nil).Backward(nil)
+	if w3.Grad() == d3 || d3.Values()[0] != 7 {
+		t.Fatal("a leaf with a tensor hook used its destination")
+	}
+}

@@ -296,10 +296,10 @@ func Linear(x, w, b *Var) *Var {
 			gx = nt().MatMul(g, w.value)
 		}
 		if w.requiresGrad {
-			gw = nt().MatMul(g2.T(), x.value.Reshape(-1, x.value.Size(-1)))
+			gw = w.gradOut().MatMul(g2.T(), x.value.Reshape(-1, x.value.Size(-1)))
 		}
 		if b != nil && b.requiresGrad {
-			gb = nt().Sum(g2, 0, false)
+			gb = b.gradOut().Sum(g2, 0, false)
 		}
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b)

@@ -26,6 +26,8 @@ type Var struct {
 		hooks      []hookEntry[func(*tensor.Tensor) *tensor.Tensor]
 		readyHooks []hookEntry[func(*Var)]
 		retainGrad bool
+		gradDst    *tensor.Tensor // where a fresh gradient may be computed (SetGradDestination)
+		dstArmed   bool           // the engine allows the op being run to write into gradDst
 	}
 }
 
@@ -99,6 +101,48 @@ func (v *Var) SetGrad(g *tensor.Tensor) {
 	v.mu.Lock()
 	v.mu.grad = g
 	v.mu.Unlock()
+}
+
+// SetGradDestination names a tensor (of the value's shape and dtype) into
+// which a backward pass may compute this leaf's gradient when the leaf has
+// none yet, instead of allocating one: the gradient then is dst. DDP with
+// GradientAsBucketView passes the parameter's view into its bucket, so the
+// weight gradient's GEMM writes straight into the bucket. nil removes it.
+// The pass uses dst only when the leaf is used once in the graph and has
+// no tensor hooks; otherwise it allocates as usual.
+func (v *Var) SetGradDestination(dst *tensor.Tensor) {
+	if dst != nil && (!tensor.SameShape(dst, v.value) || dst.DType() != v.value.DType() || !dst.IsContiguous()) {
+		panic(fmt.Sprintf("autograd: gradient destination %v%v for a value %v%v (contiguous, same shape and dtype)", dst.DType(), dst.Shape(), v.value.DType(), v.value.Shape()))
+	}
+	v.mu.Lock()
+	v.mu.gradDst = dst
+	v.mu.Unlock()
+}
+
+// arm lets the op about to run write this leaf's gradient into its
+// destination, if it has one and no gradient or hooks.
+func (v *Var) arm() {
+	v.mu.Lock()
+	v.mu.dstArmed = v.mu.gradDst != nil && v.mu.grad == nil && len(v.mu.hooks) == 0
+	v.mu.Unlock()
+}
+
+func (v *Var) disarm() {
+	v.mu.Lock()
+	v.mu.dstArmed = false
+	v.mu.Unlock()
+}
+
+// gradOut is the tensor an op's backward computes v's gradient into: the
+// armed destination (once), else a new unsized tensor.
+func (v *Var) gradOut() *tensor.Tensor {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mu.dstArmed {
+		v.mu.dstArmed = false
+		return v.mu.gradDst
+	}
+	return new(tensor.Tensor)
 }
 
 // ZeroGrad clears the gradient: with setToNone the tensor is dropped (the
@@ -190,6 +234,8 @@ func (v *Var) accumulate(g *tensor.Tensor, steal func(*tensor.Tensor) bool) {
 	v.mu.Lock()
 	switch {
 	case g == nil:
+	case v.mu.grad == nil && g == v.mu.gradDst:
+		v.mu.grad = g // computed in place (SetGradDestination)
 	case v.mu.grad == nil:
 		if g.DType() == v.value.DType() && steal(g) {
 			v.mu.grad = g

@@ -177,6 +177,9 @@ func (d *DDP) plan(order []int) {
 					view.Copy(g)
 				}
 				p.SetGrad(view)
+				// After ZeroGrad(true), backward computes the gradient
+				// straight into the bucket: no allocation, no copy.
+				p.SetGradDestination(view)
 			}
 		}
 	}

@@ -103,7 +103,7 @@ type parityRun struct {
 // make_ddp_parity.py does: torch.manual_seed(0) weights on every rank,
 // DistributedSampler(shuffle, seed 0) with SetEpoch, 64 examples a rank a
 // step sliced from the normalised tensors, SGD 0.01 / 0.9, 100 steps.
-func runParity(t *testing.T, syncBN bool, build func(*tensor.RNG) *nn.Sequential) *parityRun {
+func runParity(t *testing.T, syncBN bool, build func(*tensor.RNG) *nn.Sequential, opts ddp.Options) *parityRun {
 	t.Helper()
 	dir, err := data.SubsetDir()
 	if err != nil {
@@ -125,7 +125,7 @@ func runParity(t *testing.T, syncBN bool, build func(*tensor.RNG) *nn.Sequential
 		if syncBN {
 			ddp.ConvertSyncBatchNorm(net, g)
 		}
-		m, err := ddp.New(ctx, net, g, ddp.Options{})
+		m, err := ddp.New(ctx, net, g, opts)
 		if err != nil {
 			return err
 		}
@@ -342,7 +342,15 @@ func checkBuffers(t *testing.T, run *parityRun, prefix, prefix64 func(rank int) 
 
 // TestParityDDPMLP: the anchor's MLP under 2-rank DDP against PyTorch DDP.
 func TestParityDDPMLP(t *testing.T) {
-	run := runParity(t, false, models.MLP)
+	run := runParity(t, false, models.MLP, ddp.Options{})
+	checkParity(t, "mlp", run)
+}
+
+// TestParityDDPMLPBucketView: the same with GradientAsBucketView, as the
+// example trains: the weight gradients are computed straight into the
+// buckets (autograd's gradient destinations).
+func TestParityDDPMLPBucketView(t *testing.T) {
+	run := runParity(t, false, models.MLP, ddp.Options{GradientAsBucketView: true})
 	checkParity(t, "mlp", run)
 }
 
@@ -354,7 +362,7 @@ func TestParityDDPLeNetBatchNorm(t *testing.T) {
 	if raceOn {
 		t.Skip("100 LeNet steps of two ranks take minutes under the race detector; the normal build runs them")
 	}
-	run := runParity(t, false, lenetBN)
+	run := runParity(t, false, lenetBN, ddp.Options{})
 	checkParity(t, "lenet_bn", run)
 	checkBuffers(t, run, func(r int) string { return fmt.Sprintf("lenet_bn.final.rank%d.", r) },
 		func(r int) string { return fmt.Sprintf("lenet_bn.final_f64.rank%d.", r) })
@@ -371,7 +379,7 @@ func TestParityDDPLeNetSyncBatchNorm(t *testing.T) {
 	if raceOn {
 		t.Skip("100 LeNet steps of two ranks take minutes under the race detector; the normal build runs them")
 	}
-	run := runParity(t, true, lenetBN)
+	run := runParity(t, true, lenetBN, ddp.Options{})
 	checkParity(t, "lenet_syncbn", run)
 	checkBuffers(t, run, func(int) string { return "lenet_syncbn.final." }, func(int) string { return "lenet_syncbn.final_f64." })
 }

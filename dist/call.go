@@ -132,7 +132,7 @@ var ErrGroupFailed = errors.New("dist: group failed earlier")
 type TimeoutError struct {
 	Op      string
 	Timeout string
-	Waiting []int // global ranks the call was still waiting on, if known
+	Waiting []int // global ranks the call was waiting on when it timed out, if known
 
 	seq uint64 // the call's sequence number, for the group timeout's own
 }

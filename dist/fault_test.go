@@ -193,6 +193,12 @@ func TestSilentPeerTimesOut(t *testing.T) {
 				if !strings.Contains(err.Error(), "all_reduce") {
 					return fmt.Errorf("timeout error does not name the call: %v", err)
 				}
+				// It names the rank it waited for: the silent one, or one
+				// that waits for it.
+				if len(te.Waiting) != 1 || te.Waiting[0] == g.Rank() || world == 2 && te.Waiting[0] != 1 ||
+					!strings.Contains(err.Error(), fmt.Sprintf("waiting on ranks [%d]", te.Waiting[0])) {
+					return fmt.Errorf("timeout error waiting on %v: %v", te.Waiting, err)
+				}
 				if err := g.Barrier(context.Background()); !errors.Is(err, dist.ErrGroupFailed) {
 					return fmt.Errorf("barrier after a timeout: %v, want dist.ErrGroupFailed", err)
 				}

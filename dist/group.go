@@ -149,6 +149,7 @@ type Group struct {
 		// flight (a context with its own timer per call costs a small
 		// collective a tenth of its time).
 		deadlines map[uint64]callDeadline
+		waitingOn map[uint64]int // the global rank each call in flight last waited for
 		watchdog  *time.Timer
 		watching  bool
 	}
@@ -211,8 +212,18 @@ func (g *Group) expire() {
 	default:
 		g.mu.watching = false
 		g.mu.Unlock()
-		g.fail(&TimeoutError{Op: first.c.String(), Timeout: g.timeout.String(), seq: firstSeq})
+		g.fail(&TimeoutError{Op: first.c.String(), Timeout: g.timeout.String(), Waiting: g.waitedFor(firstSeq), seq: firstSeq})
 	}
+}
+
+// waitedFor is the rank call seq last waited for, for a TimeoutError.
+func (g *Group) waitedFor(seq uint64) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, ok := g.mu.waitingOn[seq]; ok {
+		return []int{r}
+	}
+	return nil
 }
 
 // probeAfter is how long a receive waits before asking the peer what call
@@ -279,6 +290,12 @@ func (g *Group) await(ctx context.Context, r *transport.Receive, peer int, seq, 
 		_, err := r.Wait(ctx)
 		return err
 	}
+	g.mu.Lock()
+	if g.mu.waitingOn == nil {
+		g.mu.waitingOn = map[uint64]int{}
+	}
+	g.mu.waitingOn[seq] = peer
+	g.mu.Unlock()
 	var finished atomic.Bool
 	t := time.AfterFunc(probeAfter, func() {
 		if !finished.Load() && ctx.Err() == nil {
@@ -385,6 +402,7 @@ func (g *Group) runSeq(ctx context.Context, c call, seq uint64, fn func(ctx cont
 			g.mu.recent[seq] = g.mu.active[seq]
 			delete(g.mu.recent, seq-recentCalls)
 			delete(g.mu.active, seq)
+			delete(g.mu.waitingOn, seq)
 			g.mu.Unlock()
 		}()
 	}
@@ -462,7 +480,7 @@ func (g *Group) classify(user, opctx context.Context, c call, seq uint64, err er
 		if d, ok := user.Deadline(); ok && user.Err() != nil {
 			limit = "the caller's deadline (" + (-time.Until(d)).Round(time.Millisecond).String() + " ago)"
 		}
-		te := &TimeoutError{Op: c.String(), Timeout: limit}
+		te := &TimeoutError{Op: c.String(), Timeout: limit, Waiting: g.waitedFor(seq)}
 		g.fail(te)
 		return te
 	}

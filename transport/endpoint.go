@@ -577,7 +577,7 @@ func complete(ms []match) {
 			x.p.finish(x.m.src, err)
 			continue
 		}
-		copy(x.p.buf, x.m.buf)
+		x.p.take(x.m.buf)
 		x.p.finish(x.m.src, nil)
 	}
 }

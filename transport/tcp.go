@@ -257,12 +257,12 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 		if n >= shmMinFrame && n <= shmSlotSize {
 			// The payload goes through the next shared-memory slot; the
 			// header, naming the slot, goes over TCP.
-			i, err := l.shm.acquire(ctx)
-			if err != nil {
+			i, aerr := l.shm.acquire(ctx)
+			if aerr != nil {
 				if ctx.Err() != nil {
-					return notSent{err}
+					return notSent{aerr}
 				}
-				return err
+				return aerr
 			}
 			h.CRC = copySum(l.shm.seg.slot(i), payload)
 			l.shm.seg.state(i).Store(1)
@@ -330,7 +330,7 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	}
 	m, err := bufs.WriteTo(l.conn) // writev: header and tensor bytes, no copy
 	if err != nil && !started && m == 0 && ctx.Err() != nil {
-		return notSent{err}
+		return notSent{ctx.Err()}
 	}
 	return err
 }

@@ -9,8 +9,10 @@ import (
 
 // offHeap is storage mapped outside the Go heap (NewOffHeap). Every tensor
 // sharing the storage points to it, so the mapping is released only once
-// none of them is reachable.
-type offHeap struct{ size int }
+// none of them is reachable. It holds a pointer so that the allocator
+// gives it a block of its own: a cleanup attached to an object batched
+// with others in one tiny block runs only when all of them are dead.
+type offHeap struct{ mem []byte }
 
 // offHeapBytes counts the bytes mapped by NewOffHeap and not yet released.
 var offHeapBytes atomic.Int64
@@ -41,7 +43,7 @@ func NewOffHeap(d DType, shape ...int) *Tensor {
 	if err != nil {
 		return New(d, shape...)
 	}
-	h := &offHeap{size: n}
+	h := &offHeap{mem: mem}
 	offHeapBytes.Add(int64(n))
 	runtime.AddCleanup(h, func(m []byte) {
 		offHeapBytes.Add(-int64(len(m)))

@@ -175,6 +175,25 @@ func newEngine(root *node) *engine {
 	return e
 }
 
+// backward runs n's backward function on g, with the leaves whose only
+// contribution comes from n armed to take their gradient destination
+// (disarmed again even if it panics).
+func (e *engine) backward(n *node, g *tensor.Tensor) []*tensor.Tensor {
+	var armed []*Var
+	for _, in := range n.inputs {
+		if in != nil && in.requiresGrad && in.node == nil && e.leafDeps[in] == 1 && e.leafGrad[in] == nil {
+			in.arm()
+			armed = append(armed, in)
+		}
+	}
+	defer func() {
+		for _, in := range armed {
+			in.disarm()
+		}
+	}()
+	return n.backward(g)
+}
+
 func (e *engine) run(root *node, grad *tensor.Tensor) {
 	ready := &nodeHeap{}
 	e.grads[root] = grad
@@ -191,20 +210,7 @@ func (e *engine) run(root *node, grad *tensor.Tensor) {
 				n.out.mu.grad = g
 			}
 			n.out.mu.Unlock()
-			// A leaf whose only contribution comes from this node may get
-			// its gradient computed straight into its destination
-			// (SetGradDestination).
-			var armed []*Var
-			for _, in := range n.inputs {
-				if in != nil && in.requiresGrad && in.node == nil && e.leafDeps[in] == 1 && e.leafGrad[in] == nil {
-					in.arm()
-					armed = append(armed, in)
-				}
-			}
-			ins = n.backward(g)
-			for _, in := range armed {
-				in.disarm()
-			}
+			ins = e.backward(n, g)
 			if len(ins) != len(n.inputs) {
 				panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
 			}

@@ -307,6 +307,11 @@ func (g *Group) await(ctx context.Context, r *transport.Receive, peer int, seq, 
 	_, err := r.Wait(ctx)
 	finished.Store(true)
 	t.Stop()
+	if err == nil {
+		g.mu.Lock()
+		delete(g.mu.waitingOn, seq)
+		g.mu.Unlock()
+	}
 	return err
 }
 

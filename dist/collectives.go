@@ -371,7 +371,8 @@ func (g *Group) scatter(ctx context.Context, seq uint64, c call, out *tensor.Ten
 }
 
 // ReduceScatter reduces ins (one tensor per member) across the group and
-// leaves in member r's out the reduction of everyone's ins[r].
+// leaves in member r's out the reduction of everyone's ins[r]. ins are not
+// modified; after an error, out holds unspecified values.
 func (g *Group) ReduceScatter(ctx context.Context, out *tensor.Tensor, ins []*tensor.Tensor, op ReduceOp) error {
 	c, err := g.reduceScatterCall(out, ins, op)
 	if err != nil {

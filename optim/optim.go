@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/internal/simd"
 	"github.com/godist/godist/tensor"
 )
 
@@ -287,12 +288,9 @@ func (a *Adam) Step() {
 func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
 	g, buf = g[:len(w)], buf[:len(w)]
 	if wd == 0 && keep == 1 && !nesterov {
-		// The common case (plain momentum), without the dead arithmetic.
-		for i := range w {
-			b := momentum*buf[i] + g[i]
-			buf[i] = b
-			w[i] -= lr * b
-		}
+		// The common case (plain momentum): a vector kernel that rounds
+		// as this loop's general form does.
+		simd.SGDMomentumF32(w, g, buf, lr, momentum)
 		return
 	}
 	for i := range w {

@@ -1,6 +1,6 @@
-// Package simd holds the few vector kernels the communication layers need
-// on their hot path (reductions of received chunks), with portable Go
-// fallbacks.
+// Package simd holds the few vector kernels on hot paths that are not
+// GEMMs (the reduction of received chunks, the SGD update), with portable
+// Go fallbacks that round exactly as the vector code does.
 package simd
 
 // AddF32 sets dst[i] += src[i] for i < len(dst); src must be at least as
@@ -31,4 +31,28 @@ func addF32Go(dst, src []float32) int {
 		d[7] += s[7]
 	}
 	return i
+}
+
+// SGDMomentumF32 applies SGD with momentum (no dampening, weight decay or
+// Nesterov), as PyTorch's torch.optim.SGD does for each element i:
+// buf[i] = momentum*buf[i] + g[i], then w[i] -= lr*buf[i], each operation
+// rounded to float32 on its own (no fused multiply-add), so the vector and
+// the scalar code give the same bits. g and buf must be at least as long
+// as w.
+func SGDMomentumF32(w, g, buf []float32, lr, momentum float32) {
+	g, buf = g[:len(w)], buf[:len(w)]
+	n := 0
+	if len(w) >= 16 {
+		n = sgdMomentumF32(w, g, buf, lr, momentum)
+	}
+	sgdMomentumF32Go(w[n:], g[n:], buf[n:], lr, momentum)
+}
+
+func sgdMomentumF32Go(w, g, buf []float32, lr, momentum float32) {
+	g, buf = g[:len(w)], buf[:len(w)]
+	for i := range w {
+		b := float32(momentum*buf[i]) + g[i]
+		buf[i] = b
+		w[i] -= float32(lr * b)
+	}
 }

@@ -18,3 +18,19 @@ func addF32(dst, src []float32) int {
 	addF32AVX2(&dst[0], &src[0], n)
 	return n
 }
+
+// sgdMomentumF32AVX2 updates n floats, n a multiple of 16.
+//
+//go:noescape
+func sgdMomentumF32AVX2(w, grad, buf *float32, n int, lr, momentum float32)
+
+// sgdMomentumF32 updates the longest prefix it can vectorise and returns
+// its length.
+func sgdMomentumF32(w, g, buf []float32, lr, momentum float32) int {
+	if !hasAVX2 {
+		return 0
+	}
+	n := len(w) &^ 15
+	sgdMomentumF32AVX2(&w[0], &g[0], &buf[0], n, lr, momentum)
+	return n
+}

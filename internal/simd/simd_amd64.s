@@ -27,3 +27,39 @@ loop:
 	VZEROUPPER
 done:
 	RET
+
+// func sgdMomentumF32AVX2(w, grad, buf *float32, n int, lr, momentum float32)
+// buf = momentum*buf + g; w = w - lr*buf; multiplies and adds rounded
+// separately (no FMA), as the Go fallback.
+TEXT ·sgdMomentumF32AVX2(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), DI
+	MOVQ         grad+8(FP), SI
+	MOVQ         buf+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS lr+32(FP), Y14
+	VBROADCASTSS momentum+36(FP), Y15
+	SHRQ         $4, CX
+	JZ           sgddone
+sgdloop:
+	VMULPS  (DX), Y15, Y0
+	VMULPS  32(DX), Y15, Y1
+	VADDPS  (SI), Y0, Y0
+	VADDPS  32(SI), Y1, Y1
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VMULPS  Y0, Y14, Y2
+	VMULPS  Y1, Y14, Y3
+	VMOVUPS (DI), Y4
+	VMOVUPS 32(DI), Y5
+	VSUBPS  Y2, Y4, Y4
+	VSUBPS  Y3, Y5, Y5
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ    $64, DI
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	DECQ    CX
+	JNZ     sgdloop
+	VZEROUPPER
+sgddone:
+	RET

@@ -154,7 +154,7 @@ func cleanEnv(extra ...string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PET_") || strings.HasPrefix(k, "GODIST_") || strings.HasPrefix(k, "SLURM_") ||
 			strings.HasPrefix(k, "OMPI_") || strings.HasPrefix(k, "TORCHELASTIC_") ||
-			slices.Contains([]string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"}, k) {
+			slices.Contains([]string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "GOGC", "GOMEMLIMIT"}, k) {
 			continue
 		}
 		env = append(env, kv)
@@ -255,9 +255,9 @@ func testRunWorkerEnv(t *testing.T, bb bins) {
 			"RANK=" + strconv.Itoa(r), "LOCAL_RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
 			"GROUP_RANK=0", "GROUP_WORLD_SIZE=1", "ROLE_NAME=default", "ROLE_RANK=" + strconv.Itoa(r), "ROLE_WORLD_SIZE=2",
 			"MASTER_ADDR=127.0.0.1", "GODIST_RESTART_COUNT=0", "GODIST_MAX_RESTARTS=1", "TORCHELASTIC_RESTART_COUNT=0",
-			"TORCHELASTIC_MAX_RESTARTS=1", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=7",
+			"TORCHELASTIC_MAX_RESTARTS=1", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=7", "GOGC=400", "GOMEMLIMIT=",
 		} {
-			if !strings.Contains(out, fmt.Sprintf("[rank %d] %s\n", r, kv)) {
+			if !strings.Contains(out, fmt.Sprintf("[rank %d] %s\n", r, kv)) && !(strings.HasSuffix(kv, "=") && strings.Contains(out, fmt.Sprintf("[rank %d] %s", r, kv))) {
 				t.Errorf("rank %d lacks %s", r, kv)
 			}
 		}
@@ -284,10 +284,14 @@ func testRunWorkerEnv(t *testing.T, bb bins) {
 	if storeAddr == nil || storeAddr[1] == port {
 		t.Errorf("workers' MASTER_PORT %s vs the launcher's store %v", port, storeAddr)
 	}
-	// A given token is passed on.
-	p = start(t, 20*time.Second, cleanEnv("GODIST_TOKEN=00ff00ff"), godist, "run", "--standalone", "/usr/bin/env").wait()
+	// A given token is passed on; a GOGC of the user's is kept, and then no
+	// memory limit is added.
+	p = start(t, 20*time.Second, cleanEnv("GODIST_TOKEN=00ff00ff", "GOGC=50"), godist, "run", "--standalone", "/usr/bin/env").wait()
 	if !strings.Contains(p.stdout.String(), "[rank 0] GODIST_TOKEN=00ff00ff\n") {
 		t.Errorf("the given token was not passed on: %v", p)
+	}
+	if !strings.Contains(p.stdout.String(), "[rank 0] GOGC=50\n") || strings.Contains(p.stdout.String(), "GOMEMLIMIT=") {
+		t.Errorf("the user's GOGC was not kept alone: %v", p)
 	}
 }
 

@@ -173,10 +173,7 @@ func finishAvg(b []byte, d tensor.DType, n int) {
 	case tensor.Float32:
 		// Multiplying by the reciprocal: division is several times slower,
 		// and for a power-of-two group size the result is the same.
-		v, s := view[float32](b), 1/float32(n)
-		for i := range v {
-			v[i] *= s
-		}
+		simd.ScaleF32(view[float32](b), 1/float32(n))
 	case tensor.Float64:
 		v, s := view[float64](b), 1/float64(n)
 		for i := range v {

@@ -56,3 +56,14 @@ func sgdMomentumF32Go(w, g, buf []float32, lr, momentum float32) {
 		w[i] -= float32(lr * b)
 	}
 }
+
+// ScaleF32 sets v[i] *= s.
+func ScaleF32(v []float32, s float32) {
+	n := 0
+	if len(v) >= 32 {
+		n = scaleF32(v, s)
+	}
+	for i := n; i < len(v); i++ {
+		v[i] *= s
+	}
+}

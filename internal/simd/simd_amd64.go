@@ -34,3 +34,19 @@ func sgdMomentumF32(w, g, buf []float32, lr, momentum float32) int {
 	sgdMomentumF32AVX2(&w[0], &g[0], &buf[0], n, lr, momentum)
 	return n
 }
+
+// scaleF32AVX2 scales n floats, n a multiple of 32.
+//
+//go:noescape
+func scaleF32AVX2(v *float32, n int, s float32)
+
+// scaleF32 scales the longest prefix it can vectorise and returns its
+// length.
+func scaleF32(v []float32, s float32) int {
+	if !hasAVX2 {
+		return 0
+	}
+	n := len(v) &^ 31
+	scaleF32AVX2(&v[0], n, s)
+	return n
+}

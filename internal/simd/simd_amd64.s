@@ -63,3 +63,26 @@ sgdloop:
 	VZEROUPPER
 sgddone:
 	RET
+
+// func scaleF32AVX2(v *float32, n int, s float32)
+TEXT ·scaleF32AVX2(SB), NOSPLIT, $0-20
+	MOVQ         v+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y15
+	SHRQ         $5, CX
+	JZ           scaledone
+scaleloop:
+	VMULPS  (DI), Y15, Y0
+	VMULPS  32(DI), Y15, Y1
+	VMULPS  64(DI), Y15, Y2
+	VMULPS  96(DI), Y15, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     scaleloop
+	VZEROUPPER
+scaledone:
+	RET

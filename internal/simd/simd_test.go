@@ -66,3 +66,23 @@ func BenchmarkSGDMomentumF32(b *testing.B) {
 		SGDMomentumF32(w, g, buf, 0.01, 0.9)
 	}
 }
+
+func TestScaleF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 31, 32, 33, 100, 4097} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		want := slices.Clone(v)
+		for i := range want {
+			want[i] *= 1 / float32(3)
+		}
+		ScaleF32(v, 1/float32(3))
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n %d element %d: %v, want %v", n, i, v[i], want[i])
+			}
+		}
+	}
+}

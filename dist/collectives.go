@@ -379,7 +379,7 @@ func (g *Group) ReduceScatter(ctx context.Context, out *tensor.Tensor, ins []*te
 		return err
 	}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, tensorBytes(ins), op)
+		return g.reduceScatter(ctx, seq, c, out, bytesOf(ins), op)
 	})
 }
 
@@ -387,16 +387,8 @@ func (g *Group) ReduceScatter(ctx context.Context, out *tensor.Tensor, ins []*te
 func (g *Group) ReduceScatterAsync(out *tensor.Tensor, ins []*tensor.Tensor, op ReduceOp) *Work {
 	c, err := g.reduceScatterCall(out, ins, op)
 	return g.async(c, err, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, tensorBytes(ins), op)
+		return g.reduceScatter(ctx, seq, c, out, bytesOf(ins), op)
 	})
-}
-
-func tensorBytes(ts []*tensor.Tensor) [][]byte {
-	bs := make([][]byte, len(ts))
-	for i, t := range ts {
-		bs[i] = t.Bytes()
-	}
-	return bs
 }
 
 // split cuts b into n equal parts.

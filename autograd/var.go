@@ -142,7 +142,7 @@ func (v *Var) gradOut() *tensor.Tensor {
 		v.mu.dstArmed = false
 		return v.mu.gradDst
 	}
-	return new(tensor.Tensor)
+	return nt()
 }
 
 // ZeroGrad clears the gradient: with setToNone the tensor is dropped (the

@@ -21,16 +21,29 @@ Cases:
              Conv2d; each rank normalises with its own batch's statistics
              and DDP (broadcast_buffers=True, the default) broadcasts rank
              0's buffers before every forward.
-  lenet_syncbn  the same LeNet with BatchNorm, as SyncBatchNorm would train
-             it. torch 1.13 refuses SyncBatchNorm on CPU (DDP's constructor:
-             "ValueError: SyncBatchNorm layers only work with GPU modules";
-             SyncBatchNorm.forward itself: "ValueError: SyncBatchNorm
-             expected input tensor to be on GPU"), so this case is one
-             process running a plain BatchNorm model on the concatenation of
-             rank 0's and rank 1's batches (128 examples): the statistics
-             SyncBatchNorm would all-reduce. Its gradient, that of the mean
-             of the two ranks' losses, is what 2-rank DDP with SyncBatchNorm
-             averages. "loss.rank{r}" is the loss over rank r's half.
+  lenet_syncbn  2-rank DDP, the same LeNet with every BatchNorm2d running
+             PyTorch's own SyncBatchNorm autograd function
+             (torch.nn.modules._functions.SyncBatchNorm: statistics
+             all-gathered over gloo in forward, sum_dy and sum_dy_xmu
+             all-reduced in backward). torch 1.13 refuses SyncBatchNorm on
+             CPU (DDP's constructor: "ValueError: SyncBatchNorm layers only
+             work with GPU modules"; SyncBatchNorm.forward: "SyncBatchNorm
+             expected input tensor to be on GPU"), and the five kernels that
+             function calls (torch.batch_norm_stats,
+             batch_norm_gather_stats_with_counts, batch_norm_elemt,
+             batch_norm_backward_reduce, batch_norm_backward_elemt) exist only
+             for CUDA. So this script gives those five names CPU
+             implementations (cpu_sync_bn_kernels below: the CUDA kernels'
+             formulas in torch ops) and wraps each BatchNorm2d in a module
+             whose forward is SyncBatchNorm.forward without the GPU check;
+             everything else, the autograd function, DDP and gloo, is
+             PyTorch's.
+  lenet_syncbn_joined  a cross-check of the above, not stored: one process
+             running plain BatchNorm on the concatenation of both ranks'
+             batches (128 examples), whose gradient, that of the mean of
+             the two ranks' losses, is what 2-rank SyncBatchNorm computes.
+             In float64 its losses must match lenet_syncbn's within 1e-9
+             relative, or the script fails.
 
 Stored (float32 unless said): {case}.loss.rank0 / .rank1 (one per step),
 {case}.step0.grad.{param} (rank 0's averaged gradients after the first
@@ -93,6 +106,92 @@ def make_model(nn, kind):
     raise ValueError(kind)
 
 
+def cpu_sync_bn_kernels(torch):
+    """CPU versions of the CUDA-only kernels SyncBatchNorm's autograd
+    function calls, with the CUDA kernels' formulas (per channel, over the
+    batch and spatial dimensions)."""
+
+    def dims(x):
+        return [0] + list(range(2, x.dim()))
+
+    def shape(x, v):
+        return v.view([1, -1] + [1] * (x.dim() - 2))
+
+    def stats(x, eps):
+        mean = x.mean(dims(x))
+        var = (x - shape(x, mean)).pow(2).mean(dims(x))  # biased
+        return mean, (var + eps).rsqrt()
+
+    def gather_stats_with_counts(x, mean_all, invstd_all, running_mean, running_var, momentum, eps, counts):
+        # Chan et al.'s parallel combination of the ranks' (count, mean, M2).
+        counts = counts.to(mean_all.dtype).view(-1, 1)
+        n = counts.sum(0)
+        mean = (counts * mean_all).sum(0) / n
+        var_all = invstd_all.pow(-2) - eps
+        m2 = (counts * (var_all + (mean_all - mean).pow(2))).sum(0)
+        var = m2 / n
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(momentum * mean)
+        if running_var is not None:
+            running_var.mul_(1 - momentum).add_(momentum * m2 / (n - 1))
+        return mean, (var + eps).rsqrt()
+
+    def elemt(x, weight, bias, mean, invstd, eps):
+        y = (x - shape(x, mean)) * shape(x, invstd)
+        if weight is not None:
+            y = y * shape(x, weight)
+        if bias is not None:
+            y = y + shape(x, bias)
+        return y
+
+    def backward_reduce(dy, x, mean, invstd, weight, input_g, weight_g, bias_g):
+        sum_dy = dy.sum(dims(x))
+        sum_dy_xmu = (dy * (x - shape(x, mean))).sum(dims(x))
+        gw = sum_dy_xmu * invstd if weight_g else None
+        gb = sum_dy if bias_g else None
+        return sum_dy, sum_dy_xmu, gw, gb
+
+    def backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+        n = count.sum().to(x.dtype)
+        mean_dy = sum_dy / n
+        mean_dy_xmu = sum_dy_xmu / n
+        k = shape(x, mean_dy_xmu * invstd * invstd)
+        g = invstd if weight is None else invstd * weight
+        return (dy - shape(x, mean_dy) - (x - shape(x, mean)) * k) * shape(x, g)
+
+    torch.batch_norm_stats = stats
+    torch.batch_norm_gather_stats_with_counts = gather_stats_with_counts
+    torch.batch_norm_elemt = elemt
+    torch.batch_norm_backward_reduce = backward_reduce
+    torch.batch_norm_backward_elemt = backward_elemt
+    torch.cuda.is_current_stream_capturing = lambda: False
+
+
+def cpu_sync_batchnorm(torch, nn, model):
+    """Replaces every BatchNorm2d of model (in place, keeping its
+    parameters and buffers) by one that trains through PyTorch's
+    SyncBatchNorm autograd function: nn.SyncBatchNorm.forward for the
+    training case, without its GPU check. It is not an nn.SyncBatchNorm
+    instance, which DDP would refuse on CPU."""
+    import torch.distributed as dist
+    from torch.nn.modules._functions import SyncBatchNorm as sync_batch_norm
+
+    class CPUSyncBatchNorm2d(nn.BatchNorm2d):
+        def forward(self, x):
+            assert self.training and self.track_running_stats and self.momentum is not None
+            self.num_batches_tracked.add_(1)
+            return sync_batch_norm.apply(x, self.weight, self.bias, self.running_mean, self.running_var,
+                                         self.eps, self.momentum, dist.group.WORLD, dist.get_world_size())
+
+    for name, m in list(model.named_children()):
+        if isinstance(m, nn.BatchNorm2d):
+            s = CPUSyncBatchNorm2d(m.num_features, m.eps, m.momentum)
+            s.load_state_dict(m.state_dict())
+            s = s.to(m.weight.dtype)
+            setattr(model, name, s)
+    return model
+
+
 def batches(torch, sampler):
     """Yields (epoch, step, index tensor) for STEPS steps."""
     step, ep = 0, 0
@@ -120,9 +219,12 @@ def worker(rank, port, kind, f64, q):
     torch.manual_seed(0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     xtr, ytr = load_data(torch)
-    model = make_model(nn, kind)
+    model = make_model(nn, "lenet_bn" if kind == "lenet_syncbn" else kind)
     if f64:  # the same initial weights and data, in float64
         model, xtr = model.double(), xtr.double()
+    if kind == "lenet_syncbn":
+        cpu_sync_bn_kernels(torch)
+        model = cpu_sync_batchnorm(torch, nn, model)
     net = DDP(model)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
@@ -174,7 +276,7 @@ def run_ddp(kind, f64=False):
 
 
 def run_global_batch(f64=False):
-    """lenet_syncbn: one process, BatchNorm over both ranks' batches."""
+    """lenet_syncbn_joined: one process, BatchNorm over both ranks' batches."""
     import torch
     import torch.nn as nn
     from torch.utils.data.distributed import DistributedSampler
@@ -205,15 +307,37 @@ def run_global_batch(f64=False):
         loss.backward()
         if step == 0:
             for k, p in model.named_parameters():
-                out[f"lenet_syncbn.step0.grad{suffix(f64)}.{k}"] = p.grad.detach().float().clone().numpy()
+                out[f"lenet_syncbn_joined.step0.grad{suffix(f64)}.{k}"] = p.grad.detach().float().clone().numpy()
         opt.step()
         for r in range(WORLD):
             losses[r].append(per[r].item())
     for r in range(WORLD):
-        out[f"lenet_syncbn.loss{suffix(f64)}.rank{r}"] = np.array(losses[r], dtype=np.float64 if f64 else np.float32)
+        out[f"lenet_syncbn_joined.loss{suffix(f64)}.rank{r}"] = np.array(losses[r], dtype=np.float64 if f64 else np.float32)
     for k, v in model.named_buffers():
-        out[f"lenet_syncbn.final{suffix(f64)}.{k}"] = v.detach().clone().numpy()
+        out[f"lenet_syncbn_joined.final{suffix(f64)}.{k}"] = v.detach().clone().numpy()
     return out
+
+
+def check_syncbn(out):
+    """The 2-rank SyncBatchNorm run must train as BatchNorm over the joined
+    batch (float64, where round-off stays far below the tolerance), and its
+    ranks' buffers must agree; then the joined run's entries are dropped
+    and rank 0's buffers kept as lenet_syncbn.final[_f64].{buffer}."""
+    for r in range(WORLD):
+        a, b = out[f"lenet_syncbn.loss_f64.rank{r}"], out[f"lenet_syncbn_joined.loss_f64.rank{r}"]
+        rel = float(np.max(np.abs(a - b) / np.abs(b)))
+        print(f"lenet_syncbn rank {r}: float64 losses vs the joined batch: max rel {rel:.2e}")
+        assert rel < 1e-9, "the CPU SyncBatchNorm kernels do not train as BatchNorm over the joined batch"
+    for k in [k for k in out if k.startswith("lenet_syncbn.final")]:
+        pre, name = k.split(".rank", 1)
+        r, buf = name.split(".", 1)
+        if r == "0":
+            other = out[f"{pre}.rank1.{buf}"]
+            assert np.array_equal(out[k], other) or np.allclose(out[k], other, rtol=1e-6, atol=0), k
+            out[f"{pre}.{buf}"] = out[k]
+    for k in [k for k in out if k.startswith("lenet_syncbn_joined.") or
+              (k.startswith("lenet_syncbn.final") and ".rank" in k)]:
+        del out[k]
 
 
 def save(path, arrays, metadata):
@@ -241,7 +365,9 @@ def main():
     for f64 in (False, True):
         out.update(run_ddp("mlp", f64))
         out.update(run_ddp("lenet_bn", f64))
+        out.update(run_ddp("lenet_syncbn", f64))
         out.update(run_global_batch(f64))
+    check_syncbn(out)
     meta = {"generator": "make_ddp_parity.py", "torch": torch.__version__, "world": str(WORLD),
             "steps": str(STEPS), "batch_per_rank": str(BS), "examples": str(N)}
     save(os.path.join(HERE, "ddp_parity.safetensors"), out, meta)

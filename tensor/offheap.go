@@ -51,3 +51,17 @@ func NewOffHeap(d DType, shape ...int) *Tensor {
 	}, mem)
 	return &Tensor{dtype: d, shape: append([]int(nil), shape...), strides: contiguousStrides(shape), buf: mem, keep: h}
 }
+
+// NewMapped returns a tensor whose storage is mem, memory the caller has
+// mapped outside the Go heap (shared memory, say), at least as long as the
+// shape needs. release runs once neither the tensor nor any view of it is
+// reachable; the caller must not unmap mem before then.
+func NewMapped(d DType, mem []byte, release func(), shape ...int) *Tensor {
+	n := numel(shape) * d.Size()
+	if d == Invalid || slices.ContainsFunc(shape, func(s int) bool { return s < 0 }) || n > len(mem) {
+		panic("tensor: NewMapped: memory too small for the shape, or a bad dtype or shape")
+	}
+	h := &offHeap{mem: mem[:n:n]}
+	runtime.AddCleanup(h, func(f func()) { f() }, release)
+	return &Tensor{dtype: d, shape: append([]int(nil), shape...), strides: contiguousStrides(shape), buf: h.mem, keep: h}
+}

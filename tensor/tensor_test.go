@@ -3,6 +3,8 @@ package tensor
 import (
 	"math"
 	"runtime"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -297,6 +299,41 @@ func TestMaxPoolTiesAndNaN(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestNewMapped(t *testing.T) {
+	mem, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Skip(err)
+	}
+	var released atomic.Bool
+	x := NewMapped(Float32, mem, func() { released.Store(true); syscall.Munmap(mem) }, 100, 10)
+	if s := x.Shape(); len(s) != 2 || s[0] != 100 || s[1] != 10 {
+		t.Fatalf("shape %v", s)
+	}
+	v := x.Narrow(0, 10, 5)
+	x = nil
+	v.Fill(2)
+	runtime.GC()
+	runtime.GC()
+	if released.Load() || v.At(4, 9) != 2 {
+		t.Fatal("memory released while a view is reachable")
+	}
+	v = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for !released.Load() && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if !released.Load() {
+		t.Fatal("release not called after the tensor became unreachable")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("NewMapped accepted memory smaller than the shape")
+		}
+	}()
+	NewMapped(Float32, make([]byte, 8), func() {}, 3)
 }
 
 func TestNewOffHeap(t *testing.T) {

@@ -131,6 +131,8 @@ type Endpoint struct {
 		down       map[int]*PeerError
 		closed     bool
 		handlers   Handlers
+		nextRegion int                  // regions made (lend.go)
+		regions    map[regionKey][]byte // peers' regions mapped here
 	}
 }
 

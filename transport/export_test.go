@@ -20,12 +20,4 @@ func (e *Endpoint) Crash() {
 
 // UsesSharedMemory reports whether e sends large payloads to peer through
 // a shared-memory segment.
-func UsesSharedMemory(e *Endpoint, peer int) bool {
-	l, ok := e.links[peer].(*tcpLink)
-	if !ok {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.shm != nil
-}
+func UsesSharedMemory(e *Endpoint, peer int) bool { return e.SharesMemoryWith(peer) }

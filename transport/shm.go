@@ -224,14 +224,20 @@ func closeAll(out []*shmSeg, files map[int]*os.File) []*shmSeg {
 }
 
 func createSeg(from, to int) (*os.File, error) {
+	return createFile(strconv.Itoa(from)+"-"+strconv.Itoa(to), shmSegment)
+}
+
+// createFile creates a file of size bytes in /dev/shm, mode 0600, under a
+// random name ending in tag.
+func createFile(tag string, size int64) (*os.File, error) {
 	var b [8]byte
 	rand.Read(b[:])
-	name := filepath.Join("/dev/shm", "godist-"+hex.EncodeToString(b[:])+"-"+strconv.Itoa(from)+"-"+strconv.Itoa(to))
+	name := filepath.Join("/dev/shm", "godist-"+hex.EncodeToString(b[:])+"-"+tag)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Truncate(shmSegment); err != nil {
+	if err := f.Truncate(size); err != nil {
 		f.Close()
 		os.Remove(name)
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -231,6 +232,11 @@ type tcpLink struct {
 	bufs net.Buffers  // the frame being written (reused)
 	iov  []unix.Iovec // bufs for writev (reused)
 	shm  *shmOut      // same-host peer's segment, or nil
+	// lent are the regions whose payloads go to this peer by reference
+	// (lend.go); lentSeq numbers those frames.
+	lent       []*Region
+	lentSeq    uint64
+	lentFrames atomic.Int64
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {
@@ -250,6 +256,9 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 		return notSent{err}
 	}
 	if l.shm != nil && h.Kind == KindData {
+		if r, off, ok := l.lendable(payload); ok {
+			return l.sendLent(ctx, h, r, off, payload[0])
+		}
 		var n int
 		for _, p := range payload {
 			n += len(p)
@@ -287,6 +296,12 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	}
 	l.bufs = bufs
 	defer clear(l.bufs) // keep no tensor alive
+	return l.writeAll(ctx, bufs)
+}
+
+// writeAll writes bufs as one frame. l.mu is held. It returns notSent when
+// ctx ended before any byte left.
+func (l *tcpLink) writeAll(ctx context.Context, bufs net.Buffers) error {
 	// Most frames fit in the socket's buffer: one writev that cannot block
 	// needs no cancellation. Only the rest of a frame that does not fit
 	// waits on the socket, and only that wait watches ctx.
@@ -386,6 +401,7 @@ func (l *tcpLink) close() error {
 // readLoop reads frames from rank r until the connection ends.
 func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
 	defer shm.unmap()
+	defer e.unmapPeerRegions(r)
 	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
 	in := &streamPayload{br}
 	var hb [HeaderSize]byte
@@ -402,6 +418,26 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			e.peerDown(r, err)
 			conn.Close()
 			return
+		}
+		if h.Kind == KindLentData {
+			var b []byte
+			var seq uint32
+			if shm != nil {
+				b, seq, err = e.readLent(r, &h, in)
+			} else {
+				err = fmt.Errorf("%w: lent payload on a connection without shared memory", ErrFrame)
+			}
+			if err == nil {
+				h.Kind = KindData
+				err = e.deliver(r, &h, &memPayload{b})
+				shm.state(lentAckLine).Store(seq) // the sender may write it again
+			}
+			if err != nil {
+				e.peerDown(r, err)
+				conn.Close()
+				return
+			}
+			continue
 		}
 		if h.Kind == KindShmData {
 			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {

@@ -19,8 +19,11 @@ import (
 type Options struct {
 	// TCP runs over loopback TCP with an in-memory store; otherwise the
 	// in-process transport with Faults.
-	TCP    bool
-	Faults transport.Faults
+	TCP bool
+	// SharedMemory lets the TCP ranks (all on this host) move large
+	// payloads through shared memory, as dist.Init does by default.
+	SharedMemory bool
+	Faults       transport.Faults
 	// Timeout bounds the whole job (default 60s) and is the groups'
 	// collective timeout.
 	Timeout time.Duration
@@ -58,7 +61,7 @@ func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Gro
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t")})
+				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t"), SharedMemory: opt.SharedMemory})
 			}()
 		}
 		wg.Wait()

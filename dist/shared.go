@@ -1,0 +1,85 @@
+package dist
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/godist/godist/tensor"
+)
+
+// NewSharedTensor returns a zeroed contiguous tensor whose memory this
+// rank's same-host members of g can read in place: a collective or
+// point-to-point send of it (or of a contiguous piece of at least 32 KiB)
+// to such a member moves no bytes through a shared-memory slot; the
+// receiver reduces or copies them straight from this rank's memory, and
+// the send returns once it has. DDP keeps its gradient buckets in such
+// tensors.
+//
+// Every member must call it, in the same order as its other collectives.
+// Where nothing can be shared (members on other hosts, the in-process
+// transport, shared memory off) it returns an ordinary tensor; the result
+// behaves the same either way.
+func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	if g.Size() == 1 {
+		return tensor.New(d, shape...), nil
+	}
+	n := d.Size()
+	for _, s := range shape {
+		n *= s
+	}
+	ep := g.world.ep
+	type desc struct {
+		ID   uint8
+		Name string
+		N    int
+	}
+	var mine desc
+	region, err := ep.NewRegion(n)
+	if err == nil {
+		mine = desc{region.ID(), region.Name(), n}
+		defer region.Unlink()
+	}
+	fail := func(err error) (*tensor.Tensor, error) {
+		if region != nil {
+			region.Close()
+		}
+		return nil, fmt.Errorf("dist: rank %d: new shared tensor: %w", g.rank, err)
+	}
+	descs, err := AllGatherObject(ctx, g, mine)
+	if err != nil {
+		return fail(err)
+	}
+	// Map the members' regions that this rank can read.
+	var mapped []int
+	for q, dq := range descs {
+		peer := g.ranks[q]
+		if q == g.rank || dq.Name == "" || !ep.SharesMemoryWith(peer) {
+			continue
+		}
+		if ep.MapRegion(peer, dq.ID, dq.Name, dq.N) == nil {
+			mapped = append(mapped, q)
+		}
+	}
+	oks, err := AllGatherObject(ctx, g, mapped)
+	if err != nil {
+		return fail(err)
+	}
+	if region == nil {
+		return tensor.New(d, shape...), nil
+	}
+	lent := false
+	for q, ok := range oks {
+		if q != g.rank && slices.Contains(ok, g.rank) {
+			if err := region.LendTo(g.ranks[q]); err != nil {
+				return fail(err)
+			}
+			lent = true
+		}
+	}
+	if !lent {
+		region.Close()
+		return tensor.New(d, shape...), nil
+	}
+	return tensor.NewMapped(d, region.Bytes(), region.Close, shape...), nil
+}

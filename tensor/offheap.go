@@ -43,13 +43,11 @@ func NewOffHeap(d DType, shape ...int) *Tensor {
 	if err != nil {
 		return New(d, shape...)
 	}
-	h := &offHeap{mem: mem}
 	offHeapBytes.Add(int64(n))
-	runtime.AddCleanup(h, func(m []byte) {
-		offHeapBytes.Add(-int64(len(m)))
-		syscall.Munmap(m)
-	}, mem)
-	return &Tensor{dtype: d, shape: append([]int(nil), shape...), strides: contiguousStrides(shape), buf: mem, keep: h}
+	return NewMapped(d, mem, func() {
+		offHeapBytes.Add(-int64(n))
+		syscall.Munmap(mem)
+	}, shape...)
 }
 
 // NewMapped returns a tensor whose storage is mem, memory the caller has

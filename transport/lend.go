@@ -251,7 +251,10 @@ func (l *tcpLink) lendable(payload [][]byte) (*Region, int, bool) {
 }
 
 // sendLent writes a KindLentData frame for payload p, which lies at off in
-// region r, and waits until the peer has consumed it. l.mu is held.
+// region r, and waits until the peer has consumed it. l.mu is held, and
+// stays held through the wait: close unmaps the segment holding the ack
+// word under l.mu (after setting closed, which ends the wait), and the
+// frames to one peer go one at a time anyway.
 func (l *tcpLink) sendLent(ctx context.Context, h *Header, r *Region, off int, p []byte) error {
 	l.lentSeq++
 	seq := l.lentSeq

@@ -203,12 +203,17 @@ func TestAgentReport(t *testing.T) {
 	}
 }
 
+// TestAgentSignalForwarded: SIGINT to the launcher reaches the workers,
+// which stop at once. The worker execs sleep, so that the process the
+// signal must stop is the worker itself, with no shell in between: with
+// `echo up; sleep 30` a CI run under load once took until the stop grace's
+// SIGKILL (5 s) to end.
 func TestAgentSignalForwarded(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	var out lockedWriter
 	out.w = &bytes.Buffer{}
 	a := &Agent{Rendezvous: &fakeRdzv{}, Spec: Spec{
-		Program: "/bin/sh", Args: []string{"-c", `echo up; sleep 30`}, NProc: 2, Stdout: &out, Stderr: &out,
+		Program: "/bin/sh", Args: []string{"-c", `echo up; exec sleep 30`}, NProc: 2, Stdout: &out, Stderr: &out,
 		Signals: sigs,
 	}}
 	go func() {

@@ -21,3 +21,6 @@ func (e *Endpoint) Crash() {
 // UsesSharedMemory reports whether e sends large payloads to peer through
 // a shared-memory segment.
 func UsesSharedMemory(e *Endpoint, peer int) bool { return e.SharesMemoryWith(peer) }
+
+// ShmPrefix is how this process's /dev/shm file names begin.
+var ShmPrefix = shmPrefix

@@ -227,12 +227,17 @@ func createSeg(from, to int) (*os.File, error) {
 	return createFile(strconv.Itoa(from)+"-"+strconv.Itoa(to), shmSegment)
 }
 
+// shmPrefix is how the names of this process's files in /dev/shm begin:
+// "godist-" and the process id, so that a file left by a process that was
+// killed before it could unlink it names its owner.
+func shmPrefix() string { return "godist-" + strconv.Itoa(os.Getpid()) + "-" }
+
 // createFile creates a file of size bytes in /dev/shm, mode 0600, under a
-// random name ending in tag.
+// name of shmPrefix, a random part and tag.
 func createFile(tag string, size int64) (*os.File, error) {
 	var b [8]byte
 	rand.Read(b[:])
-	name := filepath.Join("/dev/shm", "godist-"+hex.EncodeToString(b[:])+"-"+tag)
+	name := filepath.Join("/dev/shm", shmPrefix()+hex.EncodeToString(b[:])+"-"+tag)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/godist/godist/internal/blas/internal/gogemm"
+	"github.com/godist/godist/internal/cgobusy"
 )
 
 // openblasImpl binds OpenBLAS's cblas_sgemm/cblas_dgemm through cgo.
@@ -55,6 +56,8 @@ func (openblasImpl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []f
 		gogemm.ScaleS(m, n, beta, c, ldc)
 		return
 	}
+	cgobusy.Enter()
+	defer cgobusy.Exit()
 	C.cblas_sgemm(C.CblasRowMajor, trans(transA), trans(transB), C.blasint(m), C.blasint(n), C.blasint(k),
 		C.float(alpha), (*C.float)(&a[0]), C.blasint(lda), (*C.float)(&b[0]), C.blasint(ldb),
 		C.float(beta), (*C.float)(&c[0]), C.blasint(ldc))
@@ -69,6 +72,8 @@ func (openblasImpl) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []f
 		gogemm.ScaleD(m, n, beta, c, ldc)
 		return
 	}
+	cgobusy.Enter()
+	defer cgobusy.Exit()
 	C.cblas_dgemm(C.CblasRowMajor, trans(transA), trans(transB), C.blasint(m), C.blasint(n), C.blasint(k),
 		C.double(alpha), (*C.double)(&a[0]), C.blasint(lda), (*C.double)(&b[0]), C.blasint(ldb),
 		C.double(beta), (*C.double)(&c[0]), C.blasint(ldc))

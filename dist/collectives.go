@@ -101,10 +101,11 @@ func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Ten
 	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
 		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)
 	})
-	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType())); err != nil {
+	final := avgFinal(op, t.DType(), g.Size())
+	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType()), final); err != nil {
 		return err
 	}
-	if op == Avg && g.Size() > 1 {
+	if op == Avg && g.Size() > 1 && final == nil {
 		finishAvg(b, t.DType(), g.Size())
 	}
 	return nil
@@ -141,7 +142,7 @@ func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, roo
 	sched := g.schedule(schedKey{opBroadcast, len(b), 1, root}, func() algo.Schedule {
 		return algo.ChooseBroadcast(g.Size(), root, len(b), 1).Schedule(g.rank)
 	})
-	return g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil)
+	return g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil, nil)
 }
 
 // Reduce reduces t across the group into root's t. The other members' t
@@ -179,7 +180,7 @@ func (g *Group) reduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor
 		b = slices.Clone(b) // the tree uses non-root buffers as scratch
 	}
 	s := algo.BinomialReduce(g.rank, g.Size(), root, t.Numel())
-	if err := g.execute(ctx, seq, c, s, flat{b, es}, es, reduceFunc(op, t.DType())); err != nil {
+	if err := g.execute(ctx, seq, c, s, flat{b, es}, es, reduceFunc(op, t.DType()), nil); err != nil {
 		return err
 	}
 	if op == Avg && g.rank == root {
@@ -231,7 +232,7 @@ func (g *Group) allGatherList(ctx context.Context, seq uint64, c call, outs []*t
 // this rank's chunk must already be in place.
 func (g *Group) allGatherBytes(ctx context.Context, seq uint64, c call, buf []byte, counts []int) error {
 	plan := algo.ChooseAllGather(g.Size(), counts, 1)
-	return g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{buf, 1}, 1, nil)
+	return g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{buf, 1}, 1, nil, nil)
 }
 
 func equalCounts(size, n int) []int {
@@ -321,7 +322,7 @@ func (g *Group) gather(ctx context.Context, seq uint64, c call, in *tensor.Tenso
 	} else {
 		sp.bufs[g.rank] = in.Bytes()
 	}
-	return g.execute(ctx, seq, c, algo.LinearGather(g.rank, g.Size(), root, counts), sp, 1, nil)
+	return g.execute(ctx, seq, c, algo.LinearGather(g.rank, g.Size(), root, counts), sp, 1, nil, nil)
 }
 
 // Scatter sends root's ins[r] to member r's out; ins is ignored (may be
@@ -367,7 +368,7 @@ func (g *Group) scatter(ctx context.Context, seq uint64, c call, out *tensor.Ten
 	} else {
 		sp.bufs[g.rank] = out.Bytes()
 	}
-	return g.execute(ctx, seq, c, algo.LinearScatter(g.rank, g.Size(), root, counts), sp, 1, nil)
+	return g.execute(ctx, seq, c, algo.LinearScatter(g.rank, g.Size(), root, counts), sp, 1, nil, nil)
 }
 
 // ReduceScatter reduces ins (one tensor per member) across the group and
@@ -452,7 +453,7 @@ func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tens
 			scratch = append(scratch, buf.bufs[r])
 		}
 	}
-	if err := g.execute(ctx, seq, c, s, buf, es, reduceFunc(op, out.DType())); err != nil {
+	if err := g.execute(ctx, seq, c, s, buf, es, reduceFunc(op, out.DType()), nil); err != nil {
 		return err
 	}
 	if aliased {
@@ -528,7 +529,7 @@ func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
 	sched := g.schedule(schedKey{opBarrier, 0, 0, -1}, func() algo.Schedule {
 		return algo.DisseminationBarrier(g.rank, g.Size())
 	})
-	return g.execute(ctx, seq, c, sched, flat{nil, 1}, 1, nil)
+	return g.execute(ctx, seq, c, sched, flat{nil, 1}, 1, nil, nil)
 }
 
 // schedKey names a schedule of this rank in this group.

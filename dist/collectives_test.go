@@ -431,3 +431,39 @@ func spawnBoth(t *testing.T, world int, fn func(g *dist.Group) error) {
 		})
 	}
 }
+
+// TestAvgIsSumScaled: a float32 AVG all-reduce, which scales in the pass
+// that completes each sum (algo.Xfer.Final), gives bit for bit the SUM
+// all-reduce's result times 1/world, for every algorithm ChooseAllReduce
+// picks (recursive doubling, halving-doubling, the segmented ring), world
+// sizes powers of two or not, and shared-memory pieces.
+func TestAvgIsSumScaled(t *testing.T) {
+	for _, world := range []int{2, 3, 4, 5} {
+		spawnBoth(t, world, func(g *dist.Group) error {
+			ctx := context.Background()
+			for _, n := range []int{1, 33, 10_000, 200_000, 1<<19 + 3} {
+				x := tensor.New(tensor.Float32, n)
+				v := x.Float32s()
+				for i := range v {
+					// Values whose sums round: the fused kernel must round
+					// the sum before scaling, as SUM then a scale does.
+					v[i] = float32(math.Sin(float64(i*7+g.Rank()*131))) * 1e3 / float32(i%97+1)
+				}
+				y := x.Clone()
+				if err := g.AllReduce(ctx, x, dist.Avg); err != nil {
+					return err
+				}
+				if err := g.AllReduce(ctx, y, dist.Sum); err != nil {
+					return err
+				}
+				s := 1 / float32(world)
+				for i, w := range y.Float32s() {
+					if got, want := math.Float32bits(v[i]), math.Float32bits(w*s); got != want {
+						return fmt.Errorf("world %d n %d element %d: AVG %v, SUM/world %v", world, n, i, v[i], w*s)
+					}
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -642,8 +642,10 @@ func (p parts) at(off, n int) []byte {
 // A receive lands in place (a reducing one reduces piece by piece as it
 // is read) when nothing still to be sent reads its range and no earlier
 // receive writes it; snapshot rounds' receives and the others land in
-// scratch space and are applied in posting order.
-func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red reducer) error {
+// scratch space and are applied in posting order. red reduces a reducing
+// receive; final, when not nil, replaces it on the receives marked
+// algo.Xfer.Final (an averaging all-reduce's last sum, see avgFinal).
+func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red, final reducer) error {
 	const (
 		lookahead     = 2
 		maxAhead      = 8
@@ -675,6 +677,14 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 			putScratch(b)
 		}
 	}()
+	// reduceWith is the kernel of a reducing receive: final for one that
+	// completes its range, when the caller gave one.
+	reduceWith := func(x algo.Xfer) reducer {
+		if x.Final && final != nil {
+			return final
+		}
+		return red
+	}
 	fail := func(err error) error {
 		withdraw(pending, func(p inflight) *transport.Receive { return p.r })
 		return err
@@ -689,7 +699,7 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		if p.tmp != nil {
 			dst := buf.at(p.x.Off, p.x.Len)
 			if p.x.Reduce {
-				red(dst, p.tmp)
+				reduceWith(p.x)(dst, p.tmp)
 			} else {
 				copy(dst, p.tmp)
 			}
@@ -752,8 +762,9 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 		key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
 		var r *transport.Receive
 		if x.Reduce && inPlace {
+			rx := reduceWith(x)
 			r = ep.PostSink(peer, transport.ExactMatch(peer, key), fp, len(dst), func(off int, b []byte) {
-				red(dst[off:off+len(b)], b)
+				rx(dst[off:off+len(b)], b)
 			})
 		} else {
 			r = ep.Post(peer, transport.ExactMatch(peer, key), fp, dst)

@@ -167,6 +167,20 @@ func f32bytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
 
+// avgFinal returns, for an all-reduce with op over n ranks, the kernel for
+// the receives that complete a range's sum (algo.Xfer.Final), or nil when
+// they reduce as any other: for AVG of float32, the last sum and the
+// division by n in one pass, (a+b)·(1/n), bit for bit what summing and
+// then finishAvg give, without finishAvg's second pass over the buffer.
+// Every all-reduce schedule of package algo marks its Final receives.
+func avgFinal(op ReduceOp, d tensor.DType, n int) reducer {
+	if op != Avg || d != tensor.Float32 || n < 2 {
+		return nil
+	}
+	s := 1 / float32(n)
+	return func(dst, src []byte) { simd.AddScaleF32(view[float32](dst), view[float32](src), s) }
+}
+
 // finishAvg divides a summed buffer by n.
 func finishAvg(b []byte, d tensor.DType, n int) {
 	switch d {

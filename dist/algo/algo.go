@@ -42,6 +42,14 @@ type Xfer struct {
 	// Reduce, on a receive, combines the incoming elements into the buffer
 	// instead of overwriting it.
 	Reduce bool
+	// Final, on a reducing receive of an all-reduce schedule, says that
+	// the reduction completes the range: afterwards it holds the
+	// contribution of every rank, and no rank reduces into its values
+	// again (they are only copied on). An all-reduce that averages scales
+	// there, in the same pass as the last sum, and every rank's result is
+	// then scaled exactly once. RingAllReduce, HalvingDoublingAllReduce
+	// and RecursiveDoublingAllReduce set it.
+	Final bool
 }
 
 // Round is one step of a rank's schedule.

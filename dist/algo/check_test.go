@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -102,7 +103,36 @@ func checkAllReduce(t *testing.T, desc string, size, count int, op simOp, sched 
 			checkKnows(t, desc, r, res, allKnown(size))
 		}
 	}
+	if op.name == opSum.name {
+		checkAverage(t, desc, size, count, sched)
+	}
 	return scheds, res
+}
+
+// checkAverage runs an all-reduce schedule as an averaging all-reduce does:
+// a sum, scaled by 1/size on the receives marked Final and nowhere else.
+// Every rank must end with the average, so the Final marks complete every
+// element's sum exactly once on the way to every rank.
+func checkAverage(t *testing.T, desc string, size, count int, sched func(int) Schedule) {
+	t.Helper()
+	if size == 1 {
+		return
+	}
+	scale := 1 / float64(size)
+	avg := simOp{"avg", opSum.f, func(v float64) float64 { return v * scale }}
+	desc = strings.Replace(desc, "op=sum", "op=avg", 1)
+	bufs := make([][]float64, size)
+	for r := range bufs {
+		bufs[r] = rankData(r, 0, count)
+	}
+	scheds, _ := run(t, desc, size, count, sched, bufs, avg)
+	want := reduced(size, 0, count, opSum)
+	for i := range want {
+		want[i] *= scale
+	}
+	for r := range size {
+		expect(t, desc, r, scheds[r], bufs[r], 0, want)
+	}
 }
 
 // checkReduceScatter: every rank starts with size chunks laid out by counts

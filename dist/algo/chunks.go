@@ -60,6 +60,14 @@ func (b *builder) recv(peer, off, n int, reduce bool) {
 	}
 }
 
+// final marks the receive just added as the one that completes its range
+// (Xfer.Final); it does nothing when that receive was left out as empty.
+func (b *builder) final(n int) {
+	if n > 0 {
+		b.cur.Recvs[len(b.cur.Recvs)-1].Final = true
+	}
+}
+
 // end closes the current round.
 func (b *builder) end() {
 	if len(b.cur.Sends)+len(b.cur.Recvs) > 0 {

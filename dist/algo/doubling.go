@@ -67,6 +67,9 @@ func RecursiveDoublingAllReduce(rank, size, count int) Schedule {
 		peer := rank ^ mask
 		b.send(peer, 0, count)
 		b.recv(peer, 0, count, true)
+		if mask<<1 == p {
+			b.final(count)
+		}
 		b.cur.Snapshot = true
 		b.end()
 	}
@@ -118,6 +121,9 @@ func HalvingDoublingAllReduce(rank, size, count int) Schedule {
 		b.send(peer, off, n)
 		off, n = span(keepLo, keepHi)
 		b.recv(peer, off, n, true)
+		if mask == 1 {
+			b.final(n)
+		}
 		b.end()
 		lo, hi = keepLo, keepHi
 	}

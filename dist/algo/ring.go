@@ -25,7 +25,7 @@ func RingAllReduce(rank, size, count, segments int) Schedule {
 	}
 	offs, lens := Chunks(count, size)
 	var b builder
-	ringReduceScatter(&b, rank, size, offs, lens, segments)
+	ringReduceScatter(&b, rank, size, offs, lens, segments, true)
 	ringAllGather(&b, rank, size, offs, lens, segments)
 	return b.s
 }
@@ -49,7 +49,7 @@ func RingReduceScatter(rank, size int, counts []int, segments int) Schedule {
 		return nil
 	}
 	var b builder
-	ringReduceScatter(&b, rank, size, offs, counts, segments)
+	ringReduceScatter(&b, rank, size, offs, counts, segments, false)
 	return b.s
 }
 
@@ -76,8 +76,9 @@ func RingAllGather(rank, size int, counts []int, segments int) Schedule {
 // ringReduceScatter appends the rounds after which rank holds the reduction
 // of chunk rank. In step s (0..size-2) it sends chunk rank-s-1 to the right
 // and reduces chunk rank-s-2 from the left, each split into segments pieces
-// and moved one piece per round.
-func ringReduceScatter(b *builder, rank, size int, offs, lens []int, segments int) {
+// and moved one piece per round. With final, the receives of the last step
+// (chunk rank, whose reduction they complete) are marked Final.
+func ringReduceScatter(b *builder, rank, size int, offs, lens []int, segments int, final bool) {
 	right, left := mod(rank+1, size), mod(rank-1, size)
 	for s := range size - 1 {
 		sc, rc := mod(rank-s-1, size), mod(rank-s-2, size)
@@ -86,6 +87,9 @@ func ringReduceScatter(b *builder, rank, size int, offs, lens []int, segments in
 		for i := range segments {
 			b.send(right, offs[sc]+soffs[i], slens[i])
 			b.recv(left, offs[rc]+roffs[i], rlens[i], true)
+			if final && s == size-2 {
+				b.final(rlens[i])
+			}
 			b.end()
 		}
 	}

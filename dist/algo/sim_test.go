@@ -15,11 +15,13 @@ import (
 type simOp struct {
 	name string
 	f    func(acc, in float64) float64
+	// final, when set, is applied after f on the receives marked Final.
+	final func(v float64) float64
 }
 
 var (
-	opSum = simOp{"sum", func(a, b float64) float64 { return a + b }}
-	opMax = simOp{"max", math.Max}
+	opSum = simOp{name: "sum", f: func(a, b float64) float64 { return a + b }}
+	opMax = simOp{name: "max", f: math.Max}
 	ops   = []simOp{opSum, opMax}
 )
 
@@ -107,6 +109,9 @@ func simulate(scheds []Schedule, bufs [][]float64, op simOp) (simResult, error) 
 					if x.Reduce {
 						for i, v := range m.data {
 							dst[i] = op.f(dst[i], v)
+							if x.Final && op.final != nil {
+								dst[i] = op.final(dst[i])
+							}
 						}
 					} else {
 						copy(dst, m.data)

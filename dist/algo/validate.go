@@ -36,13 +36,16 @@ func (s Schedule) Validate(rank, size, bufLen int) error {
 			if err := check("send", x); err != nil {
 				return err
 			}
-			if x.Reduce {
-				return fmt.Errorf("algo: rank %d round %d: send [%d:%d]->%d has Reduce set", rank, i, x.Off, x.Off+x.Len, x.Peer)
+			if x.Reduce || x.Final {
+				return fmt.Errorf("algo: rank %d round %d: send [%d:%d]->%d has Reduce or Final set", rank, i, x.Off, x.Off+x.Len, x.Peer)
 			}
 		}
 		for _, x := range r.Recvs {
 			if err := check("recv", x); err != nil {
 				return err
+			}
+			if x.Final && !x.Reduce {
+				return fmt.Errorf("algo: rank %d round %d: recv [%d:%d]<-%d is Final but does not reduce", rank, i, x.Off, x.Off+x.Len, x.Peer)
 			}
 		}
 		recvs := nonEmpty(r.Recvs)

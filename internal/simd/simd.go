@@ -57,6 +57,19 @@ func sgdMomentumF32Go(w, g, buf []float32, lr, momentum float32) {
 	}
 }
 
+// AddScaleF32 sets dst[i] = (dst[i] + src[i]) * s, rounding the sum
+// before the product (so the result is bit for bit AddF32 then ScaleF32).
+func AddScaleF32(dst, src []float32, s float32) {
+	src = src[:len(dst)]
+	n := 0
+	if len(dst) >= 32 {
+		n = addScaleF32(dst, src, s)
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = float32(dst[i]+src[i]) * s
+	}
+}
+
 // ScaleF32 sets v[i] *= s.
 func ScaleF32(v []float32, s float32) {
 	n := 0

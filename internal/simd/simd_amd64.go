@@ -50,3 +50,19 @@ func scaleF32(v []float32, s float32) int {
 	scaleF32AVX2(&v[0], n, s)
 	return n
 }
+
+// addScaleF32AVX2 sets dst = (dst+src)*s for n floats, n a multiple of 32.
+//
+//go:noescape
+func addScaleF32AVX2(dst, src *float32, n int, s float32)
+
+// addScaleF32 does the longest prefix it can vectorise and returns its
+// length.
+func addScaleF32(dst, src []float32, s float32) int {
+	if !hasAVX2 {
+		return 0
+	}
+	n := len(dst) &^ 31
+	addScaleF32AVX2(&dst[0], &src[0], n, s)
+	return n
+}

@@ -86,3 +86,37 @@ scaleloop:
 	VZEROUPPER
 scaledone:
 	RET
+
+// func addScaleF32AVX2(dst, src *float32, n int, s float32)
+// dst = (dst + src) * s, the add and the multiply rounded separately.
+TEXT ·addScaleF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y15
+	SHRQ         $5, CX
+	JZ           asdone
+asloop:
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VADDPS  (SI), Y0, Y0
+	VADDPS  32(SI), Y1, Y1
+	VADDPS  64(SI), Y2, Y2
+	VADDPS  96(SI), Y3, Y3
+	VMULPS  Y15, Y0, Y0
+	VMULPS  Y15, Y1, Y1
+	VMULPS  Y15, Y2, Y2
+	VMULPS  Y15, Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $128, SI
+	DECQ    CX
+	JNZ     asloop
+	VZEROUPPER
+asdone:
+	RET

@@ -7,3 +7,5 @@ func addF32(dst, src []float32) int { return addF32Go(dst, src) }
 func sgdMomentumF32(w, g, buf []float32, lr, momentum float32) int { return 0 }
 
 func scaleF32(v []float32, s float32) int { return 0 }
+
+func addScaleF32(dst, src []float32, s float32) int { return 0 }

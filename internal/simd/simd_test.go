@@ -86,3 +86,26 @@ func TestScaleF32(t *testing.T) {
 		}
 	}
 }
+
+// TestAddScaleF32 checks the fused kernel bit for bit against AddF32
+// followed by ScaleF32 (what an all-reduce AVG did before it was fused).
+func TestAddScaleF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 31, 32, 33, 100, 4097} {
+		for _, s := range []float32{0.5, 1 / float32(3), 0.125} {
+			dst, src := make([]float32, n), make([]float32, n)
+			for i := range dst {
+				dst[i], src[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+			}
+			want := slices.Clone(dst)
+			AddF32(want, src)
+			ScaleF32(want, s)
+			AddScaleF32(dst, src, s)
+			for i := range dst {
+				if math.Float32bits(dst[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n %d s %v element %d: %v, want %v", n, s, i, dst[i], want[i])
+				}
+			}
+		}
+	}
+}

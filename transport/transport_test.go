@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -152,14 +154,25 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 }
 
 func TestDefaultSpin(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	t.Setenv("GODIST_SPIN_US", "")
-	t.Setenv("LOCAL_WORLD_SIZE", "1")
-	if got := transport.DefaultSpin(); got != 100*time.Millisecond {
-		t.Errorf("one rank per host: %v, want 100ms", got)
-	}
-	t.Setenv("LOCAL_WORLD_SIZE", "100000")
-	if got := transport.DefaultSpin(); got != 0 {
-		t.Errorf("more ranks than CPUs: %v, want 0", got)
+	for _, c := range []struct {
+		local      string
+		gomaxprocs int
+		want       time.Duration
+	}{
+		{"1", 1, 100 * time.Millisecond},                            // the rank's Ps fit in the CPUs
+		{"100000", 1, 0},                                            // more ranks than CPUs
+		{"", 1, 50 * time.Microsecond},                              // not launched: unknown neighbours
+		{"junk", 1, 50 * time.Microsecond},                          // unreadable: as unset
+		{"1", runtime.NumCPU() + 1, 50 * time.Microsecond},          // more Ps than CPUs
+		{strconv.Itoa(runtime.NumCPU()), 1, 100 * time.Millisecond}, // one P per CPU
+	} {
+		t.Setenv("LOCAL_WORLD_SIZE", c.local)
+		runtime.GOMAXPROCS(c.gomaxprocs)
+		if got := transport.DefaultSpin(); got != c.want {
+			t.Errorf("LOCAL_WORLD_SIZE=%q GOMAXPROCS=%d: %v, want %v", c.local, c.gomaxprocs, got, c.want)
+		}
 	}
 	t.Setenv("GODIST_SPIN_US", "7")
 	if got := transport.DefaultSpin(); got != 7*time.Microsecond {

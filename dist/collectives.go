@@ -98,10 +98,15 @@ func (g *Group) allReduceCall(t *tensor.Tensor, op ReduceOp) (call, error) {
 
 func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor, op ReduceOp) error {
 	es, b := t.DType().Size(), t.Bytes()
+	final := avgFinal(op, t.DType(), g.Size())
+	if len(b) >= sharedMin {
+		if sb, off := g.sharedFor(b); sb != nil {
+			return g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op)
+		}
+	}
 	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
 		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)
 	})
-	final := avgFinal(op, t.DType(), g.Size())
 	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType()), final); err != nil {
 		return err
 	}

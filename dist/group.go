@@ -130,6 +130,8 @@ type Group struct {
 	rank    int   // this process's rank in the group
 	timeout time.Duration
 
+	sharedReduces atomic.Int64 // all-reduces done through shared memory (sharedreduce.go)
+
 	ctx    context.Context // cancelled, with the failure as cause, when the group fails
 	cancel context.CancelCauseFunc
 
@@ -152,6 +154,7 @@ type Group struct {
 		waitingOn map[uint64]int // the global rank each call in flight last waited for
 		watchdog  *time.Timer
 		watching  bool
+		shared    []*sharedBuf // tensors every member has mapped from every other (sharedreduce.go)
 	}
 }
 

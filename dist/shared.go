@@ -13,8 +13,11 @@ import (
 // point-to-point send of it (or of a contiguous piece of at least 32 KiB)
 // to such a member moves no bytes through a shared-memory slot; the
 // receiver reduces or copies them straight from this rank's memory, and
-// the send returns once it has. DDP keeps its gradient buckets in such
-// tensors.
+// the send returns once it has. When all of g is on one host, an
+// all-reduce of it (or of a piece of at least 256 KiB, the same piece on
+// every member) sends no payload at all: each member reduces its share
+// straight out of the others' copies (sharedreduce.go). DDP keeps its
+// gradient buckets in such a tensor.
 //
 // Every member must call it, in the same order as its other collectives.
 // Where nothing can be shared (members on other hosts, the in-process
@@ -81,5 +84,20 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		region.Close()
 		return tensor.New(d, shape...), nil
 	}
-	return tensor.NewMapped(d, region.Bytes(), region.Close, shape...), nil
+	release := region.Close
+	// Every member mapped every other's copy: all-reduces of the tensor go
+	// through shared memory (sharedreduce.go).
+	full := true
+	for q, ok := range oks {
+		full = full && len(ok) == g.Size()-1 && descs[q].Name != ""
+	}
+	if full {
+		ids := make([]uint8, g.Size())
+		for q, dq := range descs {
+			ids[q] = dq.ID
+		}
+		forget := g.registerShared(region.Bytes()[:n], ids)
+		release = func() { forget(); region.Close() }
+	}
+	return tensor.NewMapped(d, region.Bytes(), release, shape...), nil
 }

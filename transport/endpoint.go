@@ -124,6 +124,11 @@ type Endpoint struct {
 	links      []link
 	gone       []atomic.Bool // set when the peer's connection fails
 
+	// regionUse is held for reading while code outside the peer's reader
+	// reads a peer's region (ReadPeerRegions), and for writing while a
+	// region is unmapped, so that no read meets unmapped memory.
+	regionUse sync.RWMutex
+
 	mu struct {
 		sync.Mutex
 		posted     []*pending

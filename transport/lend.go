@@ -192,6 +192,8 @@ func (e *Endpoint) MapRegion(peer int, id uint8, name string, n int) error {
 	if err != nil {
 		return fmt.Errorf("transport: map rank %d's region %d: %w", peer, id, err)
 	}
+	e.regionUse.Lock() // a region replaced below is unmapped
+	defer e.regionUse.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.mu.closed || e.mu.down[peer] != nil {
@@ -220,9 +222,21 @@ func (e *Endpoint) peerRegion(peer int, id uint8) []byte {
 	return e.mu.regions[regionKey{peer, id}]
 }
 
+// ReadPeerRegions runs fn, which may read the regions of peers that
+// region returns (peer's region id as MapRegion mapped it, or nil when it
+// is not mapped: the peer's connection has ended, say) until fn returns:
+// they stay mapped meanwhile, even if a peer's connection ends.
+func (e *Endpoint) ReadPeerRegions(fn func(region func(peer int, id uint8) []byte) error) error {
+	e.regionUse.RLock()
+	defer e.regionUse.RUnlock()
+	return fn(e.peerRegion)
+}
+
 // unmapPeerRegions releases peer's regions (its connection has ended and
 // its reader, their only user, has stopped).
 func (e *Endpoint) unmapPeerRegions(peer int) {
+	e.regionUse.Lock()
+	defer e.regionUse.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k, mem := range e.mu.regions {

@@ -36,6 +36,7 @@ type benchConfig struct {
 	MaxIters int           `json:"max_iters"`
 	Target   time.Duration `json:"target"`
 	Timeout  time.Duration `json:"timeout"` // bounds each collective
+	Shared   bool          `json:"shared"`  // all_reduce tensors from NewSharedTensor
 }
 
 const benchConfigEnv = "GODIST_BENCH_CONFIG"
@@ -66,6 +67,7 @@ func benchMain(args []string) int {
 	target := fs.Duration("target", 2*time.Second, "time budget per size: the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size before the 5 probe iterations")
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
+	shared := fs.Bool("shared", false, "all_reduce tensors made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks reduce them through shared memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit for the whole run; the ranks are killed when it passes")
 	fs.Usage = func() {
@@ -118,6 +120,7 @@ Flags:
 	cfg := benchConfig{
 		Ops: opList, Sizes: sizeList, DType: *dtype, Warmup: *warmup,
 		MinIters: *minIters, MaxIters: *iters, Target: *target, Timeout: *timeout,
+		Shared: *shared,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

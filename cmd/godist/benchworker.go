@@ -89,8 +89,19 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	switch op {
 	case "all_reduce":
 		t := tensor.Full(dt, 1, per)
-		fn = func() error { return g.AllReduce(ctx, t, dist.Sum) }
 		plan = algo.ChooseAllReduce(n, per, es).String()
+		if cfg.Shared {
+			st, err := g.NewSharedTensor(ctx, dt, per)
+			if err != nil {
+				return result{}, err
+			}
+			st.Copy(t)
+			t = st
+			if dist.SharedAllReduceApplies(g, st) {
+				plan = "shared memory"
+			}
+		}
+		fn = func() error { return g.AllReduce(ctx, t, dist.Sum) }
 	case "broadcast":
 		t := tensor.Full(dt, 1, per)
 		fn = func() error { return g.Broadcast(ctx, t, 0) }

@@ -62,6 +62,7 @@ type DDP struct {
 	params []*autograd.Var // trainable, registration order
 	index  map[*autograd.Var]int
 	names  []string
+	arena  *tensor.Tensor // the buckets' memory, one float32 per parameter element
 
 	mu struct {
 		sync.Mutex
@@ -124,6 +125,22 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 	if err := d.broadcastBuffers(ctx); err != nil {
 		return nil, err
 	}
+	// The buckets are pieces of one tensor that the group's same-host
+	// members share, so that their all-reduces go through shared memory
+	// (dist.Group.NewSharedTensor); elsewhere it is an ordinary tensor.
+	total := 0
+	for _, p := range d.params {
+		total += p.Value().Numel()
+	}
+	if total > 0 {
+		arena, err := group.NewSharedTensor(ctx, tensor.Float32, total)
+		if err != nil {
+			return nil, fmt.Errorf("ddp: bucket memory: %w", err)
+		}
+		d.arena = arena
+	} else {
+		d.arena = tensor.New(tensor.Float32, 0)
+	}
 	order := make([]int, len(d.params))
 	for i := range order {
 		order[i] = len(d.params) - 1 - i // reverse registration order
@@ -156,9 +173,21 @@ func (d *DDP) plan(order []int) {
 		sizes[i] = int64(p.Value().Numel() * 4)
 	}
 	plan := PlanBuckets(order, sizes, int64(d.opt.FirstBucketCapMB*(1<<20)), int64(d.opt.BucketCapMB*(1<<20)))
+	// A new plan lays the buckets out afresh in the same memory: keep the
+	// gradients that live there before the views move over them.
+	var grads []*tensor.Tensor
+	if d.opt.GradientAsBucketView {
+		grads = make([]*tensor.Tensor, len(d.params))
+		for i, p := range d.params {
+			if g := p.Grad(); g != nil {
+				grads[i] = g.Clone()
+			}
+		}
+	}
 	d.mu.buckets = make([]*bucket, len(plan))
 	d.mu.bucketOf = make([]int, len(d.params))
 	d.mu.posInBkt = make([]int, len(d.params))
+	at := 0 // element offset of the next bucket in the arena
 	for b, ps := range plan {
 		bk := &bucket{params: ps}
 		n := 0
@@ -167,13 +196,15 @@ func (d *DDP) plan(order []int) {
 			n += d.params[i].Value().Numel()
 			d.mu.bucketOf[i], d.mu.posInBkt[i] = b, k
 		}
-		bk.buf = tensor.New(tensor.Float32, n)
+		bk.buf = d.arena.Narrow(0, at, n)
+		bk.buf.Zero()
+		at += n
 		d.mu.buckets[b] = bk
 		if d.opt.GradientAsBucketView {
 			for k, i := range ps {
 				p := d.params[i]
 				view := d.view(bk, k)
-				if g := p.Grad(); g != nil {
+				if g := grads[i]; g != nil {
 					view.Copy(g)
 				}
 				p.SetGrad(view)

@@ -37,27 +37,7 @@ func batch(r, step, n int) (*tensor.Tensor, *tensor.Tensor) {
 // reference computes, in one process, the average over ranks of the
 // gradients of the per-rank losses, starting from rank 0's weights.
 func reference(world, step, n int) map[string]*tensor.Tensor {
-	m := mlp(0)
-	var sum map[string]*tensor.Tensor
-	for r := range world {
-		nn.ZeroGrad(m, true)
-		x, y := batch(r, step, n)
-		nn.CrossEntropy(nn.Call(m, autograd.Const(x)), y).Backward(nil)
-		for _, p := range nn.NamedParameters(m) {
-			if sum == nil {
-				sum = map[string]*tensor.Tensor{}
-			}
-			if sum[p.Name] == nil {
-				sum[p.Name] = p.Value.Grad().Clone()
-			} else {
-				sum[p.Name].Add(sum[p.Name], p.Value.Grad())
-			}
-		}
-	}
-	for _, g := range sum {
-		g.Scale(1 / float64(world))
-	}
-	return sum
+	return averageGradients(mlp, world, step, n)
 }
 
 func close(a, b *tensor.Tensor, tol float64) error {

@@ -111,7 +111,11 @@ func (d *DDP) shadow(ctx context.Context) error {
 	buckets := d.mu.buckets
 	works := make([]*dist.Work, len(buckets))
 	for b, bk := range buckets {
-		shadow := &bucket{params: bk.params, offsets: bk.offsets, buf: tensor.New(tensor.Float32, bk.buf.Numel())}
+		// Zeros in the bucket's own memory: the active members reduce
+		// theirs in the same piece of a shared tensor (the joined
+		// member's gradients, views of it, end as everyone's average).
+		bk.buf.Zero()
+		shadow := &bucket{params: bk.params, offsets: bk.offsets, buf: bk.buf}
 		works[b] = d.opt.CommHook(d.group, &GradBucket{Index: b, Buffer: shadow.buf, IsLast: b == len(buckets)-1, params: shadow, ddp: d})
 	}
 	d.mu.iteration++

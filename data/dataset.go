@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/godist/godist/tensor"
 )
@@ -85,13 +86,25 @@ func (d *TensorDataset) Get(i int) []*tensor.Tensor {
 // Batch gathers rows indices of each tensor into new tensors by copying
 // each row's bytes.
 func (d *TensorDataset) Batch(indices []int) []*tensor.Tensor {
+	return d.BatchInto(nil, indices)
+}
+
+// BatchInto is Batch writing into reuse's tensors where they have the
+// batch's dtype and shape (a training loop passes the previous step's
+// batch, which it no longer needs, and allocates nothing per step);
+// others are allocated anew. It returns the batch.
+func (d *TensorDataset) BatchInto(reuse []*tensor.Tensor, indices []int) []*tensor.Tensor {
 	for _, i := range indices {
 		d.check(i)
 	}
 	out := make([]*tensor.Tensor, len(d.ts))
 	for k, t := range d.ts {
-		shape := append([]int{len(indices)}, t.Shape()[1:]...)
-		b := tensor.New(t.DType(), shape...)
+		var b *tensor.Tensor
+		if k < len(reuse) && fits(reuse[k], t, len(indices)) {
+			b = reuse[k]
+		} else {
+			b = tensor.New(t.DType(), append([]int{len(indices)}, t.Shape()[1:]...)...)
+		}
 		src, dst := t.Bytes(), b.Bytes()
 		rb := rowBytes(t)
 		for j, i := range indices {
@@ -100,6 +113,14 @@ func (d *TensorDataset) Batch(indices []int) []*tensor.Tensor {
 		out[k] = b
 	}
 	return out
+}
+
+// fits reports whether b can hold a batch of n rows of t.
+func fits(b, t *tensor.Tensor, n int) bool {
+	if b == nil || b.DType() != t.DType() || !b.IsContiguous() || b.Dim() != t.Dim() || b.Size(0) != n {
+		return false
+	}
+	return slices.Equal(b.Shape()[1:], t.Shape()[1:])
 }
 
 func (d *TensorDataset) check(i int) {

@@ -103,3 +103,29 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// TestBatchInto: a batch of the same shape lands in the given tensors (no
+// allocation); one of another size (the last, partial batch) gets new ones.
+func TestBatchInto(t *testing.T) {
+	ds := toy(5)
+	first := ds.BatchInto(nil, []int{0, 1})
+	second := ds.BatchInto(first, []int{3, 4})
+	for k := range second {
+		if second[k] != first[k] {
+			t.Fatalf("tensor %d was not reused", k)
+		}
+		if !tensor.Equal(second[k], ds.Batch([]int{3, 4})[k]) {
+			t.Fatalf("tensor %d = %v, want rows 3 and 4", k, second[k])
+		}
+	}
+	last := ds.BatchInto(second, []int{2})
+	if last[0] == second[0] || !equalInts(last[0].Shape(), []int{1, 2, 3}) || last[0].At(0, 1, 2) != 25 {
+		t.Fatalf("partial batch %v (shape %v) reused or wrong", last[0], last[0].Shape())
+	}
+	if second[0].At(0, 0, 0) != 30 {
+		t.Fatal("a partial batch wrote into the tensors it could not reuse")
+	}
+	if n := testing.AllocsPerRun(100, func() { ds.BatchInto(second, []int{1, 2}) }); n > 1 {
+		t.Errorf("BatchInto with reusable tensors allocates %v times (want only the result slice)", n)
+	}
+}

@@ -234,6 +234,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		defer steplog.Flush()
 	}
 	steps := 0
+	var batch []*tensor.Tensor
 	for ep := start; ep < c.epochs; ep++ {
 		sampler.SetEpoch(ep)
 		idx := sampler.Indices()
@@ -255,7 +256,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				fmt.Fprintf(log, "rank %d: killing myself at step %d (--kill-at)\n", g.Rank(), steps)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
-			b := ds.Batch(idx[s*c.batch : min((s+1)*c.batch, len(idx))])
+			// The previous step's batch is done with: reuse its memory.
+			batch = ds.BatchInto(batch, idx[s*c.batch:min((s+1)*c.batch, len(idx))])
+			b := batch
 			opt.ZeroGrad(true)
 			if err := model.Prepare(ctx); err != nil {
 				return nil, err

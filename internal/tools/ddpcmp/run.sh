@@ -12,6 +12,14 @@
 #
 # Synchronisation overhead, as the anchors define it: (DDP step - step of
 # unsynchronised replicas) / DDP step.
+#
+# Every DDP run also records the CPUs' cache-line round trip just before
+# and just after it (internal/tools/corelat): the host moves this VM's two
+# vCPUs between nearby cores (~60 ns) and distant ones (~300 ns) every few
+# seconds, and every exchange between ranks (PyTorch's too) is slower
+# while they are distant. The summary gives the medians over all rounds,
+# then over the runs made with the vCPUs near (both round trips < 150 ns)
+# and far apart (both >= 150 ns).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-3}
@@ -23,23 +31,28 @@ out=$(mktemp -d)
 mkdir -p bin
 go build -o bin/godist ./cmd/godist
 go build -o bin/ddp-go ./examples/ddp-fashion-mnist
+go build -o bin/corelat ./internal/tools/corelat
 blas=()
 if [ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ]; then
 	go build -tags openblas -o bin/ddp-blas ./examples/ddp-fashion-mnist
 	blas=(blas)
 fi
-py() { # name args...: one PyTorch run, its ms/step
-	local name=$1
+py() { # name args...: one PyTorch run: name, ms/step, samples/s, CPU round trips before and after
+	local name=$1 before res
 	shift
-	/usr/bin/python3 "$anchors/train_ddp.py" --model "$ptmodel" --world 2 "$@" 2>/dev/null | tail -1 |
-		python3 -c "import json,sys; d=json.loads(sys.stdin.read())['epochs'][0]; print('$name', d['ms_per_step'], d['samples_per_s'])"
+	before=$(bin/corelat)
+	res=$(/usr/bin/python3 "$anchors/train_ddp.py" --model "$ptmodel" --world 2 "$@" 2>/dev/null | tail -1 |
+		python3 -c "import json,sys; d=json.loads(sys.stdin.read())['epochs'][0]; print(d['ms_per_step'], d['samples_per_s'])")
+	echo "$name $res $before $(bin/corelat)"
 }
-gd() { # name binary args...: one godist run, its ms/step
-	local name=$1 bin=$2
+gd() { # name binary args...: one godist run: name, ms/step, samples/s, CPU round trips before and after
+	local name=$1 bin=$2 before res
 	shift 2
-	bin/godist run --standalone --nproc-per-node 2 "bin/$bin" --model "$model" --epochs 1 "$@" 2>/dev/null |
+	before=$(bin/corelat)
+	res=$(bin/godist run --standalone --nproc-per-node 2 "bin/$bin" --model "$model" --epochs 1 "$@" 2>/dev/null |
 		sed -n 's/^\[rank 0\] \({.*}\)$/\1/p' |
-		python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print('$name', d['ms_per_step'], d['samples_per_s'])"
+		python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(d['ms_per_step'], d['samples_per_s'])")
+	echo "$name $res $before $(bin/corelat)"
 }
 for r in $(seq "$rounds"); do
 	{
@@ -64,16 +77,30 @@ import sys, statistics as st
 out, rounds, builds = sys.argv[1], int(sys.argv[2]), ["go"] + sys.argv[3:]
 runs = []
 for r in range(1, rounds + 1):
-    runs.append({l.split()[0]: (float(l.split()[1]), float(l.split()[2])) for l in open(f"{out}/round{r}")})
-def med(f):
-    return st.median(f(x) for x in runs)
+    runs.append({l.split()[0]: [float(v) for v in l.split()[1:]] for l in open(f"{out}/round{r}")})
+def med(xs):
+    return st.median(xs) if xs else float("nan")
+def mode(x, name):  # "near", "far" or "mixed": where the vCPUs were during the run
+    a, b = x[name][2], x[name][3]
+    return "near" if max(a, b) < 150 else "far" if min(a, b) >= 150 else "mixed"
+names = ["pytorch"] + builds
+def row(label, name, rs):
+    return "| %s | %d | %.2f | %.0f | %.2fx | %.0f%% |" % (label, len(rs), med([x[name][0] for x in rs]), med([x[name][1] for x in rs]),
+        med([x[name][1] / x["pytorch"][1] for x in rs]), 100 * med([1 - x[name + "-unsynced"][0] / x[name][0] for x in rs]))
 print()
-print("| | ms/step | samples/s | x PyTorch DDP (samples/s) | sync overhead |")
-print("|---|---|---|---|---|")
-print("| PyTorch DDP | %.2f | %.0f | 1.00x | %.0f%% |" % (med(lambda x: x["pytorch"][0]), med(lambda x: x["pytorch"][1]),
-      100 * med(lambda x: 1 - x["pytorch-unsynced"][0] / x["pytorch"][0])))
-for b in builds:
-    print("| godist %s | %.2f | %.0f | %.2fx | %.0f%% |" % (b, med(lambda x: x[b][0]), med(lambda x: x[b][1]),
-          med(lambda x: x[b][1] / x["pytorch"][1]), 100 * med(lambda x: 1 - x[b + "-unsynced"][0] / x[b][0])))
-print("\n(medians over %d rounds; ratios and overheads paired within a round)" % rounds)
+print("| | rounds | ms/step | samples/s | x PyTorch DDP (samples/s) | sync overhead |")
+print("|---|---|---|---|---|---|")
+for n in names:
+    label = "PyTorch DDP" if n == "pytorch" else "godist " + n
+    print(row(label, n, runs))
+    for m in ("near", "far"):
+        rs = [x for x in runs if mode(x, n) == m]
+        if rs:
+            print(row("%s, vCPUs %s" % (label, m), n, rs))
+print()
+print("(medians over %d rounds; ratios and overheads paired within a round; near: the CPUs' cache-line round trip" % rounds)
+print("under 150 ns just before and just after that DDP run, far: over 150 ns both times; round trips, ns:")
+for n in names:
+    print("  %s: %s" % (n, " ".join("%.0f/%.0f" % (x[n][2], x[n][3]) for x in runs)))
+print(")")
 PY

@@ -101,14 +101,14 @@ func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Ten
 	final := avgFinal(op, t.DType(), g.Size())
 	if len(b) >= sharedMin {
 		if sb, off := g.sharedFor(b); sb != nil {
-			return g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op)
+			return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
 		}
 	}
 	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
 		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)
 	})
 	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType()), final); err != nil {
-		return err
+		return explainShared(err, false)
 	}
 	if op == Avg && g.Size() > 1 && final == nil {
 		finishAvg(b, t.DType(), g.Size())

@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -98,6 +99,21 @@ func SharedAllReduceApplies(g *Group, t *tensor.Tensor) bool {
 	}
 	sb, _ := g.sharedFor(t.Bytes())
 	return sb != nil
+}
+
+// explainShared says what a frame of the wrong length at the start of an
+// all-reduce means when one side went through shared memory and the other
+// did not (shared: this rank did): the first frame of a shared all-reduce
+// carries 8 bytes, the piece's offset.
+func explainShared(err error, shared bool) error {
+	var le *transport.LengthError
+	if err == nil || !errors.As(err, &le) || le.Key.Tag != 0 || (le.Got == 8) == shared {
+		return err
+	}
+	if shared {
+		return fmt.Errorf("%w: rank %d all-reduced an ordinary tensor where this rank passed a piece of a shared one (Group.NewSharedTensor); every member must pass the same piece of its own shared tensor", err, le.Src)
+	}
+	return fmt.Errorf("%w: rank %d all-reduced a piece of a shared tensor (Group.NewSharedTensor) where this rank passed an ordinary one; every member must pass the same piece of its own shared tensor", err, le.Src)
 }
 
 // OffsetMismatchError reports that members all-reduced different pieces

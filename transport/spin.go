@@ -106,7 +106,10 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 // must outlast a training step for the rank to be polling, not halted,
 // when the next collective waits. Measured, DDP's MLP world 2 on 2 vCPUs
 // (1.1 ms of compute a step; 5 interleaved rounds): synchronisation
-// overhead 40% polling 50 µs, 29% 1 ms, 22% 5 ms, 22% 20 ms, 22% 200 ms.
+// overhead 40% polling 50 µs, 29% 1 ms, 22% 5 ms, 22% 20 ms, 22% 200 ms;
+// again after the shared-memory all-reduce (2026-11-24, rounds with the
+// vCPUs near each other): 1.09-1.14 ms a step polling 100 ms, 1.21-1.37
+// polling 50 µs.
 func DefaultSpin() time.Duration {
 	if v := os.Getenv("GODIST_SPIN_US"); v != "" {
 		if us, err := strconv.Atoi(v); err == nil && us >= 0 {

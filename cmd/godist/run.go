@@ -53,7 +53,7 @@ GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GODIST_RESTART_COUNT, GODIST_MAX_RESTARTS, GODIST_RUN_ID (and
 the TORCHELASTIC_* names of the last three), GODIST_TOKEN, and
 OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1, GOMAXPROCS=CPUs/workers, and
-GOGC=400 with GOMEMLIMIT=half the node's memory/workers, unless set. When a worker fails,
+GOGC=200 with GOMEMLIMIT=half the node's memory/workers, unless set. When a worker fails,
 the group is stopped and restarted (up to --max-restarts) after a new
 rendezvous; when the job fails for good, a root-cause report names the
 first failure's rank, host, pid, exit code or signal, and its last lines

@@ -14,7 +14,7 @@ import (
 // to such a member moves no bytes through a shared-memory slot; the
 // receiver reduces or copies them straight from this rank's memory, and
 // the send returns once it has. When all of g is on one host, an
-// all-reduce of it (or of a piece of at least 256 KiB, the same piece on
+// all-reduce of it (or of a piece of at least 128 KiB, the same piece on
 // every member) sends no payload at all: each member reduces its share
 // straight out of the others' copies (sharedreduce.go). DDP keeps its
 // gradient buckets in such a tensor.

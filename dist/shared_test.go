@@ -15,7 +15,7 @@ import (
 )
 
 // TestSharedTensor: over TCP with shared memory, all-reduces of a
-// NewSharedTensor (or of a piece of at least 256 KiB) go through shared
+// NewSharedTensor (or of a piece of at least 128 KiB) go through shared
 // memory and sends of it by reference (the peers read the sender's memory),
 // and both give the results ordinary tensors give; over the in-process
 // transport it is an ordinary tensor.

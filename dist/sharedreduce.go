@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/internal/simd"
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
 )
@@ -17,34 +18,47 @@ import (
 // When every member of a group runs on one host and each has mapped the
 // others' copy of a tensor made by NewSharedTensor, an all-reduce of (a
 // piece of) that tensor moves no payload over the transport: each member
-// reduces its own chunk straight out of the others' memory, then copies
-// the others' reduced chunks out of theirs. Three exchanges of small
-// frames order the steps (and carry the failure detection, timeouts and
-// desync checks of any other call):
+// reduces its own chunk straight out of the others' memory, in place in
+// its own copy (with AVG's scaling in the same pass), and writes the
+// result into the others' copies. Two exchanges of small frames order the
+// steps (and carry the failure detection, timeouts and desync checks of
+// any other call):
 //
 //  1. arrive: every member's input is in place (the frame carries the
 //     piece's offset in the tensor, which must be the same everywhere);
-//  2. reduced: every member has reduced its chunk, in place, in its own
-//     copy (with AVG's scaling in the same pass);
-//  3. done: every member has copied the others' chunks, so that none reads
-//     this member's copy any more, and the caller may write it again.
+//  2. written: the member has read what it needed of the others' copies
+//     and written its chunk into them; once a member has this from every
+//     other, its copy holds the whole result and nobody reads it any more,
+//     so the caller may write it again.
+//
+// Chunk q of every copy is read and written by member q alone, so nothing
+// races. The results go into the others' copies with non-temporal stores
+// (simd.CopyStreaming): no cache keeps those lines, so the owner's next
+// writes (the next backward, for DDP's buckets) need not take them back
+// from the writer's CPU. Measured on a VM whose two vCPUs the host moves
+// between near and far cores: with the vCPUs far apart, reading the
+// others' freshly reduced chunks instead (a third exchange, the copies
+// pulled) took 200 µs for 470 KB against 33 µs near, and backward's
+// writes into the lines the peer had read took 180 µs longer.
 //
 // Why: DDP's buckets live in such tensors. On the ring or halving-doubling
 // schedules the member that finishes backward last does all of its share
 // of the exchange after arriving (copy its half into a slot, reduce the
 // other's half, copy the result into a slot, copy the other's result out:
 // MLP, world 2, 940 KB: 250-300 µs while the other waits); here it only
-// reduces its chunk and copies the others' while they do the same.
+// reduces its chunk and writes it out while the others do the same.
 //
-// Bytes read from a peer's memory carry no checksum: they never leave the
-// host's memory, as in MPI's and NCCL's shared-memory transports.
+// Bytes moved through a peer's memory carry no checksum: they never leave
+// the host's memory, as in MPI's and NCCL's shared-memory transports.
 
 // sharedMin is the smallest all-reduce, in bytes, that goes through shared
-// memory: below it three exchanges cost more than the payload's trip
-// (`godist bench --shared`, world 2, ranks arriving together: 64 KiB 40
-// µs against halving-doubling's 22, 256 KiB 62 against 54-66, 940 KB 102
-// against 121, 4 MiB 281 against 423).
-const sharedMin = 256 << 10
+// memory: below it the two exchanges cost more than the payload's trip
+// (`godist bench --shared`, world 2, ranks arriving together, vCPUs near:
+// 32 KiB 27-30 µs against recursive doubling's 18-19, 64 KiB 28-30
+// against 22-26, 128 KiB 29-34 against halving-doubling's 42-50, 940 KB
+// 88-97 against 126-128, 4 MiB 276-301 against 496-651; vCPUs far apart:
+// 940 KB 70 against 506, 4 MiB 190 against 2150).
+const sharedMin = 128 << 10
 
 // sharedBuf is a tensor from NewSharedTensor that every member has mapped
 // from every other.
@@ -91,7 +105,7 @@ func (g *Group) sharedFor(b []byte) (*sharedBuf, int) {
 }
 
 // SharedAllReduceApplies reports whether an all-reduce of t on g goes
-// through shared memory: t is a piece of at least 256 KiB of a tensor from
+// through shared memory: t is a piece of at least 128 KiB of a tensor from
 // g's NewSharedTensor, and every member has mapped every other's copy.
 func SharedAllReduceApplies(g *Group, t *tensor.Tensor) bool {
 	if !t.IsContiguous() || t.Numel()*t.DType().Size() < sharedMin {
@@ -195,8 +209,9 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 		}
 		return out, nil
 	}
-	// Reduce this rank's chunk, the others' copies in rank order.
-	err := ep.ReadPeerRegions(func(region func(int, uint8) []byte) error {
+	// Reduce this rank's chunk, the others' copies in rank order, then
+	// write the result into theirs.
+	err := ep.UsePeerRegions(func(region func(int, uint8) []byte) error {
 		others, err := peers(region)
 		if err != nil {
 			return err
@@ -218,22 +233,9 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 		if op == Avg && final == nil {
 			finishAvg(mine, c.dtype, size)
 		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if err := exchange(1, nil); err != nil {
-		return err
-	}
-	err = ep.ReadPeerRegions(func(region func(int, uint8) []byte) error {
-		others, err := peers(region)
-		if err != nil {
-			return err
-		}
 		for q := range size {
 			if q != g.rank {
-				copy(chunk(b, q), chunk(others[q], q))
+				simd.CopyStreaming(chunk(others[q], g.rank), mine)
 			}
 		}
 		return nil
@@ -241,5 +243,5 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 	if err != nil {
 		return err
 	}
-	return exchange(2, nil)
+	return exchange(1, nil)
 }

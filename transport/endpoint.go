@@ -125,7 +125,7 @@ type Endpoint struct {
 	gone       []atomic.Bool // set when the peer's connection fails
 
 	// regionUse is held for reading while code outside the peer's reader
-	// reads a peer's region (ReadPeerRegions), and for writing while a
+	// uses a peer's region (UsePeerRegions), and for writing while a
 	// region is unmapped, so that no read meets unmapped memory.
 	regionUse sync.RWMutex
 

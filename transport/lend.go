@@ -32,7 +32,8 @@ import (
 // exchange.
 //
 // A region is a file in /dev/shm (mode 0600, random name) that the peers
-// map for reading; the name travels among the group's members (dist's
+// map (lent payloads only read it; dist's shared all-reduce also writes
+// its results into the peers' copies); the name travels among the group's members (dist's
 // NewSharedTensor) and the file is unlinked as soon as they have mapped it.
 
 // lentDescSize is the descriptor after a KindLentData header.
@@ -173,14 +174,14 @@ func (e *Endpoint) LentSends() int64 {
 	return n
 }
 
-// MapRegion maps peer's region id (n bytes, file name) for reading the
-// payloads peer lends from it. The mapping lasts until the connection to
-// peer ends.
+// MapRegion maps peer's region id (n bytes, file name), for reading the
+// payloads peer lends from it and for UsePeerRegions. The mapping lasts
+// until the connection to peer ends.
 func (e *Endpoint) MapRegion(peer int, id uint8, name string, n int) error {
 	if !e.SharesMemoryWith(peer) {
 		return fmt.Errorf("transport: rank %d shares no memory with rank %d", e.rank, peer)
 	}
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("transport: map rank %d's region %d: %w", peer, id, err)
 	}
@@ -188,7 +189,7 @@ func (e *Endpoint) MapRegion(peer int, id uint8, name string, n int) error {
 	if st, err := f.Stat(); err != nil || st.Size() != int64(n) {
 		return fmt.Errorf("transport: rank %d's region %d (%s) is not %d bytes", peer, id, name, n)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	mem, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("transport: map rank %d's region %d: %w", peer, id, err)
 	}
@@ -222,11 +223,11 @@ func (e *Endpoint) peerRegion(peer int, id uint8) []byte {
 	return e.mu.regions[regionKey{peer, id}]
 }
 
-// ReadPeerRegions runs fn, which may read the regions of peers that
-// region returns (peer's region id as MapRegion mapped it, or nil when it
-// is not mapped: the peer's connection has ended, say) until fn returns:
-// they stay mapped meanwhile, even if a peer's connection ends.
-func (e *Endpoint) ReadPeerRegions(fn func(region func(peer int, id uint8) []byte) error) error {
+// UsePeerRegions runs fn, which may read and write the regions of peers
+// that region returns (peer's region id as MapRegion mapped it, or nil
+// when it is not mapped: the peer's connection has ended, say) until fn
+// returns: they stay mapped meanwhile, even if a peer's connection ends.
+func (e *Endpoint) UsePeerRegions(fn func(region func(peer int, id uint8) []byte) error) error {
 	e.regionUse.RLock()
 	defer e.regionUse.RUnlock()
 	return fn(e.peerRegion)

@@ -1,6 +1,10 @@
 package simd
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 var hasAVX2 = cpu.X86.HasAVX2
 
@@ -65,4 +69,23 @@ func addScaleF32(dst, src []float32, s float32) int {
 	n := len(dst) &^ 31
 	addScaleF32AVX2(&dst[0], &src[0], n, s)
 	return n
+}
+
+// copyNT copies n bytes, n a multiple of 128, dst 32-byte aligned, with
+// non-temporal stores.
+//
+//go:noescape
+func copyNT(dst, src *byte, n int)
+
+// copyStreaming copies what it can with non-temporal stores: from the
+// first 32-byte aligned byte of dst, a multiple of 128 bytes. It returns
+// where that part starts and ends.
+func copyStreaming(dst, src []byte) (int, int) {
+	if !hasAVX2 || len(dst) < 256 {
+		return 0, 0
+	}
+	lo := int(-uintptr(unsafe.Pointer(&dst[0])) & 31)
+	n := (len(dst) - lo) &^ 127
+	copyNT(&dst[lo], &src[lo], n)
+	return lo, lo + n
 }

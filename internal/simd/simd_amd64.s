@@ -120,3 +120,30 @@ asloop:
 	VZEROUPPER
 asdone:
 	RET
+
+// func copyNT(dst, src *byte, n int)
+// Copies n bytes, n a multiple of 128, dst 32-byte aligned, with
+// non-temporal stores, then SFENCE.
+TEXT ·copyNT(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $7, CX
+	JZ   ntdone
+ntloop:
+	VMOVDQU  (SI), Y0
+	VMOVDQU  32(SI), Y1
+	VMOVDQU  64(SI), Y2
+	VMOVDQU  96(SI), Y3
+	VMOVNTDQ Y0, (DI)
+	VMOVNTDQ Y1, 32(DI)
+	VMOVNTDQ Y2, 64(DI)
+	VMOVNTDQ Y3, 96(DI)
+	ADDQ     $128, DI
+	ADDQ     $128, SI
+	DECQ     CX
+	JNZ      ntloop
+	VZEROUPPER
+ntdone:
+	SFENCE
+	RET

@@ -1,6 +1,7 @@
 package simd
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -104,6 +105,27 @@ func TestAddScaleF32(t *testing.T) {
 			for i := range dst {
 				if math.Float32bits(dst[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("n %d s %v element %d: %v, want %v", n, s, i, dst[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+func TestCopyStreaming(t *testing.T) {
+	for _, n := range []int{0, 1, 127, 255, 256, 257, 1000, 4096, 100_003} {
+		src := make([]byte, n+40)
+		for i := range src {
+			src[i] = byte(i*31 + 7)
+		}
+		for _, off := range []int{0, 3, 17} {
+			dst := make([]byte, n+40)
+			CopyStreaming(dst[off:off+n], src[off:])
+			if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
+				t.Fatalf("n=%d off=%d: copy differs", n, off)
+			}
+			for i, b := range dst {
+				if (i < off || i >= off+n) && b != 0 {
+					t.Fatalf("n=%d off=%d: byte %d outside dst written", n, off, i)
 				}
 			}
 		}

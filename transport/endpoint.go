@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/godist/godist/internal/crc32c"
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/crc32c"
 )
 
 // AnySource, as a receive's peer, accepts a matching frame from any rank.
@@ -241,10 +243,30 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 			e.peerDown(peer, fmt.Errorf("send cancelled mid-frame: %w", ctx.Err()))
 			return fmt.Errorf("transport: send of %v to rank %d: %w", key, peer, ctx.Err())
 		}
+		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+			// The peer closed with our bytes unread, and its kernel
+			// answered with a reset. What it sent before closing (a
+			// goodbye, its group's notice of which rank failed) may still
+			// wait in our receive queue and says more than the reset:
+			// give the reader a moment to get to it.
+			e.awaitPeerDown(peer, resetGrace)
+		}
 		e.peerDown(peer, err)
 		return e.PeerErr(peer)
 	}
 	return nil
+}
+
+// resetGrace is how long a send that met a reset waits for the reader's
+// account of the peer's end.
+const resetGrace = 200 * time.Millisecond
+
+// awaitPeerDown waits until peer's connection is marked down, or d.
+func (e *Endpoint) awaitPeerDown(peer int, d time.Duration) {
+	end := time.Now().Add(d)
+	for !e.gone[peer].Load() && time.Now().Before(end) {
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // Recv waits for a frame from peer (or AnySource) that match accepts, and

@@ -272,3 +272,37 @@ func TestTCPSharedMemoryStream(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPSendMeetsCloseWithUnreadData: a rank closes while its peer is
+// streaming frames at it, so its kernel answers with a reset; the peer's
+// send then reports the close (the goodbye that preceded the reset), not
+// the reset.
+func TestTCPSendMeetsCloseWithUnreadData(t *testing.T) {
+	for i := range 5 {
+		m := newTCPMesh(t, 2, 0, false)
+		payload := make([]byte, 4<<20)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for s := uint64(0); ; s++ {
+				if err := m.Endpoints[1].Send(ctx, 0, transport.Key{Seq: s}, 0, payload); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		m.Endpoints[0].Close()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d: the send never failed", i)
+		}
+		if !errors.Is(err, transport.ErrPeerClosed) {
+			t.Errorf("run %d: send failed with %v, want the peer's close (ErrPeerClosed)", i, err)
+		}
+		m.Close()
+	}
+}

@@ -3,26 +3,24 @@ package dist
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/godist/godist/tensor"
 )
 
-// NewSharedTensor returns a zeroed contiguous tensor whose memory this
-// rank's same-host members of g can read in place: a collective or
-// point-to-point send of it (or of a contiguous piece of at least 32 KiB)
-// to such a member moves no bytes through a shared-memory slot; the
-// receiver reduces or copies them straight from this rank's memory, and
-// the send returns once it has. When all of g is on one host, an
-// all-reduce of it (or of a piece of at least 128 KiB, the same piece on
-// every member) sends no payload at all: each member reduces its share
-// straight out of the others' copies (sharedreduce.go). DDP keeps its
-// gradient buckets in such a tensor.
+// NewSharedTensor returns a zeroed contiguous tensor that, when all of g
+// is on one host, every member maps from every other. An all-reduce of it
+// (or of a piece of at least 128 KiB, the same piece on every member) then
+// sends no payload: each member reduces its share straight out of the
+// others' copies and writes the result into them (sharedreduce.go). A
+// send of it (or of a contiguous piece of at least 32 KiB) to a member
+// moves no bytes through a shared-memory slot: the receiver reduces or
+// copies them straight from this rank's memory, and the send returns once
+// it has. DDP keeps its gradient buckets in such a tensor.
 //
 // Every member must call it, in the same order as its other collectives.
-// Where nothing can be shared (members on other hosts, the in-process
-// transport, shared memory off) it returns an ordinary tensor; the result
-// behaves the same either way.
+// Unless all of g is on one host with shared memory on (members on other
+// hosts, the in-process transport, GODIST_SHM=0) it returns an ordinary
+// tensor; the result behaves the same either way.
 func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if g.Size() == 1 {
 		return tensor.New(d, shape...), nil
@@ -68,36 +66,37 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	if err != nil {
 		return fail(err)
 	}
-	if region == nil {
-		return tensor.New(d, shape...), nil
-	}
-	lent := false
-	for q, ok := range oks {
-		if q != g.rank && slices.Contains(ok, g.rank) {
-			if err := region.LendTo(g.ranks[q]); err != nil {
-				return fail(err)
-			}
-			lent = true
-		}
-	}
-	if !lent {
-		region.Close()
-		return tensor.New(d, shape...), nil
-	}
-	release := region.Close
-	// Every member mapped every other's copy: all-reduces of the tensor go
-	// through shared memory (sharedreduce.go).
-	full := true
+	// Shared only when every member mapped every other's copy: then
+	// all-reduces of the tensor go through shared memory (sharedreduce.go)
+	// and sends of it to any member go by reference. In a group that spans
+	// hosts it is an ordinary tensor: lent sends to the same-host members
+	// alone made DDP's exchanges slower (each send waits for its ack), so
+	// this rank lets go of the copies it mapped.
+	full := region != nil
 	for q, ok := range oks {
 		full = full && len(ok) == g.Size()-1 && descs[q].Name != ""
 	}
-	if full {
-		ids := make([]uint8, g.Size())
-		for q, dq := range descs {
-			ids[q] = dq.ID
+	if !full {
+		for _, q := range mapped {
+			ep.UnmapRegion(g.ranks[q], descs[q].ID)
 		}
-		forget := g.registerShared(region.Bytes()[:n], ids)
-		release = func() { forget(); region.Close() }
+		if region != nil {
+			region.Close()
+		}
+		return tensor.New(d, shape...), nil
 	}
+	for q := range oks {
+		if q != g.rank {
+			if err := region.LendTo(g.ranks[q]); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	ids := make([]uint8, g.Size())
+	for q, dq := range descs {
+		ids[q] = dq.ID
+	}
+	forget := g.registerShared(region.Bytes()[:n], ids)
+	release := func() { forget(); region.Close() }
 	return tensor.NewMapped(d, region.Bytes(), release, shape...), nil
 }

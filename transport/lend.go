@@ -223,6 +223,18 @@ func (e *Endpoint) peerRegion(peer int, id uint8) []byte {
 	return e.mu.regions[regionKey{peer, id}]
 }
 
+// UnmapRegion releases peer's region id if this endpoint mapped it.
+func (e *Endpoint) UnmapRegion(peer int, id uint8) {
+	e.regionUse.Lock()
+	defer e.regionUse.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if mem := e.mu.regions[regionKey{peer, id}]; mem != nil {
+		unix.Munmap(mem)
+		delete(e.mu.regions, regionKey{peer, id})
+	}
+}
+
 // UsePeerRegions runs fn, which may read and write the regions of peers
 // that region returns (peer's region id as MapRegion mapped it, or nil
 // when it is not mapped: the peer's connection has ended, say) until fn

@@ -99,10 +99,8 @@ func (g *Group) allReduceCall(t *tensor.Tensor, op ReduceOp) (call, error) {
 func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor, op ReduceOp) error {
 	es, b := t.DType().Size(), t.Bytes()
 	final := avgFinal(op, t.DType(), g.Size())
-	if len(b) >= sharedMin {
-		if sb, off := g.sharedFor(b); sb != nil {
-			return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
-		}
+	if sb, off := g.sharedFor(b); sb != nil {
+		return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
 	}
 	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
 		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)

@@ -88,9 +88,10 @@ func (g *Group) registerShared(mem []byte, ids []uint8) func() {
 }
 
 // sharedFor returns the shared tensor that holds all of b, and b's offset
-// in it, or nil.
+// in it, when an all-reduce of b goes through shared memory (b is at least
+// sharedMin bytes); else nil.
 func (g *Group) sharedFor(b []byte) (*sharedBuf, int) {
-	if len(b) == 0 {
+	if len(b) < sharedMin {
 		return nil, 0
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
@@ -108,7 +109,7 @@ func (g *Group) sharedFor(b []byte) (*sharedBuf, int) {
 // through shared memory: t is a piece of at least 128 KiB of a tensor from
 // g's NewSharedTensor, and every member has mapped every other's copy.
 func SharedAllReduceApplies(g *Group, t *tensor.Tensor) bool {
-	if !t.IsContiguous() || t.Numel()*t.DType().Size() < sharedMin {
+	if !t.IsContiguous() {
 		return false
 	}
 	sb, _ := g.sharedFor(t.Bytes())

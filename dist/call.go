@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/godist/godist/tensor"
-	"github.com/godist/godist/transport"
 )
 
 // opKind names a collective or point-to-point call.
@@ -94,19 +93,40 @@ func (c call) String() string {
 	return fmt.Sprintf("%v(%s)", c.op, strings.Join(parts, ", "))
 }
 
-// DesyncError reports that two ranks issued different collectives as the
-// same call of a group: collectives must be called in the same order, with
-// the same dtype, count, root and reduce op, on every member.
+// DesyncError reports that two ranks issued different calls where they
+// had to match: different collectives as the same call of a group
+// (collectives must be called in the same order, with the same dtype,
+// count, root and reduce op, on every member), or a point-to-point
+// message unlike the receive it met (a Recv must match its Send's dtype
+// and element count).
 type DesyncError struct {
 	Group        uint32
-	Seq          uint64
-	Rank, Peer   int    // global ranks
-	Mine, Theirs string // the two calls
+	Seq          uint64 // the collective's sequence number, or the message's number in its stream
+	Rank, Peer   int    // global ranks: Rank found that Peer's call was unlike its own
+	Mine, Theirs string // Rank's call and Peer's
+	// P2P marks a point-to-point message, of the stream with Tag.
+	P2P bool
+	Tag int
 }
 
 func (e *DesyncError) Error() string {
+	if e.P2P {
+		return fmt.Sprintf("dist: point-to-point message out of step in group %d: message %d with tag %d between ranks %d and %d: rank %d called %s, rank %d called %s; a Recv must match its Send's dtype and element count",
+			e.Group, e.Seq, e.Tag, e.Peer, e.Rank, e.Rank, e.Mine, e.Peer, e.Theirs)
+	}
 	return fmt.Sprintf("dist: collectives out of step in group %d at call %d: rank %d called %s, rank %d called %s; every member must issue the same collectives in the same order",
 		e.Group, e.Seq, e.Rank, e.Mine, e.Peer, e.Theirs)
+}
+
+// AbortError reports that another member failed the group for a reason
+// of its own (a size mismatch in a call, say), and told this one.
+type AbortError struct {
+	Rank   int // global rank of the member that failed the group
+	Reason string
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("dist: rank %d failed the group: %s", e.Rank, e.Reason)
 }
 
 // RankError reports that a peer failed (its process died, or its
@@ -134,7 +154,7 @@ type TimeoutError struct {
 	Timeout string
 	Waiting []int // global ranks the call was waiting on when it timed out, if known
 
-	seq uint64 // the call's sequence number, for the group timeout's own
+	call callID // the call that timed out, which reports this error itself
 }
 
 func (e *TimeoutError) Error() string {
@@ -143,16 +163,6 @@ func (e *TimeoutError) Error() string {
 		s += fmt.Sprintf(" waiting on ranks %v", e.Waiting)
 	}
 	return s + "; a peer is stuck or behind (use MonitoredBarrier to find it)"
-}
-
-// asDesync turns a transport fingerprint error into a DesyncError.
-func asDesync(g *Group, err error) error {
-	var fe *transport.FingerprintError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	return &DesyncError{Group: fe.Key.Group, Seq: fe.Key.Seq, Rank: g.world.rank, Peer: fe.Src,
-		Mine: decodeCall(fe.Want).String(), Theirs: decodeCall(fe.Got).String()}
 }
 
 // ErrDestroyed is the failure of a group after Destroy.

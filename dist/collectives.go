@@ -58,15 +58,15 @@ func (g *Group) async(c call, check error, fn func(ctx context.Context, seq uint
 	if check != nil {
 		return doneWork(check)
 	}
-	seq, err := g.begin()
+	t, err := g.beginCollective(c)
 	if err != nil {
 		return doneWork(err)
 	}
 	if g.Size() == 1 {
 		// Nothing to wait for: run it now rather than on a goroutine.
-		return doneWork(g.runSeq(context.Background(), c, seq, fn))
+		return doneWork(g.runCall(context.Background(), t, fn))
 	}
-	return goWork(func() error { return g.runSeq(context.Background(), c, seq, fn) })
+	return goWork(func() error { return g.runCall(context.Background(), t, fn) })
 }
 
 // AllReduce reduces t across the group in place: afterwards every member

@@ -179,12 +179,26 @@ func (e *MissingRanksError) Error() string {
 // not fail the group (the members that arrived can go on and report).
 func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, waitAll bool) error {
 	c := call{op: opMonitoredBarrier, root: 0}
-	seq, err := g.begin()
+	t, err := g.beginCollective(c)
 	if err != nil {
 		return err
 	}
 	if g.Size() == 1 {
+		g.end(t)
 		return nil
+	}
+	seq := t.seq
+	// Missing ranks do not fail the group: the call ends here whatever
+	// happens, and only a transport failure goes through callError.
+	ended := false
+	defer func() {
+		if !ended {
+			g.end(t)
+		}
+	}()
+	classify := func(user context.Context, err error) error {
+		ended = true
+		return g.callError(user, t, err)
 	}
 	ep, fp := g.world.ep, c.fingerprint()
 	key := func(tag uint32) transport.Key { return transport.Key{Group: g.id, Seq: seq, Tag: tag} }
@@ -192,7 +206,7 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 	if g.rank != 0 {
 		root := g.ranks[0]
 		if err := ep.Send(ctx, root, key(arrive), fp, nil); err != nil {
-			return g.classify(ctx, ctx, c, seq, err)
+			return classify(ctx, err)
 		}
 		// The release holds the number of missing ranks; a second frame
 		// lists them.
@@ -200,14 +214,14 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 		defer cancel()
 		var n [4]byte
 		if _, err := ep.Recv(wctx, root, transport.ExactMatch(root, key(release)), fp, n[:]); err != nil {
-			return g.classify(ctx, wctx, c, seq, err)
+			return classify(wctx, err)
 		}
 		missing := make([]byte, 4*binary.LittleEndian.Uint32(n[:]))
 		if len(missing) == 0 {
 			return nil
 		}
 		if _, err := ep.Recv(wctx, root, transport.ExactMatch(root, key(list)), fp, missing); err != nil {
-			return g.classify(ctx, wctx, c, seq, err)
+			return classify(wctx, err)
 		}
 		return &MissingRanksError{Ranks: decodeRanks(missing), Timeout: timeout}
 	}
@@ -234,11 +248,11 @@ func (g *Group) MonitoredBarrier(ctx context.Context, timeout time.Duration, wai
 			continue
 		}
 		if err := ep.Send(ctx, g.ranks[r], key(release), fp, n[:]); err != nil {
-			return g.classify(ctx, ctx, c, seq, err)
+			return classify(ctx, err)
 		}
 		if len(missing) > 0 {
 			if err := ep.Send(ctx, g.ranks[r], key(list), fp, msg); err != nil {
-				return g.classify(ctx, ctx, c, seq, err)
+				return classify(ctx, err)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
@@ -39,19 +40,17 @@ func (g *Group) ISend(t *tensor.Tensor, dst, tag int) *Work {
 	if err != nil {
 		return doneWork(err)
 	}
+	now := time.Now()
 	g.mu.Lock()
-	if g.mu.err != nil {
-		err := g.mu.err
-		g.mu.Unlock()
-		return doneWork(fmt.Errorf("%w: %w", ErrGroupFailed, err))
-	}
-	k := p2pKey{dst, uint32(tag)}
-	seq := g.mu.p2pSend[k]
-	g.mu.p2pSend[k]++
+	id, n, out, err := g.mu.st.beginSend(c, dst, uint32(tag), now)
+	g.armLocked(out.Arm, now)
 	g.mu.Unlock()
-	key := transport.Key{Group: g.id | p2pBit, Seq: seq, Tag: uint32(tag)}
+	if err != nil {
+		return doneWork(err)
+	}
+	key := transport.Key{Group: g.id | p2pBit, Seq: n, Tag: uint32(tag)}
 	return goWork(func() error {
-		return g.runSeq(context.Background(), c, seq, func(ctx context.Context, _ uint64) error {
+		return g.runCall(context.Background(), ticket{id, n, c}, func(ctx context.Context, _ uint64) error {
 			return g.world.ep.Send(ctx, g.ranks[dst], key, c.fingerprint(), t.Bytes())
 		})
 	})
@@ -74,12 +73,20 @@ func (g *Group) IRecv(t *tensor.Tensor, src, tag int) *Work {
 	if err != nil {
 		return doneWork(err)
 	}
-	if err := g.Err(); err != nil {
-		return doneWork(fmt.Errorf("%w: %w", ErrGroupFailed, err))
-	}
 	peer := AnySource
 	if src != AnySource {
 		peer = g.ranks[src]
+	}
+	now := time.Now()
+	g.mu.Lock()
+	id, out, err := g.mu.st.beginRecv(c, src, uint32(tag), now)
+	if err == nil && peer != AnySource {
+		out.Arm = minTime(out.Arm, g.mu.st.wait(id, peer, now).Arm)
+	}
+	g.armLocked(out.Arm, now)
+	g.mu.Unlock()
+	if err != nil {
+		return doneWork(err)
 	}
 	utag := uint32(tag)
 	match := func(from int, h *transport.Header) bool {
@@ -87,19 +94,14 @@ func (g *Group) IRecv(t *tensor.Tensor, src, tag int) *Work {
 		if gr < 0 || h.Key.Group != g.id|p2pBit || h.Key.Tag != utag {
 			return false
 		}
-		k := p2pKey{gr, utag}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if h.Key.Seq != g.mu.p2pRecv[k] {
-			return false // an earlier message from that peer comes first
-		}
-		g.mu.p2pRecv[k]++
-		return true
+		return g.mu.st.accept(gr, utag, h.Key.Seq)
 	}
 	r := g.world.ep.Post(peer, match, c.fingerprint(), t.Bytes())
 	w := &Work{done: make(chan struct{}), src: -1}
 	go func() {
-		w.err = g.runSeq(context.Background(), c, 0, func(ctx context.Context, _ uint64) error {
+		w.err = g.runCall(context.Background(), ticket{id, 0, c}, func(ctx context.Context, _ uint64) error {
 			from, err := r.Wait(ctx)
 			if err == nil {
 				w.src = g.groupRank(from)
@@ -109,6 +111,14 @@ func (g *Group) IRecv(t *tensor.Tensor, src, tag int) *Work {
 		close(w.done)
 	}()
 	return w
+}
+
+// minTime is the earlier of two times, zero meaning none.
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // P2POp is one operation of BatchISendIRecv.

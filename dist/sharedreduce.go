@@ -173,7 +173,7 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 				continue
 			}
 			if err == nil {
-				err = g.await(ctx, recvs[q], g.ranks[q], seq, fp)
+				err = g.await(ctx, recvs[q], g.ranks[q], seq)
 			} else {
 				withdraw([]*transport.Receive{recvs[q]}, func(r *transport.Receive) *transport.Receive { return r })
 			}

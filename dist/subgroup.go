@@ -113,8 +113,8 @@ func (g *Group) Destroy() error {
 	g.flushAbort()
 	g.fail(ErrDestroyed)
 	g.mu.Lock()
-	if g.mu.watchdog != nil {
-		g.mu.watchdog.Stop()
+	if g.mu.timer != nil {
+		g.mu.timer.Stop()
 	}
 	g.mu.Unlock()
 	g.world.mu.Lock()

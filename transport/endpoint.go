@@ -82,9 +82,10 @@ func ExactMatch(peer int, k Key) Match {
 
 // Handlers receive the events that are not answers to a receive.
 type Handlers struct {
-	// Abort is called when a peer sends an abort frame for a call (a
-	// desync it found, say) with its reason.
-	Abort func(src int, key Key, reason string)
+	// Control is called when a peer sends a control frame: the upper
+	// layer's message about the group key.Group (a probe, or the news
+	// that it failed). msg is the receiver's to keep.
+	Control func(src int, key Key, msg []byte)
 	// PeerDown is called once per peer when its connection fails or closes.
 	PeerDown func(err *PeerError)
 	// Unexpected is called for each data frame that arrives before a
@@ -208,10 +209,10 @@ func (e *Endpoint) Send(ctx context.Context, peer int, key Key, fp uint64, parts
 	return e.sendKind(ctx, KindData, peer, key, fp, parts)
 }
 
-// Abort sends an abort frame for key to peer with a reason; the peer's
-// Handlers.Abort receives it.
-func (e *Endpoint) Abort(ctx context.Context, peer int, key Key, reason string) error {
-	return e.sendKind(ctx, KindAbort, peer, key, 0, [][]byte{[]byte(reason)})
+// Control sends a control frame for key to peer carrying msg (at most
+// 64 KiB); the peer's Handlers.Control receives it.
+func (e *Endpoint) Control(ctx context.Context, peer int, key Key, msg []byte) error {
+	return e.sendKind(ctx, KindControl, peer, key, 0, [][]byte{msg})
 }
 
 func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, fp uint64, parts [][]byte) error {
@@ -485,22 +486,22 @@ const viewMax = 64 << 10
 // unless deliver returns an error, which means the connection is unusable.
 func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 	switch h.Kind {
-	case KindAbort:
-		reason := make([]byte, min(h.Len, 64<<10))
-		if h.Len > int64(len(reason)) {
-			return fmt.Errorf("%w: abort reason of %d bytes", ErrFrame, h.Len)
+	case KindControl:
+		msg := make([]byte, min(h.Len, MaxControl))
+		if h.Len > int64(len(msg)) {
+			return fmt.Errorf("%w: control message of %d bytes", ErrFrame, h.Len)
 		}
-		if err := in.read(reason); err != nil {
+		if err := in.read(msg); err != nil {
 			return err
 		}
-		if Checksum(reason) != h.CRC {
+		if Checksum(msg) != h.CRC {
 			return fmt.Errorf("%w: payload checksum mismatch", ErrFrame)
 		}
 		e.mu.Lock()
-		fn := e.mu.handlers.Abort
+		fn := e.mu.handlers.Control
 		e.mu.Unlock()
 		if fn != nil {
-			fn(src, h.Key, string(reason))
+			fn(src, h.Key, msg)
 		}
 		return nil
 	case KindBye:

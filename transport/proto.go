@@ -35,6 +35,8 @@ const (
 	// MaxPayload bounds one frame's payload: a header claiming more is
 	// refused before anything is allocated.
 	MaxPayload = 1 << 40
+	// MaxControl bounds a control frame's payload.
+	MaxControl = 64 << 10
 )
 
 // Kind says what a frame carries.
@@ -43,9 +45,10 @@ type Kind uint8
 const (
 	// KindData carries the payload of a send.
 	KindData Kind = 1
-	// KindAbort tells the receiver that the sender failed the call named by
-	// the key (a desync, say); the payload is the reason.
-	KindAbort Kind = 2
+	// KindControl carries a message of the upper layer about the group
+	// the key names (dist's control protocol: probes, failure notices),
+	// at most MaxControl bytes.
+	KindControl Kind = 2
 	// KindBye announces a clean close: the connection ending afterwards is
 	// not a failure.
 	KindBye Kind = 3
@@ -63,8 +66,8 @@ func (k Kind) String() string {
 	switch k {
 	case KindData:
 		return "data"
-	case KindAbort:
-		return "abort"
+	case KindControl:
+		return "control"
 	case KindBye:
 		return "bye"
 	case KindShmData:
@@ -163,7 +166,7 @@ func decodeHeader(b []byte) (Header, error) {
 	}
 	h.Len = int64(n)
 	switch h.Kind {
-	case KindData, KindAbort, KindBye, KindShmData, KindLentData:
+	case KindData, KindControl, KindBye, KindShmData, KindLentData:
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
 	}

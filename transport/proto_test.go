@@ -24,7 +24,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 
 func FuzzDecodeHeader(f *testing.F) {
 	var b [HeaderSize]byte
-	(&Header{Kind: KindAbort, Len: 5}).encode(b[:])
+	(&Header{Kind: KindControl, Len: 5}).encode(b[:])
 	f.Add(b[:])
 	f.Add([]byte("GDTF"))
 	f.Fuzz(func(t *testing.T, data []byte) {

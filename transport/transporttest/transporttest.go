@@ -49,7 +49,7 @@ func Run(t *testing.T, newMesh NewMesh) {
 	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, newMesh) })
 	t.Run("RecvCancel", func(t *testing.T) { testCancel(t, newMesh) })
 	t.Run("SendCancelledBeforeStart", func(t *testing.T) { testSendCancelled(t, newMesh) })
-	t.Run("Abort", func(t *testing.T) { testAbort(t, newMesh) })
+	t.Run("Control", func(t *testing.T) { testControl(t, newMesh) })
 	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, newMesh) })
 	t.Run("BadPeer", func(t *testing.T) {
 		m := newMesh(t, 2)
@@ -319,23 +319,23 @@ func testCancel(t *testing.T, newMesh NewMesh) {
 	}
 }
 
-func testAbort(t *testing.T, newMesh NewMesh) {
+func testControl(t *testing.T, newMesh NewMesh) {
 	m := newMesh(t, 2)
 	defer m.Close()
 	got := make(chan string, 1)
-	m.Endpoints[1].SetHandlers(transport.Handlers{Abort: func(src int, k transport.Key, reason string) {
-		got <- fmt.Sprintf("%d %v %s", src, k.Seq, reason)
+	m.Endpoints[1].SetHandlers(transport.Handlers{Control: func(src int, k transport.Key, msg []byte) {
+		got <- fmt.Sprintf("%d %v %s", src, k.Seq, msg)
 	}})
-	if err := m.Endpoints[0].Abort(ctxT(t, 5*time.Second), 1, transport.Key{Seq: 4}, "desync"); err != nil {
+	if err := m.Endpoints[0].Control(ctxT(t, 5*time.Second), 1, transport.Key{Seq: 4}, []byte("desync")); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case s := <-got:
 		if s != "0 4 desync" {
-			t.Fatalf("abort handler got %q", s)
+			t.Fatalf("control handler got %q", s)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("abort not delivered")
+		t.Fatal("control message not delivered")
 	}
 }
 

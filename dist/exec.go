@@ -44,7 +44,20 @@ func (p parts) at(off, n int) []byte {
 	panic(fmt.Sprintf("dist: transfer [%d, %d) crosses chunks %v", off, off+n, p.offs))
 }
 
-// execute runs a schedule over the transport.
+// execute runs schedule sched of collective seq over the transport: see
+// executor.
+func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red, final reducer) error {
+	x := executor{g: g, ctx: ctx, seq: seq, fp: c.fingerprint(), sched: sched, buf: buf, red: red, final: final,
+		sent: make([]uint32, len(g.ranks)), recvd: make([]uint32, len(g.ranks))}
+	defer x.release()
+	if err := x.run(); err != nil {
+		withdraw(x.pending, func(p inflight) *transport.Receive { return p.r })
+		return err
+	}
+	return nil
+}
+
+// executor runs one schedule over the transport.
 //
 // It follows the schedule's semantics (rounds in order; a round's sends
 // read the buffer as the earlier rounds left it) without running the ranks
@@ -61,200 +74,224 @@ func (p parts) at(off, n int) []byte {
 // scratch space and are applied in posting order. red reduces a reducing
 // receive; final, when not nil, replaces it on the receives marked
 // algo.Xfer.Final (an averaging all-reduce's last sum, see avgFinal).
-func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red, final reducer) error {
-	const (
-		lookahead     = 2
-		maxAhead      = 8
-		scratchBudget = 16 << 20
-	)
-	ep := g.world.ep
-	fp := c.fingerprint()
-	sent, recvd := make([]uint32, len(g.ranks)), make([]uint32, len(g.ranks))
-	type inflight struct {
-		r     *transport.Receive
-		x     algo.Xfer
-		tmp   []byte // nil: the frame lands in place
-		round int
-	}
-	var pending []inflight
-	var free [][]byte
-	scratchInUse := 0 // bytes of pending receives' scratch
-	scratch := func(n int) []byte {
-		for i, b := range free {
-			if cap(b) >= n {
-				free = append(free[:i], free[i+1:]...)
-				return b[:n]
-			}
+type executor struct {
+	g     *Group
+	ctx   context.Context
+	seq   uint64
+	fp    uint64
+	sched algo.Schedule
+	buf   space
+	red   reducer
+	final reducer
+
+	sent, recvd []uint32 // frames sent to and received from each member so far: their tags
+
+	pending      []inflight // receives posted, in round order
+	deferred     []later    // receives waiting for an earlier round's send before they can land in place
+	free         [][]byte   // scratch buffers to reuse
+	scratchInUse int        // bytes of pending receives' scratch
+	posted       int        // rounds whose receives are posted
+}
+
+// inflight is a posted receive.
+type inflight struct {
+	r     *transport.Receive
+	x     algo.Xfer
+	tmp   []byte // nil: the frame lands in place
+	round int
+}
+
+// later is a receive that could land in place but for a send of an
+// earlier round not yet made (which reads the same bytes): it waits
+// until that send is out, rather than landing in scratch and being
+// copied.
+type later struct {
+	x     algo.Xfer
+	tag   uint32
+	round int
+}
+
+const (
+	lookahead     = 2
+	maxAhead      = 8
+	scratchBudget = 16 << 20
+)
+
+func (x *executor) run() error {
+	for i, round := range x.sched {
+		if len(x.deferred) > 0 {
+			x.retry(i)
 		}
-		return getScratch(n)
-	}
-	defer func() {
-		for _, b := range free {
-			putScratch(b)
+		for ; x.posted < len(x.sched) && (x.posted <= i+lookahead || x.posted <= i+maxAhead && x.scratchInUse < scratchBudget); x.posted++ {
+			x.post(x.posted, i)
 		}
-	}()
-	// reduceWith is the kernel of a reducing receive: final for one that
-	// completes its range, when the caller gave one.
-	reduceWith := func(x algo.Xfer) reducer {
-		if x.Final && final != nil {
-			return final
-		}
-		return red
-	}
-	fail := func(err error) error {
-		withdraw(pending, func(p inflight) *transport.Receive { return p.r })
-		return err
-	}
-	// completeFront waits for the oldest receive and applies it.
-	completeFront := func() error {
-		p := pending[0]
-		if err := g.await(ctx, p.r, g.ranks[p.x.Peer], seq); err != nil {
-			return err
-		}
-		pending = pending[1:]
-		if p.tmp != nil {
-			dst := buf.at(p.x.Off, p.x.Len)
-			if p.x.Reduce {
-				reduceWith(p.x)(dst, p.tmp)
-			} else {
-				copy(dst, p.tmp)
-			}
-			free = append(free, p.tmp)
-			scratchInUse -= len(p.tmp)
-		}
-		return nil
-	}
-	overlaps := func(a, b algo.Xfer) bool {
-		return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
-	}
-	// A receive that could land in place but for a send of an earlier
-	// round not yet made (which reads the same bytes) waits here until that
-	// send is out, rather than landing in scratch and being copied.
-	type later struct {
-		x     algo.Xfer
-		tag   uint32
-		round int
-	}
-	var deferred []later
-	// place posts receive x of round j (with its tag), given that the sends
-	// of the rounds before current have been made. It reports false when x
-	// must wait for those sends.
-	place := func(x algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
-		dst := buf.at(x.Off, x.Len)
-		// In place (a reducing receive reduces each piece into dst as it
-		// is read, while the piece is in cache) unless its round reads a
-		// snapshot, an earlier receive still writes there, or a send of
-		// the rounds before it (not yet sent) reads there.
-		inPlace := !sched[j].Snapshot
-		for _, p := range pending {
-			if inPlace && p.round < j && overlaps(p.x, x) {
-				inPlace = false
-			}
-		}
-		for _, d := range deferred {
-			if inPlace && d.round < j && overlaps(d.x, x) {
-				inPlace = false
-			}
-		}
-		if inPlace {
-			for k := current; k < j; k++ {
-				for _, y := range sched[k].Sends {
-					if overlaps(x, y) {
-						if mayWait {
-							return false
-						}
-						inPlace = false
-					}
-				}
-			}
-		}
-		var tmp []byte
-		if !inPlace {
-			tmp = scratch(len(dst))
-			dst = tmp
-			scratchInUse += len(tmp)
-		}
-		peer := g.ranks[x.Peer]
-		key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
-		var r *transport.Receive
-		if x.Reduce && inPlace {
-			rx := reduceWith(x)
-			r = ep.PostSink(peer, transport.ExactMatch(peer, key), fp, len(dst), func(off int, b []byte) {
-				rx(dst[off:off+len(b)], b)
-			})
-		} else {
-			r = ep.Post(peer, transport.ExactMatch(peer, key), fp, dst)
-		}
-		f := inflight{r, x, tmp, j}
-		// Keep pending in round order: receives are applied oldest first.
-		at := len(pending)
-		for at > 0 && pending[at-1].round > j {
-			at--
-		}
-		pending = slices.Insert(pending, at, f)
-		return true
-	}
-	post := func(j, current int) {
-		for _, x := range sched[j].Recvs {
-			tag := recvd[x.Peer]
-			recvd[x.Peer]++
-			if !place(x, tag, j, current, true) {
-				deferred = append(deferred, later{x, tag, j})
-			}
-		}
-	}
-	// retry posts the deferred receives whose sends are out.
-	retry := func(current int) {
-		kept := deferred[:0]
-		for _, d := range deferred {
-			if !place(d.x, d.tag, d.round, current, d.round > current) {
-				kept = append(kept, d)
-			}
-		}
-		deferred = kept
-	}
-	posted := 0
-	for i, round := range sched {
-		if len(deferred) > 0 {
-			retry(i)
-		}
-		for ; posted < len(sched) && (posted <= i+lookahead || posted <= i+maxAhead && scratchInUse < scratchBudget); posted++ {
-			post(posted, i)
-		}
-		for _, x := range round.Sends {
+		for _, s := range round.Sends {
 			// Apply the earlier rounds' receives that write what this
 			// send reads (in order).
-			for {
-				need := false
-				for _, p := range pending {
-					// An empty transfer carries no data, only order (a
-					// barrier's): it waits for every earlier receive.
-					if p.round < i && (x.Len == 0 || p.x.Len == 0 || overlaps(p.x, x)) {
-						need = true
-						break
-					}
-				}
-				if !need {
-					break
-				}
-				if err := completeFront(); err != nil {
-					return fail(err)
+			for x.sendWaits(s, i) {
+				if err := x.completeFront(); err != nil {
+					return err
 				}
 			}
-			tag := sent[x.Peer]
-			sent[x.Peer]++
-			key := transport.Key{Group: g.id, Seq: seq, Tag: tag}
-			if err := ep.Send(ctx, g.ranks[x.Peer], key, fp, buf.at(x.Off, x.Len)); err != nil {
-				return fail(err)
+			tag := x.sent[s.Peer]
+			x.sent[s.Peer]++
+			key := transport.Key{Group: x.g.id, Seq: x.seq, Tag: tag}
+			if err := x.g.world.ep.Send(x.ctx, x.g.ranks[s.Peer], key, x.fp, x.buf.at(s.Off, s.Len)); err != nil {
+				return err
 			}
 		}
 	}
-	for len(pending) > 0 {
-		if err := completeFront(); err != nil {
-			return fail(err)
+	for len(x.pending) > 0 {
+		if err := x.completeFront(); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// sendWaits reports whether send s of round i must wait for the oldest
+// pending receive: some receive of an earlier round writes what s reads.
+// An empty transfer carries no data, only order (a barrier's): it waits
+// for every earlier receive.
+func (x *executor) sendWaits(s algo.Xfer, i int) bool {
+	for _, p := range x.pending {
+		if p.round < i && (s.Len == 0 || p.x.Len == 0 || overlaps(p.x, s)) {
+			return true
+		}
+	}
+	return false
+}
+
+func overlaps(a, b algo.Xfer) bool {
+	return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
+}
+
+// reduceWith is the kernel of a reducing receive: final for one that
+// completes its range, when the caller gave one.
+func (x *executor) reduceWith(t algo.Xfer) reducer {
+	if t.Final && x.final != nil {
+		return x.final
+	}
+	return x.red
+}
+
+func (x *executor) scratch(n int) []byte {
+	for i, b := range x.free {
+		if cap(b) >= n {
+			x.free = append(x.free[:i], x.free[i+1:]...)
+			return b[:n]
+		}
+	}
+	return getScratch(n)
+}
+
+func (x *executor) release() {
+	for _, b := range x.free {
+		putScratch(b)
+	}
+}
+
+// completeFront waits for the oldest receive and applies it.
+func (x *executor) completeFront() error {
+	p := x.pending[0]
+	if err := x.g.await(x.ctx, p.r, x.g.ranks[p.x.Peer], x.seq); err != nil {
+		return err
+	}
+	x.pending = x.pending[1:]
+	if p.tmp != nil {
+		dst := x.buf.at(p.x.Off, p.x.Len)
+		if p.x.Reduce {
+			x.reduceWith(p.x)(dst, p.tmp)
+		} else {
+			copy(dst, p.tmp)
+		}
+		x.free = append(x.free, p.tmp)
+		x.scratchInUse -= len(p.tmp)
+	}
+	return nil
+}
+
+// place posts receive t of round j (with its tag), given that the sends
+// of the rounds before current have been made. It reports false when t
+// must wait for those sends (only when mayWait).
+func (x *executor) place(t algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
+	dst := x.buf.at(t.Off, t.Len)
+	// In place (a reducing receive reduces each piece into dst as it
+	// is read, while the piece is in cache) unless its round reads a
+	// snapshot, an earlier receive still writes there, or a send of
+	// the rounds before it (not yet sent) reads there.
+	inPlace := !x.sched[j].Snapshot
+	for _, p := range x.pending {
+		if inPlace && p.round < j && overlaps(p.x, t) {
+			inPlace = false
+		}
+	}
+	for _, d := range x.deferred {
+		if inPlace && d.round < j && overlaps(d.x, t) {
+			inPlace = false
+		}
+	}
+	if inPlace {
+		for k := current; k < j; k++ {
+			for _, y := range x.sched[k].Sends {
+				if overlaps(t, y) {
+					if mayWait {
+						return false
+					}
+					inPlace = false
+				}
+			}
+		}
+	}
+	var tmp []byte
+	if !inPlace {
+		tmp = x.scratch(len(dst))
+		dst = tmp
+		x.scratchInUse += len(tmp)
+	}
+	ep := x.g.world.ep
+	peer := x.g.ranks[t.Peer]
+	key := transport.Key{Group: x.g.id, Seq: x.seq, Tag: tag}
+	var r *transport.Receive
+	if t.Reduce && inPlace {
+		rx := x.reduceWith(t)
+		r = ep.PostSink(peer, transport.ExactMatch(peer, key), x.fp, len(dst), func(off int, b []byte) {
+			rx(dst[off:off+len(b)], b)
+		})
+	} else {
+		r = ep.Post(peer, transport.ExactMatch(peer, key), x.fp, dst)
+	}
+	f := inflight{r, t, tmp, j}
+	// Keep pending in round order: receives are applied oldest first.
+	at := len(x.pending)
+	for at > 0 && x.pending[at-1].round > j {
+		at--
+	}
+	x.pending = slices.Insert(x.pending, at, f)
+	return true
+}
+
+// post posts the receives of round j, the sends of the rounds before
+// current being made.
+func (x *executor) post(j, current int) {
+	for _, t := range x.sched[j].Recvs {
+		tag := x.recvd[t.Peer]
+		x.recvd[t.Peer]++
+		if !x.place(t, tag, j, current, true) {
+			x.deferred = append(x.deferred, later{t, tag, j})
+		}
+	}
+}
+
+// retry posts the deferred receives whose sends are out.
+func (x *executor) retry(current int) {
+	kept := x.deferred[:0]
+	for _, d := range x.deferred {
+		if !x.place(d.x, d.tag, d.round, current, d.round > current) {
+			kept = append(kept, d)
+		}
+	}
+	x.deferred = kept
 }
 
 // Scratch buffers for receives are recycled across calls by size class

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -248,7 +249,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	if host == "" {
 		host = localAddrFor(masterHost)
 	}
-	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token, Spin: transport.DefaultSpin(), SharedMemory: os.Getenv("GODIST_SHM") != "0"})
+	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token, Spin: spinFromEnv(), SharedMemory: os.Getenv("GODIST_SHM") != "0"})
 	if err != nil {
 		for _, c := range closers {
 			c()
@@ -262,6 +263,18 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		all[i] = i
 	}
 	return newGroup(w, 0, all, opt.Timeout), nil
+}
+
+// spinFromEnv is GODIST_SPIN_US when set, else transport.DefaultSpin for
+// LOCAL_WORLD_SIZE ranks on this host.
+func spinFromEnv() time.Duration {
+	if v := os.Getenv("GODIST_SPIN_US"); v != "" {
+		if us, err := strconv.Atoi(v); err == nil && us >= 0 {
+			return time.Duration(us) * time.Microsecond
+		}
+	}
+	local, _ := strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
+	return transport.DefaultSpin(local, runtime.GOMAXPROCS(0), runtime.NumCPU())
 }
 
 func firstEnv(names ...string) string {

@@ -16,8 +16,9 @@ const (
 	// FashionMNISTDir is where the full dataset is installed on the
 	// project's machines.
 	FashionMNISTDir = "/usr/share/datasets/fashion-mnist"
-	// FashionMNISTEnv names an environment variable that, when set to a
-	// directory, is where SubsetDir looks first.
+	// FashionMNISTEnv names the environment variable the example
+	// programs take their -data directory's default from. The package
+	// itself does not read it: a caller passes the directory.
 	FashionMNISTEnv = "GODIST_FASHION_MNIST"
 	// FashionMNISTMean and FashionMNISTStd normalise the pixels (after
 	// scaling them to [0, 1]), as the PyTorch anchor scripts do.
@@ -124,19 +125,12 @@ func FindFashionMNIST() (dir string, full bool) {
 
 // SubsetDir returns the directory of the Fashion-MNIST subset shipped with
 // the repository (testdata/fashion-mnist: the first 3000 training and
-// 1000 test examples). It looks, in order, in the directory named by the
-// environment variable GODIST_FASHION_MNIST, if set; then in
-// testdata/fashion-mnist beside a go.mod in the working directory or the
-// nearest parent that has one. So it works from tests (which run in their
-// package's directory) and from programs run anywhere inside the
-// repository. The error wraps fs.ErrNotExist when nothing is found.
+// 1000 test examples): testdata/fashion-mnist beside a go.mod in the
+// working directory or the nearest parent that has one. So it works from
+// tests (which run in their package's directory) and from programs run
+// anywhere inside the repository; elsewhere, pass LoadFashionMNIST the
+// directory. The error wraps fs.ErrNotExist when nothing is found.
 func SubsetDir() (string, error) {
-	if d := os.Getenv(FashionMNISTEnv); d != "" {
-		if !hasFashionFiles(d) {
-			return "", fmt.Errorf("data: %s=%s does not hold the four Fashion-MNIST files: %w", FashionMNISTEnv, d, fs.ErrNotExist)
-		}
-		return d, nil
-	}
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("data: looking for the Fashion-MNIST subset: %w", err)
@@ -154,7 +148,7 @@ func SubsetDir() (string, error) {
 		}
 		d = parent
 	}
-	return "", fmt.Errorf("data: no testdata/fashion-mnist beside a go.mod in %s or its parents (set %s): %w", wd, FashionMNISTEnv, fs.ErrNotExist)
+	return "", fmt.Errorf("data: no testdata/fashion-mnist beside a go.mod in %s or its parents (outside the repository, name the directory): %w", wd, fs.ErrNotExist)
 }
 
 // hasFashionFiles reports whether dir holds the four files as regular files.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +17,11 @@ import (
 	"github.com/godist/godist/transport"
 )
 
-// Options configure Init. Zero fields are filled from the environment.
+// Options configure Init. A zero field takes its default, which for most
+// fields is an environment variable, as `godist run` and torchrun set
+// them: a field the caller sets wins over its variable. Init reads the
+// environment in one place (withEnv) and for the rank's identity
+// (ReadEnv); nothing below it does.
 type Options struct {
 	// InitMethod says how ranks meet: "env://" (the default: MASTER_ADDR,
 	// MASTER_PORT, WORLD_SIZE, RANK, and the variables of torchrun, Slurm
@@ -32,14 +38,42 @@ type Options struct {
 	Timeout time.Duration
 	// JobID and Token authenticate every connection; by default the
 	// GODIST_RUN_ID/TORCHELASTIC_RUN_ID and GODIST_TOKEN variables (set by
-	// godist run).
+	// godist run; the token in hex, or raw when it is not hex).
 	JobID string
 	Token []byte
 	// Host is the address the other ranks reach this one at (default: the
 	// GODIST_HOST variable, else the local address that routes to the
 	// store's host, else 127.0.0.1).
 	Host string
+	// SharedMemory says whether ranks on one host move large payloads
+	// through shared memory, and so whether NewSharedTensor can share
+	// (default: on, unless the GODIST_SHM variable is 0).
+	SharedMemory SharedMemoryMode
+	// LocalWorldSize is how many ranks of the job run on this host
+	// (default: the LOCAL_WORLD_SIZE variable; unknown when neither
+	// says). It chooses the default Spin.
+	LocalWorldSize int
+	// Spin is how long this rank's connections poll their sockets before
+	// they park; negative never polls. When zero: the GODIST_SPIN_US
+	// variable (microseconds; 0 never polls), else transport.DefaultSpin
+	// of LocalWorldSize, GOMAXPROCS and the CPUs.
+	Spin time.Duration
+	// Logger hears the fallbacks that change behaviour: shared memory
+	// asked for but not used with some peer (another host, /dev/shm
+	// unusable), a NewSharedTensor that is an ordinary tensor, an
+	// unreadable variable ignored. nil discards them.
+	Logger *slog.Logger
 }
+
+// SharedMemoryMode is Options.SharedMemory: on, off, or left to the
+// environment.
+type SharedMemoryMode uint8
+
+const (
+	SharedMemoryDefault SharedMemoryMode = iota // GODIST_SHM=0: off; else on
+	SharedMemoryOn
+	SharedMemoryOff
+)
 
 // Env is the identity Init found in the environment.
 type Env struct {
@@ -164,18 +198,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	if opt.Timeout == 0 {
 		opt.Timeout = DefaultTimeout
 	}
-	if opt.JobID == "" {
-		opt.JobID = firstEnv("GODIST_RUN_ID", "TORCHELASTIC_RUN_ID")
-	}
-	if opt.Token == nil {
-		if t := os.Getenv("GODIST_TOKEN"); t != "" {
-			if b, err := hex.DecodeString(t); err == nil {
-				opt.Token = b
-			} else {
-				opt.Token = []byte(t)
-			}
-		}
-	}
+	opt = withEnv(opt, os.Getenv)
 	rank, size := opt.Rank, opt.WorldSize
 	if size <= 0 {
 		rank = -1
@@ -243,12 +266,12 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	host := opt.Host
 	if host == "" {
-		host = os.Getenv("GODIST_HOST")
-	}
-	if host == "" {
 		host = localAddrFor(masterHost)
 	}
-	ep, err := transport.NewTCP(rctx, transport.TCPOptions{Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token, Spin: transport.DefaultSpin(), SharedMemory: os.Getenv("GODIST_SHM") != "0"})
+	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
+		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
+		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, Logger: opt.Logger,
+	})
 	if err != nil {
 		for _, c := range closers {
 			c()
@@ -264,13 +287,66 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	return newGroup(w, 0, all, opt.Timeout), nil
 }
 
-func firstEnv(names ...string) string {
-	for _, n := range names {
-		if v := os.Getenv(n); v != "" {
-			return v
+// withEnv returns opt with the fields the caller left zero that have a
+// variable filled from it (get reads one: os.Getenv, or a map in tests).
+// It is where Init reads the environment, apart from the rank's identity
+// (ReadEnv); an unreadable value is ignored and said so to opt.Logger.
+func withEnv(opt Options, get func(string) string) Options {
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opt.JobID == "" {
+		opt.JobID = get("GODIST_RUN_ID")
+	}
+	if opt.JobID == "" {
+		opt.JobID = get("TORCHELASTIC_RUN_ID")
+	}
+	if t := get("GODIST_TOKEN"); opt.Token == nil && t != "" {
+		if b, err := hex.DecodeString(t); err == nil {
+			opt.Token = b
+		} else {
+			opt.Token = []byte(t)
 		}
 	}
-	return ""
+	if opt.Host == "" {
+		opt.Host = get("GODIST_HOST")
+	}
+	if opt.SharedMemory == SharedMemoryDefault {
+		opt.SharedMemory = SharedMemoryOn
+		if get("GODIST_SHM") == "0" {
+			opt.SharedMemory = SharedMemoryOff
+		}
+	}
+	if v := get("LOCAL_WORLD_SIZE"); opt.LocalWorldSize == 0 && v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			opt.LocalWorldSize = n
+		} else {
+			log.Warn("dist: ignoring LOCAL_WORLD_SIZE: not a positive number", "value", v)
+		}
+	}
+	if v := get("GODIST_SPIN_US"); opt.Spin == 0 && v != "" {
+		switch us, err := strconv.Atoi(v); {
+		case err != nil || us < 0:
+			log.Warn("dist: ignoring GODIST_SPIN_US: not a number of microseconds", "value", v)
+		case us == 0:
+			opt.Spin = -1 // never poll
+		default:
+			opt.Spin = time.Duration(us) * time.Microsecond
+		}
+	}
+	return opt
+}
+
+// spin is TCPOptions.Spin for opt.
+func (opt Options) spin() time.Duration {
+	switch {
+	case opt.Spin < 0:
+		return 0
+	case opt.Spin > 0:
+		return opt.Spin
+	}
+	return transport.DefaultSpin(opt.LocalWorldSize, runtime.GOMAXPROCS(0), runtime.NumCPU())
 }
 
 // localAddrFor returns the local address that routes to host (without

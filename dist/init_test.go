@@ -1,8 +1,10 @@
 package dist_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
 
@@ -187,5 +190,89 @@ func TestInitBadMethod(t *testing.T) {
 	_, err := dist.Init(ctx, dist.Options{Rank: -1})
 	if err == nil || !strings.Contains(err.Error(), "RANK") {
 		t.Errorf("Init from an empty environment: %v, want an error naming RANK", err)
+	}
+}
+
+// TestInitOptionsOverrideEnv: with GODIST_HOST and GODIST_SHM=0 set, zero
+// Options take them (the ranks publish the variable's host, and a shared
+// tensor is an ordinary one, which the logger hears), while Options that
+// name a host and shared memory on win over them (the shared tensor is
+// shared, all-reduced through shared memory, and nothing is logged).
+func TestInitOptionsOverrideEnv(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	ln.Close()
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	t.Setenv("GODIST_HOST", "127.0.0.2")
+	t.Setenv("GODIST_SHM", "0")
+	t.Setenv("GODIST_SPIN_US", "0")
+	const world, n = 2, 64 << 10 // 256 KiB of float32: over the shared all-reduce's floor
+	for _, c := range []struct {
+		name   string
+		opt    dist.Options
+		host   string
+		shared bool
+	}{
+		{"zero options take the environment", dist.Options{}, "127.0.0.2", false},
+		{"options win", dist.Options{Host: "127.0.0.1", SharedMemory: dist.SharedMemoryOn, Spin: 20 * time.Microsecond}, "127.0.0.1", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st := store.NewMem()
+			defer st.Close()
+			logs := make([]bytes.Buffer, world)
+			errs := make([]error, world)
+			var wg sync.WaitGroup
+			for r := range world {
+				wg.Go(func() {
+					errs[r] = func() error {
+						opt := c.opt
+						opt.Store, opt.Rank, opt.WorldSize, opt.Timeout = st, r, world, 10*time.Second
+						opt.Logger = slog.New(slog.NewTextHandler(&logs[r], nil))
+						g, err := dist.Init(ctx, opt)
+						if err != nil {
+							return fmt.Errorf("init: %w", err)
+						}
+						defer g.Destroy()
+						x, err := g.NewSharedTensor(ctx, tensor.Float32, n)
+						if err != nil {
+							return err
+						}
+						if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
+							return err
+						}
+						if got := dist.SharedAllReduces(g) == 1; got != c.shared {
+							return fmt.Errorf("all-reduce through shared memory: %v, want %v", got, c.shared)
+						}
+						return g.Barrier(ctx)
+					}()
+				})
+			}
+			wg.Wait()
+			for r := range world {
+				if errs[r] != nil {
+					t.Errorf("rank %d: %v", r, errs[r])
+				}
+				addr, err := st.Get(ctx, fmt.Sprintf("transport/addr/%d", r))
+				if h, _, _ := net.SplitHostPort(string(addr)); err != nil || h != c.host {
+					t.Errorf("rank %d published %q (%v), want host %s", r, addr, err, c.host)
+				}
+				log := logs[r].String()
+				const fallback = "NewSharedTensor returns an ordinary tensor"
+				switch {
+				case c.shared && log != "":
+					t.Errorf("rank %d logged with shared memory on:\n%s", r, log)
+				case !c.shared && (!strings.Contains(log, fallback) || !strings.Contains(log, "members=\"[0 1]\"") || strings.Count(log, "\n") != 1):
+					t.Errorf("rank %d's log, want one line of %q naming the members:\n%s", r, fallback, log)
+				}
+			}
+		})
 	}
 }

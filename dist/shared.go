@@ -19,8 +19,9 @@ import (
 //
 // Every member must call it, in the same order as its other collectives.
 // Unless all of g is on one host with shared memory on (members on other
-// hosts, the in-process transport, GODIST_SHM=0) it returns an ordinary
-// tensor; the result behaves the same either way.
+// hosts, the in-process transport, Options.SharedMemory off) it returns an
+// ordinary tensor, and says why to the logger of Options.Logger; the
+// result behaves the same either way.
 func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if g.Size() == 1 {
 		return tensor.New(d, shape...), nil
@@ -30,15 +31,10 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		n *= s
 	}
 	ep := g.world.ep
-	type desc struct {
-		ID   uint8
-		Name string
-		N    int
-	}
-	var mine desc
-	region, err := ep.NewRegion(n)
-	if err == nil {
-		mine = desc{region.ID(), region.Name(), n}
+	var mine regionDesc
+	region, regionErr := ep.NewRegion(n)
+	if regionErr == nil {
+		mine = regionDesc{region.ID(), region.Name(), n}
 		defer region.Unlink()
 	}
 	fail := func(err error) (*tensor.Tensor, error) {
@@ -77,6 +73,7 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		full = full && len(ok) == g.Size()-1 && descs[q].Name != ""
 	}
 	if !full {
+		g.logNotShared(descs, oks, regionErr)
 		for _, q := range mapped {
 			ep.UnmapRegion(g.ranks[q], descs[q].ID)
 		}
@@ -99,4 +96,33 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	forget := g.registerShared(region.Bytes()[:n], ids)
 	release := func() { forget(); region.Close() }
 	return tensor.NewMapped(d, region.Bytes(), release, shape...), nil
+}
+
+// regionDesc is what a member of NewSharedTensor says of its region: none
+// when Name is "".
+type regionDesc struct {
+	ID   uint8
+	Name string
+	N    int
+}
+
+// logNotShared tells the endpoint's logger why NewSharedTensor returns an
+// ordinary tensor: which members (by global rank) made no region to share
+// (this rank's own error, if it is one) and which could not map every
+// other member's.
+func (g *Group) logNotShared(descs []regionDesc, mapped [][]int, regionErr error) {
+	var noRegion, partial []int
+	for q := range descs {
+		switch {
+		case descs[q].Name == "":
+			noRegion = append(noRegion, g.ranks[q])
+		case len(mapped[q]) != g.Size()-1:
+			partial = append(partial, g.ranks[q])
+		}
+	}
+	args := []any{"group", g.id, "members", g.ranks, "rank", g.ranks[g.rank], "no_region", noRegion, "mapped_not_all", partial}
+	if regionErr != nil {
+		args = append(args, "err", regionErr)
+	}
+	g.world.ep.Logger().Info("dist: NewSharedTensor returns an ordinary tensor: not all of the group can map each other's memory (members on other hosts, shared memory off, or the in-process transport)", args...)
 }

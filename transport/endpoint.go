@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -126,6 +127,7 @@ type Endpoint struct {
 	rank, size int
 	links      []link
 	gone       []atomic.Bool // set when the peer's connection fails
+	log        *slog.Logger  // never nil (see Logger)
 
 	// regionUse is held for reading while code outside the peer's reader
 	// uses a peer's region (UsePeerRegions), and for writing while a
@@ -165,7 +167,7 @@ type message struct {
 }
 
 func newEndpoint(rank, size int) *Endpoint {
-	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size)}
+	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), log: discard}
 	e.mu.down = map[int]*PeerError{}
 	return e
 }
@@ -175,6 +177,14 @@ func (e *Endpoint) Rank() int { return e.rank }
 
 // Size returns the number of ranks.
 func (e *Endpoint) Size() int { return e.size }
+
+// Logger returns the logger the endpoint reports its fallbacks to
+// (TCPOptions.Logger), for the layers above to report theirs: never nil,
+// a logger that discards when none was given.
+func (e *Endpoint) Logger() *slog.Logger { return e.log }
+
+// discard is the logger of an endpoint given none.
+var discard = slog.New(slog.DiscardHandler)
 
 // SetHandlers installs the event handlers (replacing earlier ones).
 func (e *Endpoint) SetHandlers(h Handlers) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -113,16 +114,16 @@ func (o *shmOut) release(i int) {
 // hostID names this host's shared-memory domain: the boot id (same
 // kernel) and /dev/shm's device and inode (same mount, so not two
 // containers with separate ones).
-func hostID() string {
+func hostID() (string, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
-		return ""
+		return "", err
 	}
 	var st unix.Stat_t
 	if err := unix.Stat("/dev/shm", &st); err != nil {
-		return ""
+		return "", fmt.Errorf("stat /dev/shm: %w", err)
 	}
-	return fmt.Sprintf("%s/%d/%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino)
+	return fmt.Sprintf("%s/%d/%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino), nil
 }
 
 // setupShm gives every pair of this rank's peers on the same host a
@@ -130,9 +131,10 @@ func hostID() string {
 // host id, creates a segment for each same-host peer and publishes its
 // name, maps each peer's segment for this rank and says whether that
 // worked, and keeps the outgoing segments whose receiver said yes. A pair
-// that cannot share memory uses TCP alone. It returns the segments by
-// peer (nil where none).
-func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool) (out, in []*shmSeg) {
+// that cannot share memory uses TCP alone; when shared memory is enabled,
+// log hears which pairs and why. It returns the segments by peer (nil
+// where none).
+func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool, log *slog.Logger) (out, in []*shmSeg) {
 	out, in = make([]*shmSeg, size), make([]*shmSeg, size)
 	key := func(parts ...any) string {
 		s := prefix + "transport/shm"
@@ -141,42 +143,71 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		}
 		return s
 	}
+	tcpOnly := func(level slog.Level, why string, args ...any) {
+		if enabled {
+			log.Log(ctx, level, "transport: shared memory not used: "+why+"; large payloads go over TCP", append([]any{"rank", rank}, args...)...)
+		}
+	}
 	id := ""
 	if enabled {
-		id = hostID()
+		var err error
+		if id, err = hostID(); err != nil {
+			tcpOnly(slog.LevelWarn, "cannot tell which peers share this host", "err", err)
+		}
 	}
 	if err := st.Set(ctx, key("host", rank), []byte(id)); err != nil {
+		tcpOnly(slog.LevelWarn, "the store failed", "err", err)
 		return out, in
 	}
-	var same []int
+	var same, elsewhere, off []int
 	for p := range size {
 		if p == rank {
 			continue
 		}
 		v, err := st.Get(ctx, key("host", p))
 		if err != nil {
+			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
 			return out, in
 		}
-		if id != "" && string(v) == id {
+		switch {
+		case id == "":
+		case string(v) == id:
 			same = append(same, p)
+		case len(v) == 0:
+			off = append(off, p)
+		default:
+			elsewhere = append(elsewhere, p)
 		}
 	}
+	if len(off) > 0 {
+		tcpOnly(slog.LevelInfo, "peers with it off or unavailable", "peers", off)
+	}
+	if len(elsewhere) > 0 {
+		tcpOnly(slog.LevelInfo, "peers on other hosts", "peers", elsewhere)
+	}
 	if len(same)+1 > shmMaxLocals {
+		tcpOnly(slog.LevelInfo, fmt.Sprintf("more than %d ranks on this host", shmMaxLocals), "peers", same)
 		same = nil
 	}
 	// Create and publish this rank's segments.
 	files := map[int]*os.File{}
 	for _, p := range same {
 		name := ""
-		if f, err := createSeg(rank, p); err == nil {
-			if seg, err := mapSeg(f); err == nil {
+		f, err := createSeg(rank, p)
+		if err == nil {
+			var seg *shmSeg
+			if seg, err = mapSeg(f); err == nil {
 				files[p], out[p], name = f, seg, f.Name()
 			} else {
 				f.Close()
 				os.Remove(f.Name())
 			}
 		}
+		if err != nil {
+			tcpOnly(slog.LevelWarn, "cannot create a segment in /dev/shm", "peer", p, "err", err)
+		}
 		if err := st.Set(ctx, key("seg", rank, p), []byte(name)); err != nil {
+			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
 			return closeAll(out, files), in
 		}
 	}
@@ -185,14 +216,20 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		v, err := st.Get(ctx, key("seg", p, rank))
 		ok := "0"
 		if err == nil && len(v) > 0 {
-			if f, err := os.OpenFile(string(v), os.O_RDWR, 0); err == nil {
-				if seg, err := mapSeg(f); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(string(v), os.O_RDWR, 0); err == nil {
+				var seg *shmSeg
+				if seg, err = mapSeg(f); err == nil {
 					in[p], ok = seg, "1"
 				}
 				f.Close()
 			}
+			if err != nil {
+				tcpOnly(slog.LevelWarn, "cannot map the peer's segment", "peer", p, "err", err)
+			}
 		}
 		if err := st.Set(ctx, key("ok", p, rank), []byte(ok)); err != nil {
+			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
 			return closeAll(out, files), in
 		}
 	}
@@ -206,6 +243,11 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		f.Close()
 		os.Remove(f.Name())
 		if err != nil || string(v) != "1" {
+			if err == nil {
+				tcpOnly(slog.LevelInfo, "the peer could not map this rank's segment", "peer", p)
+			} else {
+				tcpOnly(slog.LevelWarn, "the store failed", "err", err)
+			}
 			out[p].unmap()
 			out[p] = nil
 		}

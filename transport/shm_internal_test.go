@@ -1,12 +1,18 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/godist/godist/store"
 )
 
 // TestShmSlotReleasedWhenHeaderNeverLeaves: a send that took a slot and
@@ -33,4 +39,91 @@ func TestShmSlotReleasedWhenHeaderNeverLeaves(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestShmFallbackLogged: a rank with shared memory on says through its
+// logger which peers it cannot use it with and why; a rank with it off,
+// or whose peers all share it, says nothing.
+func TestShmFallbackLogged(t *testing.T) {
+	if _, err := hostID(); err != nil {
+		t.Skipf("no shared-memory domain here: %v", err)
+	}
+	for _, c := range []struct {
+		name    string
+		enabled bool
+		peer    string // the host id rank 1 publishes
+		want    string // in the log; "" for nothing
+	}{
+		{"peer elsewhere", true, "another-host/1/2", `level=INFO msg="transport: shared memory not used: peers on other hosts; large payloads go over TCP" rank=0 peers=[1]`},
+		{"peer off", true, "", `level=INFO msg="transport: shared memory not used: peers with it off or unavailable; large payloads go over TCP" rank=0 peers=[1]`},
+		{"off here", false, "another-host/1/2", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st := store.NewMem()
+			defer st.Close()
+			if err := st.Set(ctx, "transport/shm/host/1", []byte(c.peer)); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: dropTime}))
+			out, in := setupShm(ctx, st, "", 0, 2, c.enabled, log)
+			if out[1] != nil || in[1] != nil {
+				t.Fatalf("segments with a peer that cannot share memory: out %v in %v", out[1], in[1])
+			}
+			if got := strings.TrimSpace(buf.String()); got != c.want {
+				t.Errorf("log:\n%s\nwant:\n%s", got, c.want)
+			}
+		})
+	}
+	t.Run("same host", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st := store.NewMem()
+		defer st.Close()
+		var buf syncBuffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		var out, in [2][]*shmSeg
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Go(func() { out[r], in[r] = setupShm(ctx, st, "", r, 2, true, log) })
+		}
+		wg.Wait()
+		for r := range 2 {
+			if out[r][1-r] == nil || in[r][1-r] == nil {
+				t.Errorf("rank %d: no segments with its same-host peer; log:\n%s", r, buf.String())
+			}
+			out[r][1-r].unmap()
+			in[r][1-r].unmap()
+		}
+		if buf.String() != "" {
+			t.Errorf("log of a job all on one host:\n%s", buf.String())
+		}
+	})
+}
+
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -85,19 +84,21 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 }
 
 // DefaultSpin is how long a reader polls its socket before parking, for a
-// process that is one rank of a job (dist.Init uses it): GODIST_SPIN_US
-// when set; else, from LOCAL_WORLD_SIZE (set by `godist run` and torchrun)
-// and GOMAXPROCS:
+// process that is one rank of a job (dist.Init uses it when its Options
+// name no Spin), from localWorldSize (the ranks on this host, as
+// LOCAL_WORLD_SIZE says under `godist run` and torchrun; 0 when unknown),
+// gomaxprocs (each rank's, runtime.GOMAXPROCS) and numCPU (the host's,
+// runtime.NumCPU). It reads nothing else:
 //
 //   - 0 when this host runs more ranks than it has CPUs: a polling rank
 //     takes the CPU another rank needs (`godist bench` measured world 4 on
 //     2 CPUs 1.3x slower with 20 µs of polling, 2x with 50);
-//   - 100 ms when every rank's Ps fit in the CPUs (LOCAL_WORLD_SIZE x
-//     GOMAXPROCS <= NumCPU, as `godist run` arranges), so that a rank with
+//   - 100 ms when every rank's Ps fit in the CPUs (localWorldSize x
+//     gomaxprocs <= numCPU, as `godist run` arranges), so that a rank with
 //     CPUs of its own polls through the compute between one collective and
 //     the next, as MPI's progress engines do, and parks only when its peers
 //     have been quiet that long;
-//   - 50 µs otherwise, and when LOCAL_WORLD_SIZE is not set: a poller there
+//   - 50 µs otherwise, and when localWorldSize is unknown: a poller there
 //     would run on a P of its own, a thread that takes CPU from a rank's
 //     compute, so it polls only through the short gaps of one collective
 //     (world 2 on 2 CPUs: all_reduce of 8 B 30.5 -> 14.2 µs median).
@@ -110,20 +111,14 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 // again after the shared-memory all-reduce (2026-11-24, rounds with the
 // vCPUs near each other): 1.09-1.14 ms a step polling 100 ms, 1.21-1.37
 // polling 50 µs.
-func DefaultSpin() time.Duration {
-	if v := os.Getenv("GODIST_SPIN_US"); v != "" {
-		if us, err := strconv.Atoi(v); err == nil && us >= 0 {
-			return time.Duration(us) * time.Microsecond
-		}
-	}
+func DefaultSpin(localWorldSize, gomaxprocs, numCPU int) time.Duration {
 	const short, long = 50 * time.Microsecond, 100 * time.Millisecond
-	n, err := strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
 	switch {
-	case err != nil || n < 1:
+	case localWorldSize < 1:
 		return short
-	case n > runtime.NumCPU():
+	case localWorldSize > numCPU:
 		return 0
-	case n*runtime.GOMAXPROCS(0) > runtime.NumCPU():
+	case localWorldSize*gomaxprocs > numCPU:
 		return short
 	}
 	return long

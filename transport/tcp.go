@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -41,12 +42,17 @@ type TCPOptions struct {
 	// SocketBuffer sets SO_SNDBUF/SO_RCVBUF when positive (default 4 MiB).
 	SocketBuffer int
 	// Spin is how long a connection's reader polls the socket before it
-	// parks in the runtime's poller (see DefaultSpin); 0 never polls.
+	// parks in the runtime's poller (DefaultSpin computes the usual
+	// value); 0 or less never polls.
 	Spin time.Duration
 	// SharedMemory lets peers on the same host move large payloads through
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
 	// it only when both ranks enable it.
 	SharedMemory bool
+	// Logger receives the fallbacks that change how the endpoint behaves
+	// (shared memory asked for but not set up with a peer, and why); the
+	// endpoint keeps it for its users (Endpoint.Logger). nil discards.
+	Logger *slog.Logger
 }
 
 // NewTCP connects this rank to every other rank over TCP and returns its
@@ -68,6 +74,9 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		opt.SocketBuffer = 4 << 20
 	}
 	e := newEndpoint(opt.Rank, opt.Size)
+	if opt.Logger != nil {
+		e.log = opt.Logger
+	}
 	if opt.Size == 1 {
 		return e, nil
 	}
@@ -171,7 +180,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	stopAccept()
 	wg.Wait()
-	shmOuts, shmIns := setupShm(ctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory)
+	shmOuts, shmIns := setupShm(ctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, e.log)
 	for r, c := range conns {
 		if c == nil {
 			continue

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -153,30 +151,27 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 	}
 }
 
+// TestDefaultSpin: the polling time is a function of the host's ranks,
+// each rank's Ps and the CPUs alone.
 func TestDefaultSpin(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	t.Setenv("GODIST_SPIN_US", "")
 	for _, c := range []struct {
-		local      string
-		gomaxprocs int
-		want       time.Duration
+		local, procs, cpus int
+		want               time.Duration
 	}{
-		{"1", 1, 100 * time.Millisecond},                            // the rank's Ps fit in the CPUs
-		{"100000", 1, 0},                                            // more ranks than CPUs
-		{"", 1, 50 * time.Microsecond},                              // not launched: unknown neighbours
-		{"junk", 1, 50 * time.Microsecond},                          // unreadable: as unset
-		{"1", runtime.NumCPU() + 1, 50 * time.Microsecond},          // more Ps than CPUs
-		{strconv.Itoa(runtime.NumCPU()), 1, 100 * time.Millisecond}, // one P per CPU
+		{1, 1, 2, 100 * time.Millisecond},  // the rank's Ps fit in the CPUs
+		{2, 1, 2, 100 * time.Millisecond},  // one P per CPU
+		{2, 2, 2, 50 * time.Microsecond},   // more Ps than CPUs
+		{1, 3, 2, 50 * time.Microsecond},   // one rank, more Ps than CPUs
+		{3, 1, 2, 0},                       // more ranks than CPUs
+		{100000, 1, 64, 0},                 // more ranks than CPUs
+		{0, 1, 64, 50 * time.Microsecond},  // not launched: unknown neighbours
+		{-1, 1, 64, 50 * time.Microsecond}, // unknown
+		{8, 8, 64, 100 * time.Millisecond}, // 8 ranks of 8 Ps on 64 CPUs
+		{8, 9, 64, 50 * time.Microsecond},  // one P too many
 	} {
-		t.Setenv("LOCAL_WORLD_SIZE", c.local)
-		runtime.GOMAXPROCS(c.gomaxprocs)
-		if got := transport.DefaultSpin(); got != c.want {
-			t.Errorf("LOCAL_WORLD_SIZE=%q GOMAXPROCS=%d: %v, want %v", c.local, c.gomaxprocs, got, c.want)
+		if got := transport.DefaultSpin(c.local, c.procs, c.cpus); got != c.want {
+			t.Errorf("DefaultSpin(%d ranks, %d Ps, %d CPUs) = %v, want %v", c.local, c.procs, c.cpus, got, c.want)
 		}
-	}
-	t.Setenv("GODIST_SPIN_US", "7")
-	if got := transport.DefaultSpin(); got != 7*time.Microsecond {
-		t.Errorf("GODIST_SPIN_US=7: %v", got)
 	}
 }
 

@@ -91,7 +91,7 @@ func main() {
 	flag.Float64Var(&c.lr, "lr", 0.01, "SGD learning rate")
 	flag.Float64Var(&c.mom, "momentum", 0.9, "SGD momentum")
 	flag.Uint64Var(&c.seed, "seed", 0, "torch.manual_seed-compatible seed for the weights, and the sampler's seed")
-	flag.StringVar(&c.dir, "data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
+	flag.StringVar(&c.dir, "data", os.Getenv(data.FashionMNISTEnv), "Fashion-MNIST directory (default: $GODIST_FASHION_MNIST, else the installed set, else the shipped subset)")
 	flag.StringVar(&c.ckpt, "checkpoint", "ddp-fashion-mnist.safetensors", "checkpoint file written after every epoch")
 	flag.StringVar(&c.plotPath, "plot", "ddp-fashion-mnist.png", "loss/accuracy plot written by rank 0 (empty: none)")
 	flag.BoolVar(&c.resume, "resume", false, "continue from the checkpoint if it exists (else start afresh)")

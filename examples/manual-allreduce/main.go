@@ -70,7 +70,7 @@ func main() {
 	flag.Float64Var(&cfg.LR, "lr", 0.01, "SGD learning rate")
 	flag.Float64Var(&cfg.Momentum, "momentum", 0.9, "SGD momentum")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of rank 0's initial weights and of the sampler's shuffle")
-	flag.StringVar(&cfg.Dir, "data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
+	flag.StringVar(&cfg.Dir, "data", os.Getenv(data.FashionMNISTEnv), "Fashion-MNIST directory (default: $GODIST_FASHION_MNIST, else the installed set, else the shipped subset)")
 	flag.IntVar(&cfg.LogEvery, "log-every", 20, "print rank 0's loss every `n` steps")
 	flag.Parse()
 	if err := run(cfg); err != nil {

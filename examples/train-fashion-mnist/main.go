@@ -50,7 +50,7 @@ func main() {
 	lr := flag.Float64("lr", 0.01, "SGD learning rate")
 	momentum := flag.Float64("momentum", 0.9, "SGD momentum")
 	seed := flag.Uint64("seed", 0, "seed for initialisation and shuffling (torch.manual_seed and DistributedSampler's seed)")
-	dir := flag.String("data", "", "Fashion-MNIST directory (default: the installed set, else the shipped subset)")
+	dir := flag.String("data", os.Getenv(data.FashionMNISTEnv), "Fashion-MNIST directory (default: $GODIST_FASHION_MNIST, else the installed set, else the shipped subset)")
 	flag.Parse()
 	if err := run(*model, *epochs, *batch, *lr, *momentum, *seed, *dir); err != nil {
 		fmt.Fprintln(os.Stderr, "train-fashion-mnist:", err)

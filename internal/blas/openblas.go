@@ -25,7 +25,11 @@ var openblasInit sync.Once
 func defaultImpl() Impl {
 	openblasInit.Do(func() {
 		// One thread unless the user asked otherwise: the callers
-		// parallelise at a coarser level.
+		// parallelise at a coarser level. OPENBLAS_NUM_THREADS is
+		// OpenBLAS's own setting, which the C library reads itself when
+		// it loads; reading it here only keeps this default from
+		// overriding it, and so changes nothing the user did not ask
+		// OpenBLAS for.
 		if os.Getenv("OPENBLAS_NUM_THREADS") == "" {
 			C.openblas_set_num_threads(1)
 		}

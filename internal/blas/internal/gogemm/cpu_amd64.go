@@ -81,12 +81,20 @@ var kernelAVX2 = &kernelSet{
 	},
 }
 
-// availableKernels lists the kernel sets this CPU can run, best first.
-// GODIST_BLAS_ISA=avx2 or =generic caps the choice (for testing).
+// isaCap is GODIST_BLAS_ISA, a debugging override read once, when the
+// process starts: "avx2" or "generic" caps the kernels availableKernels
+// offers (to compare them, or to rule one out when a result looks wrong).
+// It stays a variable rather than an option because the choice is
+// process-wide and made at init (blas.PureGo, blas.Default), before any
+// caller could pass one; nothing else in the library reads it.
+var isaCap = os.Getenv("GODIST_BLAS_ISA")
+
+// availableKernels lists the kernel sets this CPU can run, best first,
+// capped by isaCap.
 func availableKernels() []*kernelSet {
 	f := detectCPU()
 	var ks []*kernelSet
-	switch os.Getenv("GODIST_BLAS_ISA") {
+	switch isaCap {
 	case "generic":
 		f = cpuFeatures{}
 	case "avx2":

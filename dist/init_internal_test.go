@@ -1,0 +1,78 @@
+package dist
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWithEnv: a field the caller left zero takes its variable, a field
+// it set keeps its value, and an unreadable variable is ignored and said
+// so to the logger.
+func TestWithEnv(t *testing.T) {
+	env := map[string]string{
+		"GODIST_RUN_ID": "run", "TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "0a0b",
+		"GODIST_HOST": "10.0.0.7", "GODIST_SHM": "0", "LOCAL_WORLD_SIZE": "4", "GODIST_SPIN_US": "25",
+	}
+	from := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	cases := []struct {
+		name string
+		env  map[string]string
+		opt  Options
+		want Options
+	}{
+		{"nothing set", map[string]string{}, Options{}, Options{SharedMemory: SharedMemoryOn}},
+		{"all from the environment", env, Options{},
+			Options{JobID: "run", Token: []byte{0x0a, 0x0b}, Host: "10.0.0.7", SharedMemory: SharedMemoryOff, LocalWorldSize: 4, Spin: 25 * time.Microsecond}},
+		{"the options win", env,
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1},
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1}},
+		{"off wins over GODIST_SHM=1", map[string]string{"GODIST_SHM": "1"}, Options{SharedMemory: SharedMemoryOff}, Options{SharedMemory: SharedMemoryOff}},
+		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
+			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
+		{"GODIST_SPIN_US=0 never polls", map[string]string{"GODIST_SPIN_US": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn, Spin: -1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := withEnv(c.opt, from(c.env))
+			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host ||
+				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin {
+				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)
+			}
+		})
+	}
+	t.Run("unreadable", func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		got := withEnv(Options{Logger: log}, from(map[string]string{"LOCAL_WORLD_SIZE": "two", "GODIST_SPIN_US": "-5"}))
+		if got.LocalWorldSize != 0 || got.Spin != 0 {
+			t.Errorf("unreadable variables gave LocalWorldSize %d, Spin %v; want both left zero", got.LocalWorldSize, got.Spin)
+		}
+		for _, want := range []string{"ignoring LOCAL_WORLD_SIZE", `value=two`, "ignoring GODIST_SPIN_US", `value=-5`} {
+			if !strings.Contains(buf.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, buf.String())
+			}
+		}
+	})
+}
+
+// TestOptionsSpin: a negative Spin never polls, a positive one is used
+// as it is, and zero asks DefaultSpin (which never polls with more ranks
+// on the host than CPUs).
+func TestOptionsSpin(t *testing.T) {
+	for _, c := range []struct {
+		opt  Options
+		want time.Duration
+	}{
+		{Options{Spin: -1}, 0},
+		{Options{Spin: 3 * time.Millisecond}, 3 * time.Millisecond},
+		{Options{LocalWorldSize: 1 << 20}, 0},
+		{Options{}, 50 * time.Microsecond},
+	} {
+		if got := c.opt.spin(); got != c.want {
+			t.Errorf("Spin %v, LocalWorldSize %d: %v, want %v", c.opt.Spin, c.opt.LocalWorldSize, got, c.want)
+		}
+	}
+}

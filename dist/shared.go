@@ -2,20 +2,19 @@ package dist
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
 )
 
 // NewSharedTensor returns a zeroed contiguous tensor that, when all of g
 // is on one host, every member maps from every other. An all-reduce of it
 // (or of a piece of at least 128 KiB, the same piece on every member) then
 // sends no payload: each member reduces its share straight out of the
-// others' copies and writes the result into them (sharedreduce.go). A
-// send of it (or of a contiguous piece of at least 32 KiB) to a member
-// moves no bytes through a shared-memory slot: the receiver reduces or
-// copies them straight from this rank's memory, and the send returns once
-// it has. DDP keeps its gradient buckets in such a tensor.
+// others' copies and writes the result into them (sharedreduce.go). DDP
+// keeps its gradient buckets in such a tensor.
 //
 // Every member must call it, in the same order as its other collectives.
 // Unless all of g is on one host with shared memory on (members on other
@@ -30,9 +29,16 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	for _, s := range shape {
 		n *= s
 	}
-	ep := g.world.ep
+	// The transport's peer memory, when it offers any (transport.PeerMemory).
+	pm, ok := g.world.ep.PeerMemory()
 	var mine regionDesc
-	region, regionErr := ep.NewRegion(n)
+	var region *transport.Region
+	var regionErr error
+	if !ok {
+		regionErr = errors.New("the transport offers no shared memory")
+	} else {
+		region, regionErr = pm.NewRegion(n)
+	}
 	if regionErr == nil {
 		mine = regionDesc{region.ID(), region.Name(), n}
 		defer region.Unlink()
@@ -51,10 +57,10 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	var mapped []int
 	for q, dq := range descs {
 		peer := g.ranks[q]
-		if q == g.rank || dq.Name == "" || !ep.SharesMemoryWith(peer) {
+		if q == g.rank || dq.Name == "" || pm == nil || !pm.SharesMemoryWith(peer) {
 			continue
 		}
-		if ep.MapRegion(peer, dq.ID, dq.Name, dq.N) == nil {
+		if pm.MapRegion(peer, dq.ID, dq.Name, dq.N) == nil {
 			mapped = append(mapped, q)
 		}
 	}
@@ -63,11 +69,9 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		return fail(err)
 	}
 	// Shared only when every member mapped every other's copy: then
-	// all-reduces of the tensor go through shared memory (sharedreduce.go)
-	// and sends of it to any member go by reference. In a group that spans
-	// hosts it is an ordinary tensor: lent sends to the same-host members
-	// alone made DDP's exchanges slower (each send waits for its ack), so
-	// this rank lets go of the copies it mapped.
+	// all-reduces of the tensor go through shared memory (sharedreduce.go).
+	// In a group that spans hosts it is an ordinary tensor, and this rank
+	// lets go of the copies it mapped.
 	full := region != nil
 	for q, ok := range oks {
 		full = full && len(ok) == g.Size()-1 && descs[q].Name != ""
@@ -75,25 +79,18 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	if !full {
 		g.logNotShared(descs, oks, regionErr)
 		for _, q := range mapped {
-			ep.UnmapRegion(g.ranks[q], descs[q].ID)
+			pm.UnmapRegion(g.ranks[q], descs[q].ID)
 		}
 		if region != nil {
 			region.Close()
 		}
 		return tensor.New(d, shape...), nil
 	}
-	for q := range oks {
-		if q != g.rank {
-			if err := region.LendTo(g.ranks[q]); err != nil {
-				return fail(err)
-			}
-		}
-	}
 	ids := make([]uint8, g.Size())
 	for q, dq := range descs {
 		ids[q] = dq.ID
 	}
-	forget := g.registerShared(region.Bytes()[:n], ids)
+	forget := g.registerShared(pm, region.Bytes()[:n], ids)
 	release := func() { forget(); region.Close() }
 	return tensor.NewMapped(d, region.Bytes(), release, shape...), nil
 }

@@ -16,8 +16,8 @@ import (
 
 // TestSharedTensor: over TCP with shared memory, all-reduces of a
 // NewSharedTensor (or of a piece of at least 128 KiB) go through shared
-// memory and sends of it by reference (the peers read the sender's memory),
-// and both give the results ordinary tensors give; over the in-process
+// memory, and they and sends of it give the results ordinary tensors give;
+// over the in-process
 // transport it is an ordinary tensor.
 func TestSharedTensor(t *testing.T) {
 	const n = 300_000 // 1.2 MB: halving-doubling for 2 ranks, pieces for 3
@@ -97,13 +97,6 @@ func TestSharedTensor(t *testing.T) {
 							return fmt.Errorf("received [%d] = %v, sent %v", i, v, want[i])
 						}
 					}
-				}
-				lent := dist.LentSends(g)
-				if c.shm && r == 0 && lent == 0 {
-					return fmt.Errorf("rank %d: its send of the piece did not go by reference", r)
-				}
-				if !c.shm && lent != 0 {
-					return fmt.Errorf("rank %d: %d sends by reference without shared memory", r, lent)
 				}
 				return nil
 			})

@@ -63,15 +63,16 @@ const sharedMin = 128 << 10
 // sharedBuf is a tensor from NewSharedTensor that every member has mapped
 // from every other.
 type sharedBuf struct {
-	base uintptr // this rank's copy
-	n    int     // bytes
-	ids  []uint8 // region id of each member's copy, by group rank
+	pm   transport.PeerMemory // where the others' copies are mapped
+	base uintptr              // this rank's copy
+	n    int                  // bytes
+	ids  []uint8              // region id of each member's copy, by group rank
 }
 
 // registerShared records a shared tensor's copies; the returned function
 // forgets it (before its memory is unmapped).
-func (g *Group) registerShared(mem []byte, ids []uint8) func() {
-	sb := &sharedBuf{base: uintptr(unsafe.Pointer(unsafe.SliceData(mem))), n: len(mem), ids: ids}
+func (g *Group) registerShared(pm transport.PeerMemory, mem []byte, ids []uint8) func() {
+	sb := &sharedBuf{pm: pm, base: uintptr(unsafe.Pointer(unsafe.SliceData(mem))), n: len(mem), ids: ids}
 	g.mu.Lock()
 	g.mu.shared = append(g.mu.shared, sb)
 	g.mu.Unlock()
@@ -212,7 +213,7 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 	}
 	// Reduce this rank's chunk, the others' copies in rank order, then
 	// write the result into theirs.
-	err := ep.UsePeerRegions(func(region func(int, uint8) []byte) error {
+	err := sb.pm.UsePeerRegions(func(region func(int, uint8) []byte) error {
 		others, err := peers(region)
 		if err != nil {
 			return err

@@ -141,7 +141,7 @@ type Endpoint struct {
 		down       map[int]*PeerError
 		closed     bool
 		handlers   Handlers
-		nextRegion int                  // regions made (lend.go)
+		nextRegion int                  // regions made (region.go)
 		regions    map[regionKey][]byte // peers' regions mapped here
 	}
 }

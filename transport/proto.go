@@ -16,7 +16,7 @@ import (
 //	  0    4 magic "GDTF"
 //	  4    1 version
 //	  5    1 kind
-//	  6    1 shared-memory slot (KindShmData), region (KindLentData), else zero
+//	  6    1 shared-memory slot (KindShmData), else zero
 //	  7    1 reserved (zero)
 //	  8    4 group id
 //	 12    4 tag
@@ -55,11 +55,7 @@ const (
 	// KindShmData is a data frame whose payload is not on the stream but
 	// in the shared-memory slot the header names (same-host peers).
 	KindShmData Kind = 4
-	// KindLentData is a data frame whose payload lies in the sender's
-	// memory, in a region the receiver has mapped (lend.go): a 16-byte
-	// descriptor (offset, ack sequence) follows the header on the stream;
-	// the slot byte holds the region's id.
-	KindLentData Kind = 5
+	// Kind 5 was a lent payload (removed; see region.go): refused.
 )
 
 func (k Kind) String() string {
@@ -72,8 +68,6 @@ func (k Kind) String() string {
 		return "bye"
 	case KindShmData:
 		return "shm-data"
-	case KindLentData:
-		return "lent-data"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -166,7 +160,7 @@ func decodeHeader(b []byte) (Header, error) {
 	}
 	h.Len = int64(n)
 	switch h.Kind {
-	case KindData, KindControl, KindBye, KindShmData, KindLentData:
+	case KindData, KindControl, KindBye, KindShmData:
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -241,11 +240,6 @@ type tcpLink struct {
 	bufs net.Buffers  // the frame being written (reused)
 	iov  []unix.Iovec // bufs for writev (reused)
 	shm  *shmOut      // same-host peer's segment, or nil
-	// lent are the regions whose payloads go to this peer by reference
-	// (lend.go); lentSeq numbers those frames.
-	lent       []*Region
-	lentSeq    uint64
-	lentFrames atomic.Int64
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {
@@ -265,9 +259,6 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 		return notSent{err}
 	}
 	if l.shm != nil && h.Kind == KindData {
-		if r, off, ok := l.lendable(payload); ok {
-			return l.sendLent(ctx, h, r, off, payload[0])
-		}
 		var n int
 		for _, p := range payload {
 			n += len(p)
@@ -427,26 +418,6 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			e.peerDown(r, err)
 			conn.Close()
 			return
-		}
-		if h.Kind == KindLentData {
-			var b []byte
-			var seq uint32
-			if shm != nil {
-				b, seq, err = e.readLent(r, &h, in)
-			} else {
-				err = fmt.Errorf("%w: lent payload on a connection without shared memory", ErrFrame)
-			}
-			if err == nil {
-				h.Kind = KindData
-				err = e.deliver(r, &h, &memPayload{b})
-				shm.state(lentAckLine).Store(seq) // the sender may write it again
-			}
-			if err != nil {
-				e.peerDown(r, err)
-				conn.Close()
-				return
-			}
-			continue
 		}
 		if h.Kind == KindShmData {
 			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {

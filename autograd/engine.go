@@ -24,16 +24,58 @@ type Function interface {
 	Backward(grad *tensor.Tensor) []*tensor.Tensor
 }
 
+// Fallible is a differentiable operation whose forward or backward can
+// fail for a reason outside the program: a collective inside it (as in
+// SyncBatchNorm) meeting a dead peer or a timeout. ApplyFallible runs it;
+// the rest of Function's contract holds.
+//
+// When TryForward fails it must still return an output of the right shape
+// and dtype (its values unspecified), so that the rest of the forward pass
+// runs as written; the error rides on the result and on every Var computed
+// from it (Var.Err), and Backward from any of them returns it without
+// running. When TryBackward fails, the backward pass stops there and
+// Backward returns the error; gradients accumulated before that point are
+// left as they are.
+type Fallible interface {
+	TryForward(inputs []*tensor.Tensor) (*tensor.Tensor, error)
+	TryBackward(grad *tensor.Tensor) ([]*tensor.Tensor, error)
+}
+
 // Apply runs f on the inputs' values and, when recording is on and some
 // input requires gradients, records it in the graph.
 func Apply(f Function, inputs ...*Var) *Var {
-	vals := make([]*tensor.Tensor, len(inputs))
-	for i, in := range inputs {
-		vals[i] = in.value
-	}
-	out := f.Forward(vals)
-	return record(fmt.Sprintf("%T", f), out, f.Backward, inputs...)
+	return record(fmt.Sprintf("%T", f), f.Forward(values(inputs)), f.Backward, inputs...)
 }
+
+// ApplyFallible is Apply for an operation that can fail: its forward
+// error, if any, is the result's Err.
+func ApplyFallible(f Fallible, inputs ...*Var) *Var {
+	out, err := f.TryForward(values(inputs))
+	v := record(fmt.Sprintf("%T", f), out, func(g *tensor.Tensor) []*tensor.Tensor {
+		ins, err := f.TryBackward(g)
+		if err != nil {
+			panic(backwardFailure{err})
+		}
+		return ins
+	}, inputs...)
+	if v.err == nil {
+		v.err = err
+	}
+	return v
+}
+
+func values(vs []*Var) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(vs))
+	for i, v := range vs {
+		out[i] = v.value
+	}
+	return out
+}
+
+// backwardFailure carries a Fallible's backward error up to the engine's
+// run, which recovers it: the only panic that crosses the engine, and it
+// never leaves this package.
+type backwardFailure struct{ err error }
 
 // node is a recorded operation.
 type node struct {
@@ -52,6 +94,12 @@ var nodeSeq atomic.Uint64
 // requires gradients the result is a constant.
 func record(name string, out *tensor.Tensor, backward func(*tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
 	v := &Var{value: out}
+	for _, in := range inputs {
+		if in != nil && in.err != nil {
+			v.err = in.err // a failed forward poisons what is computed from it
+			break
+		}
+	}
 	if !GradEnabled() {
 		return v
 	}
@@ -78,7 +126,13 @@ type BackwardOptions struct {
 // Backward computes the gradient of v with respect to every leaf that
 // requires gradients and accumulates it into the leaves' Grad. v must hold
 // one element unless grad (the gradient of v, v's shape) is given.
-func (v *Var) Backward(grad *tensor.Tensor) { v.BackwardWith(grad, BackwardOptions{}) }
+//
+// It returns an error only when an operation that can fail (a Fallible
+// Function, such as SyncBatchNorm's collectives) failed: in the forward
+// pass that computed v (v.Err(); backward does not run) or in this
+// backward pass (it stops there). A graph of ordinary operations never
+// fails.
+func (v *Var) Backward(grad *tensor.Tensor) error { return v.BackwardWith(grad, BackwardOptions{}) }
 
 // BackwardWith is Backward with options.
 //
@@ -87,7 +141,10 @@ func (v *Var) Backward(grad *tensor.Tensor) { v.BackwardWith(grad, BackwardOptio
 // last, so the order is the same on every run and every rank. A leaf's
 // gradient is accumulated, and its grad-ready hooks fire, as soon as its
 // last use has been processed.
-func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
+func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) error {
+	if v.err != nil {
+		return v.err
+	}
 	if !v.requiresGrad {
 		panic("autograd: Backward of a Var that does not require gradients")
 	}
@@ -99,12 +156,12 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
 	}
 	if v.node == nil {
 		v.accumulate(grad, func(*tensor.Tensor) bool { return false })
-		return
+		return nil
 	}
 	e := newEngine(v.node)
 	e.kept = append(e.kept, grad) // the caller's tensor is never stolen
-	e.run(v.node, grad)
-	if !opt.RetainGraph {
+	err := e.run(v.node, grad)
+	if !opt.RetainGraph || err != nil {
 		for n := range e.deps {
 			n.backward, n.inputs = nil, nil
 			if n.release != nil {
@@ -113,6 +170,7 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) {
 			}
 		}
 	}
+	return err
 }
 
 type engine struct {
@@ -194,7 +252,18 @@ func (e *engine) backward(n *node, g *tensor.Tensor) []*tensor.Tensor {
 	return n.backward(g)
 }
 
-func (e *engine) run(root *node, grad *tensor.Tensor) {
+// run runs the backward pass from root. It returns a Fallible's backward
+// error; any other panic goes on up.
+func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(backwardFailure)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+		}
+	}()
 	ready := &nodeHeap{}
 	e.grads[root] = grad
 	heap.Push(ready, root)
@@ -240,6 +309,7 @@ func (e *engine) run(root *node, grad *tensor.Tensor) {
 			}
 		}
 	}
+	return nil
 }
 
 // sum adds two gradient contributions; either may be nil (zero). The result

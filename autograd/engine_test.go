@@ -1,6 +1,8 @@
 package autograd_test
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -231,3 +233,97 @@ func TestGradDestination(t *testing.T) {
 		t.Fatal("a leaf with a tensor hook used its destination")
 	}
 }
+
+// scaleOrFail is a Fallible that doubles its input, failing its forward or
+// backward pass on request.
+type scaleOrFail struct{ failForward, failBackward error }
+
+func (f *scaleOrFail) TryForward(in []*tensor.Tensor) (*tensor.Tensor, error) {
+	if f.failForward != nil {
+		return tensor.New(in[0].DType(), in[0].Shape()...), f.failForward
+	}
+	return new(tensor.Tensor).MulScalar(in[0], 2), nil
+}
+
+func (f *scaleOrFail) TryBackward(g *tensor.Tensor) ([]*tensor.Tensor, error) {
+	if f.failBackward != nil {
+		return nil, f.failBackward
+	}
+	return []*tensor.Tensor{new(tensor.Tensor).MulScalar(g, 2)}, nil
+}
+
+func TestFallibleSucceeds(t *testing.T) {
+	w := autograd.Param(vec(1, 2))
+	y := autograd.ApplyFallible(&scaleOrFail{}, w)
+	if err := autograd.SumAll(autograd.MulScalar(y, 3)).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Grad().Values(); got[0] != 6 || got[1] != 6 {
+		t.Fatalf("grad %v, want all 6", got)
+	}
+}
+
+func TestFallibleForwardErrorReachesBackward(t *testing.T) {
+	boom := errors.New("peer 3 died")
+	w := autograd.Param(vec(1, 2))
+	y := autograd.ApplyFallible(&scaleOrFail{failForward: boom}, w)
+	if !errors.Is(y.Err(), boom) {
+		t.Fatalf("Err() = %v, want %v", y.Err(), boom)
+	}
+	// Everything computed from the failed result carries the error, with
+	// or without recording; backward does not run.
+	loss := autograd.SumAll(autograd.Add(autograd.MulScalar(y, 3), w))
+	if !errors.Is(loss.Err(), boom) {
+		t.Fatalf("loss.Err() = %v, want %v", loss.Err(), boom)
+	}
+	if err := loss.Backward(nil); !errors.Is(err, boom) {
+		t.Fatalf("Backward = %v, want %v", err, boom)
+	}
+	if w.Grad() != nil {
+		t.Fatalf("backward ran: grad %v", w.Grad().Values())
+	}
+	var z *autograd.Var
+	autograd.NoGrad(func() { z = autograd.MulScalar(y, 2) })
+	if !errors.Is(z.Err(), boom) {
+		t.Fatalf("under NoGrad Err() = %v, want %v", z.Err(), boom)
+	}
+}
+
+func TestFallibleBackwardErrorStopsBackward(t *testing.T) {
+	boom := errors.New("all-reduce timed out")
+	a, b := autograd.Param(vec(1, 2)), autograd.Param(vec(3, 4))
+	y := autograd.ApplyFallible(&scaleOrFail{failBackward: boom}, a)
+	loss := autograd.SumAll(autograd.Add(y, autograd.MulScalar(b, 5)))
+	if loss.Err() != nil {
+		t.Fatal(loss.Err())
+	}
+	if err := loss.Backward(nil); !errors.Is(err, boom) {
+		t.Fatalf("Backward = %v, want %v", err, boom)
+	}
+	if a.Grad() != nil {
+		t.Fatalf("a got a gradient through the failed operation: %v", a.Grad().Values())
+	}
+	// The graph is freed after a failure as after success.
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "second time") {
+			t.Fatalf("second backward through a freed graph: recovered %v", r)
+		}
+	}()
+	loss.Backward(nil)
+}
+
+func TestOtherPanicsCrossTheEngine(t *testing.T) {
+	w := autograd.Param(vec(1, 2))
+	y := autograd.Apply(panicky{}, w)
+	defer func() {
+		if r := recover(); r != "programmer error" {
+			t.Fatalf("recovered %v, want the Function's own panic", r)
+		}
+	}()
+	autograd.SumAll(y).Backward(nil)
+}
+
+type panicky struct{}
+
+func (panicky) Forward(in []*tensor.Tensor) *tensor.Tensor { return in[0].Clone() }
+func (panicky) Backward(*tensor.Tensor) []*tensor.Tensor   { panic("programmer error") }

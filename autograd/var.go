@@ -19,6 +19,7 @@ type Var struct {
 	value        *tensor.Tensor
 	requiresGrad bool
 	node         *node // the operation that made this Var; nil for leaves
+	err          error // a failed forward (Fallible) this Var was computed from
 
 	mu struct {
 		sync.Mutex
@@ -49,6 +50,11 @@ func Param(t *tensor.Tensor) *Var { return NewVar(t, true) }
 
 // Const returns a leaf that does not require gradients.
 func Const(t *tensor.Tensor) *Var { return NewVar(t, false) }
+
+// Err returns the error of a failed operation (a Fallible Function, such
+// as SyncBatchNorm's collectives) that v was computed from, or nil. Such a
+// Var's value is unspecified, and Backward from it returns the error.
+func (v *Var) Err() error { return v.err }
 
 // Value returns the tensor computed in the forward pass. Code that changes
 // it in place (an optimizer step) must do so outside a recorded graph.

@@ -241,11 +241,15 @@ func (d *DDP) Group() *dist.Group { return d.group }
 
 // Forward prepares the reducer for this iteration (and, unless turned off,
 // broadcasts rank 0's buffers), then runs the module.
+//
+// Forward has nn.Layer's signature, with no error: when its collective
+// part fails (a peer died, the group timed out) it keeps the error, still
+// runs the module so that the caller's code goes on as written, and
+// Backward and Wait return the error. Call Prepare first to get it here.
 func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
-	ctx := context.Background()
-	if err := d.prepare(ctx); err != nil {
+	if err := d.prepare(context.Background()); err != nil {
 		d.setErr(err)
-		panic(&ForwardError{err})
+		return nn.Call(d.Module, x)
 	}
 	y := nn.Call(d.Module, x)
 	d.mu.Lock()
@@ -264,14 +268,6 @@ func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
 	}
 	return y
 }
-
-// ForwardError carries an error out of Forward (whose signature, as
-// nn.Layer's, has no error): a failed group, say. Recover it, or call
-// Prepare before nn.Call to get the error as a value.
-type ForwardError struct{ Err error }
-
-func (e *ForwardError) Error() string { return e.Err.Error() }
-func (e *ForwardError) Unwrap() error { return e.Err }
 
 // Prepare does Forward's collective part explicitly: the Join
 // notification, rebuilding buckets after the first iteration, and the
@@ -482,7 +478,13 @@ func (d *DDP) Wait(ctx context.Context) error {
 		return errors.New("ddp: Wait without a forward pass through the DDP model")
 	}
 	if d.hasPendingLocked() {
-		err := d.unreadyErrorLocked()
+		// A backward pass that stopped at a failed collective (its error
+		// ignored) leaves gradients unready: the group's failure is the
+		// cause to report, not unused parameters.
+		err := d.group.Err()
+		if err == nil {
+			err = d.unreadyErrorLocked()
+		}
 		d.mu.err = err
 		d.mu.Unlock()
 		return err
@@ -516,9 +518,21 @@ func (d *DDP) Wait(ctx context.Context) error {
 	return nil
 }
 
-// Backward runs loss.Backward and Wait.
+// Backward runs loss.Backward and Wait. A failure of the group (a dead
+// peer, a timeout, a desync), in this iteration's forward pass or its
+// backward pass, comes back as the group's typed error (*dist.RankError,
+// *dist.TimeoutError, *dist.DesyncError, wrapped: use errors.As).
 func (d *DDP) Backward(ctx context.Context, loss *autograd.Var) error {
-	loss.Backward(nil)
+	d.mu.Lock()
+	err := d.mu.err // Forward's, say: the first failure is the one to tell
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := loss.Backward(nil); err != nil {
+		d.setErr(err)
+		return fmt.Errorf("ddp: backward: %w", err)
+	}
 	return d.Wait(ctx)
 }
 

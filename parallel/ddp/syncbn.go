@@ -88,7 +88,7 @@ func (s *SyncBatchNorm) Forward(x *autograd.Var) *autograd.Var {
 		return autograd.Add(autograd.Mul(xm, autograd.Reshape(w, shape...)), autograd.Reshape(s.Bias, shape...))
 	}
 	s.numBatches.Set(s.numBatches.Item() + 1)
-	return autograd.Apply(&syncBNFn{s: s}, x, s.Weight, s.Bias)
+	return autograd.ApplyFallible(&syncBNFn{s: s}, x, s.Weight, s.Bias)
 }
 
 // syncBNFn is SyncBatchNorm's training forward and backward.
@@ -101,7 +101,13 @@ type syncBNFn struct {
 	w      []float32
 }
 
-func (f *syncBNFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
+var _ autograd.Fallible = (*syncBNFn)(nil)
+
+// TryForward normalises with the group's statistics. When their
+// all-reduce fails it returns a zero output of the input's shape and the
+// error (autograd carries it to Backward), and leaves the running
+// statistics as they were.
+func (f *syncBNFn) TryForward(in []*tensor.Tensor) (*tensor.Tensor, error) {
 	s := f.s
 	x := in[0].Contiguous()
 	if x.DType() != tensor.Float32 {
@@ -123,7 +129,7 @@ func (f *syncBNFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
 	stats[2*c] = float64(n * sp)
 	st := tensor.FromFloat64(stats)
 	if err := s.group.AllReduce(context.Background(), st, dist.Sum); err != nil {
-		panic(&ForwardError{fmt.Errorf("ddp: SyncBatchNorm statistics: %w", err)})
+		return tensor.New(tensor.Float32, x.Shape()...), fmt.Errorf("ddp: SyncBatchNorm statistics: %w", err)
 	}
 	stats = st.Float64s()
 	m := stats[2*c]
@@ -156,10 +162,12 @@ func (f *syncBNFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
-func (f *syncBNFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
+// TryBackward computes the input, weight and bias gradients; the input's
+// needs an all-reduce, whose failure it returns.
+func (f *syncBNFn) TryBackward(g *tensor.Tensor) ([]*tensor.Tensor, error) {
 	g = g.Contiguous()
 	gs := g.Float32s()
 	n, c := f.shape[0], f.shape[1]
@@ -184,7 +192,7 @@ func (f *syncBNFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
 	}
 	all := tensor.FromFloat64(append([]float64(nil), sums...))
 	if err := f.s.group.AllReduce(context.Background(), all, dist.Sum); err != nil {
-		panic(&ForwardError{fmt.Errorf("ddp: SyncBatchNorm backward: %w", err)})
+		return nil, fmt.Errorf("ddp: SyncBatchNorm backward: %w", err)
 	}
 	tot := all.Float64s()
 	dx := tensor.New(tensor.Float32, f.shape...)
@@ -198,5 +206,5 @@ func (f *syncBNFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
 			}
 		}
 	}
-	return []*tensor.Tensor{dx, dw, db}
+	return []*tensor.Tensor{dx, dw, db}, nil
 }

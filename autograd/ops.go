@@ -490,3 +490,16 @@ func Chunk(a *Var, dim, n int) []*Var {
 	size := (a.value.Size(dim) + n - 1) / n
 	return Split(a, dim, max(size, 1))
 }
+
+// Attention returns multi-head scaled dot-product self-attention of the
+// packed projections qkv (B, T, 3C) with the given number of heads,
+// causal or not: (B, T, C), heads side by side (see tensor.Attention).
+// The probabilities it keeps for backward take B·heads·T² elements.
+func Attention(qkv *Var, heads int, causal bool) *Var {
+	x := qkv.value.Contiguous()
+	out := nt()
+	probs := out.Attention(x, heads, causal)
+	return record("Attention", out, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{qkv.gradOut().AttentionBackward(g, x, probs, heads, causal)}
+	}, qkv)
+}

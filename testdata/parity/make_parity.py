@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from safetensors_io import save
+
 torch.manual_seed(1234)
 torch.set_num_threads(1)
 out = {}
@@ -183,25 +185,6 @@ for kind in ["mlp", "lenet"]:
 g = torch.Generator()
 g.manual_seed(3)
 put("randperm.seed3", torch.randperm(1000, generator=g))
-
-
-def save(path, tensors, metadata):
-    dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
-    header, blobs, off = {}, [], 0
-    for k in sorted(tensors):
-        t = tensors[k]
-        b = t.numpy().tobytes()
-        header[k] = {"dtype": dt[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 here = os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,172 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/godist/godist/internal/blas"
+)
+
+// Multi-head scaled dot-product self-attention on packed projections.
+//
+// The input is the in-projection's output qkv, (B, T, 3C): for token t of
+// sequence b, columns 0:C are its query, C:2C its key and 2C:3C its value,
+// and head h owns columns h·D:(h+1)·D of each (D = C/heads), as
+// torch.nn.MultiheadAttention lays out in_proj_weight. Each head's Q, K and
+// V are read in place as T×D matrices with leading dimension 3C, and each
+// head's output is written in place into columns h·D:(h+1)·D of the
+// (B, T, C) result, which is the layout the out-projection reads: no head
+// is split, transposed or merged by a copy.
+
+// Attention sets t to the attention output (B, T, C) of qkv (B, T, 3C,
+// contiguous) with the given number of heads, scaling scores by 1/√D and,
+// with causal, letting token i attend to tokens 0..i only. It returns the
+// attention probabilities (B, heads, T, T; zero above the diagonal when
+// causal), which AttentionBackward needs.
+func (t *Tensor) Attention(qkv *Tensor, heads int, causal bool) (probs *Tensor) {
+	b, n, c := attentionDims("Attention", qkv, heads)
+	t.prepare(qkv.dtype, []int{b, n, c}, "Attention")
+	if !t.IsContiguous() {
+		panic("tensor: Attention into a non-contiguous destination")
+	}
+	probs = New(qkv.dtype, b, heads, n, n)
+	switch qkv.dtype {
+	case Float32:
+		attentionFwd(t.Float32s(), probs.Float32s(), qkv.Float32s(), b, n, c, heads, causal, sgemm)
+	case Float64:
+		attentionFwd(t.Float64s(), probs.Float64s(), qkv.Float64s(), b, n, c, heads, causal, dgemm)
+	default:
+		panic(fmt.Sprintf("tensor: Attention of a %v tensor", qkv.dtype))
+	}
+	return probs
+}
+
+// AttentionBackward sets t to the gradient with respect to qkv (B, T, 3C)
+// of the attention whose output gradient is g (B, T, C) and whose
+// probabilities Attention returned, and returns t.
+func (t *Tensor) AttentionBackward(g, qkv, probs *Tensor, heads int, causal bool) *Tensor {
+	b, n, c := attentionDims("AttentionBackward", qkv, heads)
+	if !equalInts(g.shape, []int{b, n, c}) || !equalInts(probs.shape, []int{b, heads, n, n}) || g.dtype != qkv.dtype || probs.dtype != qkv.dtype {
+		panic(fmt.Sprintf("tensor: AttentionBackward of gradient %v%v and probabilities %v%v for qkv %v%v", g.dtype, g.shape, probs.dtype, probs.shape, qkv.dtype, qkv.shape))
+	}
+	t.prepare(qkv.dtype, qkv.shape, "AttentionBackward")
+	if !t.IsContiguous() {
+		panic("tensor: AttentionBackward into a non-contiguous destination")
+	}
+	g = g.Contiguous()
+	switch qkv.dtype {
+	case Float32:
+		attentionBwd(t.Float32s(), g.Float32s(), qkv.Float32s(), probs.Float32s(), b, n, c, heads, causal, sgemm)
+	case Float64:
+		attentionBwd(t.Float64s(), g.Float64s(), qkv.Float64s(), probs.Float64s(), b, n, c, heads, causal, dgemm)
+	default:
+		panic(fmt.Sprintf("tensor: AttentionBackward of a %v tensor", qkv.dtype))
+	}
+	return t
+}
+
+func attentionDims(op string, qkv *Tensor, heads int) (b, n, c int) {
+	if qkv.Dim() != 3 || qkv.shape[2]%3 != 0 || heads < 1 || (qkv.shape[2]/3)%heads != 0 {
+		panic(fmt.Sprintf("tensor: %s of qkv %v with %d heads: want (B, T, 3C) with C divisible by the heads", op, qkv.shape, heads))
+	}
+	if !qkv.IsContiguous() {
+		panic(fmt.Sprintf("tensor: %s of a non-contiguous qkv", op))
+	}
+	return qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3
+}
+
+// gemmFn is Sgemm or Dgemm: c = alpha·op(a)·op(b) + beta·c.
+type gemmFn[T float] func(ta, tb bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int)
+
+func sgemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	blas.Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func dgemm(ta, tb bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	blas.Dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func attentionFwd[T float](out, probs, qkv []T, b, n, c, heads int, causal bool, gemm gemmFn[T]) {
+	d := c / heads
+	scale := T(1 / math.Sqrt(float64(d)))
+	ld := 3 * c
+	for bi := range b {
+		x := qkv[bi*n*ld:]
+		y := out[bi*n*c:]
+		for h := range heads {
+			p := probs[(bi*heads+h)*n*n : (bi*heads+h+1)*n*n]
+			q, k, v := x[h*d:], x[c+h*d:], x[2*c+h*d:]
+			// S = scale·Q·Kᵀ, then each row's softmax in place.
+			gemm(false, true, n, n, d, scale, q, ld, k, ld, 0, p, n)
+			for i := range n {
+				row := p[i*n : (i+1)*n]
+				valid := n
+				if causal {
+					valid = i + 1
+				}
+				softmaxRow(row[:valid])
+				clear(row[valid:])
+			}
+			// O = P·V, into this head's columns of the output.
+			gemm(false, false, n, d, n, 1, p, n, v, ld, 0, y[h*d:], c)
+		}
+	}
+}
+
+// softmaxRow replaces row by its softmax, computed stably.
+func softmaxRow[T float](row []T) {
+	m := row[0]
+	for _, s := range row[1:] {
+		m = max(m, s)
+	}
+	var sum float64
+	for j, s := range row {
+		e := math.Exp(float64(s - m))
+		row[j] = T(e)
+		sum += e
+	}
+	inv := T(1 / sum)
+	for j := range row {
+		row[j] *= inv
+	}
+}
+
+func attentionBwd[T float](dqkv, g, qkv, probs []T, b, n, c, heads int, causal bool, gemm gemmFn[T]) {
+	d := c / heads
+	scale := T(1 / math.Sqrt(float64(d)))
+	ld := 3 * c
+	ds := make([]T, n*n) // dP, then dS, of one head
+	for bi := range b {
+		x := qkv[bi*n*ld:]
+		dx := dqkv[bi*n*ld:]
+		gy := g[bi*n*c:]
+		for h := range heads {
+			p := probs[(bi*heads+h)*n*n : (bi*heads+h+1)*n*n]
+			q, k, v := x[h*d:], x[c+h*d:], x[2*c+h*d:]
+			dq, dk, dv := dx[h*d:], dx[c+h*d:], dx[2*c+h*d:]
+			dy := gy[h*d:]
+			// dV = Pᵀ·dO; dP = dO·Vᵀ.
+			gemm(true, false, n, d, n, 1, p, n, dy, c, 0, dv, ld)
+			gemm(false, true, n, n, d, 1, dy, c, v, ld, 0, ds, n)
+			// dS = P∘(dP − Σⱼ dP∘P), row by row; zero where P is.
+			for i := range n {
+				valid := n
+				if causal {
+					valid = i + 1
+				}
+				pr, dr := p[i*n:i*n+valid], ds[i*n:(i+1)*n]
+				var dot T
+				for j, pj := range pr {
+					dot += dr[j] * pj
+				}
+				for j, pj := range pr {
+					dr[j] = pj * (dr[j] - dot)
+				}
+				clear(dr[valid:])
+			}
+			// dQ = scale·dS·K; dK = scale·dSᵀ·Q.
+			gemm(false, false, n, d, n, scale, ds, n, k, ld, 0, dq, ld)
+			gemm(true, false, n, d, n, scale, ds, n, q, ld, 0, dk, ld)
+		}
+	}
+}

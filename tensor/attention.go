@@ -120,10 +120,19 @@ func softmaxRow[T float](row []T) {
 		m = max(m, s)
 	}
 	var sum float64
-	for j, s := range row {
-		e := math.Exp(float64(s - m))
-		row[j] = T(e)
-		sum += e
+	if r32, ok := any(row).([]float32); ok {
+		m32 := float32(m)
+		for j, s := range r32 {
+			e := exp32(s - m32)
+			r32[j] = e
+			sum += float64(e)
+		}
+	} else {
+		for j, s := range row {
+			e := math.Exp(float64(s - m))
+			row[j] = T(e)
+			sum += e
+		}
 	}
 	inv := T(1 / sum)
 	for j := range row {

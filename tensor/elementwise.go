@@ -326,6 +326,9 @@ func (t *Tensor) unary(op unOp, a *Tensor) *Tensor {
 
 func unaryFlat[T float](op unOp, d, a []T) {
 	a = a[:len(d)]
+	if d32, ok := any(d).([]float32); ok && unaryFlat32(op, d32, any(a).([]float32)) {
+		return
+	}
 	switch op {
 	case opNeg:
 		for i := range d {
@@ -424,10 +427,35 @@ func (t *Tensor) GeluBackward(g, x *Tensor) *Tensor {
 		return g * (cdf + x*pdf)
 	}
 	return t.fused2("GeluBackward", g, x, f, func(d, g, x []float32) {
-		for i := range d {
-			d[i] = float32(f(float64(g[i]), float64(x[i])))
+		const invSqrt2Pi = 0.3989422804014327
+		for i, xi := range x[:len(d)] {
+			cdf := 0.5 * (1 + erf32(xi*math.Sqrt2/2))
+			pdf := exp32(-0.5*xi*xi) * invSqrt2Pi
+			d[i] = g[i] * (cdf + xi*pdf)
 		}
 	})
+}
+
+// unaryFlat32 runs the float32 kernels of the functions that have one
+// (exp32, erf32) and reports whether op was one of them.
+func unaryFlat32(op unOp, d, a []float32) bool {
+	switch op {
+	case opExp:
+		for i, x := range a {
+			d[i] = exp32(x)
+		}
+	case opSigmoid:
+		for i, x := range a {
+			d[i] = 1 / (1 + exp32(-x))
+		}
+	case opGelu:
+		for i, x := range a {
+			d[i] = 0.5 * x * (1 + erf32(x*math.Sqrt2/2))
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // fused2 applies an elementwise function of two same-shaped float tensors.

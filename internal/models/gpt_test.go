@@ -59,3 +59,29 @@ func TestGPTConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGPTStep measures one forward and backward pass of the tiny
+// GPT's default shape (4 layers, width 128, 4 heads, block 128) on a batch
+// of 8 sequences; it reports tokens/s.
+func BenchmarkGPTStep(b *testing.B) {
+	cfg := models.GPTConfig{Vocab: 256, Block: 128, Layers: 4, Heads: 4, Dim: 128}
+	m, err := models.NewGPT(tensor.NewRNG(0), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 8
+	rng := tensor.NewRNG(1)
+	x, y := tensor.New(tensor.Int64, batch, cfg.Block), tensor.New(tensor.Int64, batch, cfg.Block)
+	for i := range batch * cfg.Block {
+		x.Reshape(-1).Set(float64(rng.IntN(256)), i)
+		y.Reshape(-1).Set(float64(rng.IntN(256)), i)
+	}
+	b.ResetTimer()
+	for range b.N {
+		nn.ZeroGrad(m, true)
+		if err := models.Loss(nn.Call(m, autograd.Const(x)), y).Backward(nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch*cfg.Block)/b.Elapsed().Seconds(), "tokens/s")
+}

@@ -7,7 +7,8 @@
 // internal/models on Fashion-MNIST (the full set when installed, else the
 // shipped subset), each rank on its own shard from a DistributedSampler.
 //
-//	godist run --standalone --nproc-per-node 2 ./examples/manual-allreduce --steps 200
+//	go build ./examples/manual-allreduce
+//	godist run --standalone --nproc-per-node 2 ./manual-allreduce --steps 200
 //
 // It joins its group with dist.Init's env:// defaults, so it runs under any
 // launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT

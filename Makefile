@@ -30,11 +30,13 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 
-# Every package under the race detector; the long PyTorch parity runs that
-# the race build skips; then the OpenBLAS build's tests when OpenBLAS is
-# installed.
+# Every package under the race detector; the release tests again with the
+# guard that makes a use of released tensor memory panic (godist_guard);
+# the long PyTorch parity runs that the race build skips; then the
+# OpenBLAS build's tests when OpenBLAS is installed.
 test: vet
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
 	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
 ifeq ($(HAVE_OPENBLAS),yes)
 	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...

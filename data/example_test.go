@@ -15,6 +15,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	defer images.Release() // it lies off the Go heap
 	ds := data.NewTensorDataset(images, labels)
 	ld := data.NewLoader(ds, data.LoaderOptions{BatchSize: 64, Shuffle: true, Seed: 0, Prefetch: 2})
 	fmt.Println(ds.Len(), "examples,", ld.Len(), "batches")

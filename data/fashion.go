@@ -42,7 +42,11 @@ var fashionFiles = [4]string{
 //
 // images is a new float32 tensor N×1×28×28, normalised exactly as
 // PyTorch's anchor script does it in float32: x/255, then
-// (x-0.2860)/0.3530. labels is a new int64 tensor of N classes in 0..9.
+// (x-0.2860)/0.3530. It lies off the Go heap (tensor.NewOffHeap): a
+// program that loads it once may keep it until it exits; one that is done
+// with it earlier frees it with images.Release, after which neither it nor
+// any view of it (a TensorDataset's Get returns views; its batches are
+// copies) may be used. labels is a new int64 tensor of N classes in 0..9.
 // Errors name the file: a missing file (wrapping fs.ErrNotExist),
 // malformed IDX (wrapping ErrIDX), images that are not N×28×28 uint8, labels
 // that are not N uint8 in 0..9, or counts that disagree.

@@ -62,11 +62,13 @@ func TestLoadFashionMNISTSubset(t *testing.T) {
 	if y.Int64s()[0] != 9 || y.Int64s()[1] != 0 {
 		t.Fatalf("first labels %v", y.Int64s()[:2])
 	}
+	x.Release() // off the Go heap: freed by Release, not by the collector
 	x, y, err = LoadFashionMNIST(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkFashion(t, x, y, 1000)
+	x.Release()
 }
 
 // The normalisation must match PyTorch's bit for bit. The reference
@@ -133,6 +135,7 @@ func TestLoadFashionMNISTFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkFashion(t, x, y2, c.n)
+		x.Release()
 	}
 	if testing.Short() || raceEnabled {
 		t.Log("images not read in -short mode or under the race detector")

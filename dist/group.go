@@ -121,6 +121,8 @@ type Group struct {
 		children  uint32                     // subgroups made from this group so far
 		schedules map[schedKey]algo.Schedule // this rank's schedules, by call
 		shared    []*sharedBuf               // tensors every member has mapped from every other (sharedreduce.go)
+		running   int                        // calls between runCall's start and end
+		idle      chan struct{}              // closed when running drops to 0 (waitIdle)
 	}
 }
 
@@ -292,6 +294,10 @@ func (g *Group) run(ctx context.Context, c call, fn func(ctx context.Context, se
 
 // runCall runs begun call t.
 func (g *Group) runCall(ctx context.Context, t ticket, fn func(ctx context.Context, seq uint64) error) error {
+	g.mu.Lock()
+	g.mu.running++
+	g.mu.Unlock()
+	defer g.doneRunning()
 	// The call ends at the earliest of: the caller's cancellation or
 	// deadline, the group timeout, and the group's failure.
 	var opctx context.Context
@@ -312,6 +318,38 @@ func (g *Group) runCall(ctx context.Context, t ticket, fn func(ctx context.Conte
 		return nil
 	}
 	return g.callError(ctx, t, err)
+}
+
+// doneRunning counts the end of a call that runCall ran.
+func (g *Group) doneRunning() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.running--
+	if g.mu.running == 0 && g.mu.idle != nil {
+		close(g.mu.idle)
+		g.mu.idle = nil
+	}
+}
+
+// waitIdle waits at most d until no call runs on g (of a failed group,
+// they end promptly), and reports whether none does.
+func (g *Group) waitIdle(d time.Duration) bool {
+	g.mu.Lock()
+	if g.mu.running == 0 {
+		g.mu.Unlock()
+		return true
+	}
+	if g.mu.idle == nil {
+		g.mu.idle = make(chan struct{})
+	}
+	ch := g.mu.idle
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // callError explains call t's failure err (ctx is the caller's), ends

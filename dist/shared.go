@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
@@ -21,6 +22,14 @@ import (
 // hosts, the in-process transport, Options.SharedMemory off) it returns an
 // ordinary tensor, and says why to the logger of Options.Logger; the
 // result behaves the same either way.
+//
+// A shared tensor stays mapped until its Release (tensor.Tensor.Release,
+// of it or of any view) or g's Destroy, which releases every shared tensor
+// of g once the calls in flight on g have ended; the collector never frees
+// it. After either, neither it, its views nor any slice of its memory may
+// be used (built with the tag godist_guard, a use through the tensor
+// panics, naming who released it). Release it only when no call in flight
+// uses it. An ordinary tensor returned instead ignores Release.
 func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, error) {
 	if g.Size() == 1 {
 		return tensor.New(d, shape...), nil
@@ -90,9 +99,12 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 	for q, dq := range descs {
 		ids[q] = dq.ID
 	}
-	forget := g.registerShared(pm, region.Bytes()[:n], ids)
-	release := func() { forget(); region.Close() }
-	return tensor.NewMapped(d, region.Bytes(), release, shape...), nil
+	sb := &sharedBuf{pm: pm, base: uintptr(unsafe.Pointer(unsafe.SliceData(region.Bytes()))), n: n, ids: ids}
+	// The release forgets the tensor before its memory is unmapped;
+	// Region.Close waits for a shared all-reduce still reading the memory.
+	sb.t = tensor.NewMapped(d, region.Bytes(), func() { g.forgetShared(sb); region.Close() }, shape...)
+	g.registerShared(sb)
+	return sb.t, nil
 }
 
 // regionDesc is what a member of NewSharedTensor says of its region: none

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/godist/godist/dist/algo"
@@ -67,24 +69,40 @@ type sharedBuf struct {
 	base uintptr              // this rank's copy
 	n    int                  // bytes
 	ids  []uint8              // region id of each member's copy, by group rank
+	t    *tensor.Tensor       // the tensor NewSharedTensor returned
 }
 
-// registerShared records a shared tensor's copies; the returned function
-// forgets it (before its memory is unmapped).
-func (g *Group) registerShared(pm transport.PeerMemory, mem []byte, ids []uint8) func() {
-	sb := &sharedBuf{pm: pm, base: uintptr(unsafe.Pointer(unsafe.SliceData(mem))), n: len(mem), ids: ids}
+// registerShared records a shared tensor's copies.
+func (g *Group) registerShared(sb *sharedBuf) {
 	g.mu.Lock()
 	g.mu.shared = append(g.mu.shared, sb)
 	g.mu.Unlock()
-	return func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		for i, x := range g.mu.shared {
-			if x == sb {
-				g.mu.shared = append(g.mu.shared[:i], g.mu.shared[i+1:]...)
-				return
-			}
+}
+
+// forgetShared forgets a shared tensor (before its memory is unmapped).
+func (g *Group) forgetShared(sb *sharedBuf) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.mu.shared {
+		if x == sb {
+			g.mu.shared = append(g.mu.shared[:i], g.mu.shared[i+1:]...)
+			return
 		}
+	}
+}
+
+// releaseShared releases g's shared tensors (Destroy) once no call is in
+// flight on g, waiting at most wait: a call that outlives it (stuck in
+// user code, say) keeps them mapped rather than meet unmapped memory.
+func (g *Group) releaseShared(wait time.Duration) {
+	if !g.waitIdle(wait) {
+		return
+	}
+	g.mu.Lock()
+	shared := slices.Clone(g.mu.shared)
+	g.mu.Unlock()
+	for _, sb := range shared {
+		sb.t.Release()
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/godist/godist/tensor"
 )
@@ -107,8 +109,11 @@ func childID(parent, n uint32, color int) uint32 {
 	return id
 }
 
-// Destroy leaves the group: it is unregistered and later calls fail. For
-// the default group it also closes the connections and the store.
+// Destroy leaves the group: it is unregistered and later calls fail. Once
+// the calls in flight have ended (Destroy waits up to 5 s for them), it
+// releases the group's shared tensors (NewSharedTensor): they must not be
+// used afterwards. For the default group it also closes the connections
+// and the store, and releases the shared tensors of every group.
 func (g *Group) Destroy() error {
 	g.flushAbort()
 	g.fail(ErrDestroyed)
@@ -119,8 +124,10 @@ func (g *Group) Destroy() error {
 	g.mu.Unlock()
 	g.world.mu.Lock()
 	delete(g.world.mu.groups, g.id)
+	others := slices.Collect(maps.Values(g.world.mu.groups))
 	g.world.mu.Unlock()
 	if g.id != 0 {
+		g.releaseShared(destroyWait)
 		return nil
 	}
 	err := g.world.ep.Close()
@@ -129,5 +136,13 @@ func (g *Group) Destroy() error {
 			err = cerr
 		}
 	}
+	// With the connections closed, the subgroups' calls fail too.
+	for _, o := range append(others, g) {
+		o.releaseShared(destroyWait)
+	}
 	return err
 }
+
+// destroyWait bounds how long Destroy waits for a group's calls in flight
+// before releasing its shared tensors.
+const destroyWait = 5 * time.Second

@@ -10,7 +10,7 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
-	"github.com/godist/godist/examples/models"
+	"github.com/godist/godist/internal/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

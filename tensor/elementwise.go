@@ -114,6 +114,9 @@ func (t *Tensor) binary(op binOp, a, b *Tensor) *Tensor {
 }
 
 func binStrided[T number](op binOp, t, a, b *Tensor, view func([]byte) []T) {
+	t.live()
+	a.live()
+	b.live()
 	d, x, y := view(t.buf), view(a.buf), view(b.buf)
 	rows(t.shape, [][]int{t.strides, a.strides, b.strides}, []int{t.off, a.off, b.off}, func(o []int, n int, s []int) {
 		if s[0] == 1 && s[1] == 1 && s[2] == 1 {

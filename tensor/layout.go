@@ -8,6 +8,7 @@ import (
 // view returns a tensor sharing t's buffer with a new shape, strides and
 // offset.
 func (t *Tensor) view(shape, strides []int, off int) *Tensor {
+	t.live()
 	return &Tensor{dtype: t.dtype, shape: shape, strides: strides, off: off, buf: t.buf, keep: t.keep}
 }
 
@@ -335,6 +336,8 @@ func copyStrided(dst, src *Tensor) {
 	if dst.dtype != src.dtype || !SameShape(dst, src) {
 		panic(fmt.Sprintf("tensor: copy %v%v into %v%v", src.dtype, src.shape, dst.dtype, dst.shape))
 	}
+	dst.live()
+	src.live()
 	sz := dst.dtype.Size()
 	rows(dst.shape, [][]int{dst.strides, src.strides}, []int{dst.off, src.off}, func(o []int, n int, in []int) {
 		if in[0] == 1 && in[1] == 1 {

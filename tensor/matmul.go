@@ -32,7 +32,9 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
 	}
 	shape := append(append([]int(nil), batch...), m, n)
 	t.prepare(a.dtype, shape, "MatMul")
+	t.live()
 	for _, x := range []*Tensor{a, b} {
+		x.live()
 		if len(t.buf) > 0 && len(x.buf) > 0 && &t.buf[0] == &x.buf[0] {
 			panic("tensor: MatMul destination shares storage with an operand")
 		}

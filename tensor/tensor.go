@@ -216,6 +216,7 @@ func equalInts(a, b []int) bool {
 // (little-endian, as the machine stores them). It panics if t is not
 // contiguous. This is how the transport sends a tensor.
 func (t *Tensor) Bytes() []byte {
+	t.live()
 	t.mustContiguous("Bytes")
 	sz := t.dtype.Size()
 	return t.buf[t.off*sz : (t.off+t.Numel())*sz]
@@ -321,6 +322,7 @@ func (t *Tensor) Item() float64 {
 }
 
 func (t *Tensor) load(o int) float64 {
+	t.live()
 	switch t.dtype {
 	case Float32:
 		return float64(f32s(t.buf)[o])
@@ -341,6 +343,7 @@ func (t *Tensor) load(o int) float64 {
 }
 
 func (t *Tensor) store(o int, v float64) {
+	t.live()
 	switch t.dtype {
 	case Float32:
 		f32s(t.buf)[o] = float32(v)
@@ -399,6 +402,7 @@ func (t *Tensor) String() string {
 
 // Fill sets every element to v.
 func (t *Tensor) Fill(v float64) *Tensor {
+	t.live()
 	if t.IsContiguous() {
 		n := t.Numel()
 		switch t.dtype {

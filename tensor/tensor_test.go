@@ -1,8 +1,11 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -306,34 +309,104 @@ func TestNewMapped(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	var released atomic.Bool
-	x := NewMapped(Float32, mem, func() { released.Store(true); syscall.Munmap(mem) }, 100, 10)
+	var releases atomic.Int32
+	x := NewMapped(Float32, mem, func() { releases.Add(1); syscall.Munmap(mem) }, 100, 10)
 	if s := x.Shape(); len(s) != 2 || s[0] != 100 || s[1] != 10 {
 		t.Fatalf("shape %v", s)
 	}
 	v := x.Narrow(0, 10, 5)
 	x = nil
 	v.Fill(2)
-	runtime.GC()
-	runtime.GC()
-	if released.Load() || v.At(4, 9) != 2 {
-		t.Fatal("memory released while a view is reachable")
-	}
+	// Nothing but Release frees the memory: a slice from the tensor points
+	// into it without the collector knowing, and is used here after the
+	// last use of every tensor.
+	f := v.Reshape(-1).Float32s()
 	v = nil
-	deadline := time.Now().Add(5 * time.Second)
-	for !released.Load() && time.Now().Before(deadline) {
+	for i := range 20 {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
+		if f[i] != 2 || f[len(f)-1-i] != 2 {
+			t.Fatal("slice of a mapped tensor lost its values")
+		}
+		f[i] = 3
 	}
-	if !released.Load() {
-		t.Fatal("release not called after the tensor became unreachable")
+	if releases.Load() != 0 {
+		t.Fatal("memory released without Release")
 	}
+	syscall.Munmap(mem)
 	defer func() {
 		if recover() == nil {
 			t.Fatal("NewMapped accepted memory smaller than the shape")
 		}
 	}()
 	NewMapped(Float32, make([]byte, 8), func() {}, 3)
+}
+
+func TestReleaseIdempotent(t *testing.T) {
+	mem, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Skip(err)
+	}
+	var releases atomic.Int32
+	x := NewMapped(Float32, mem, func() { releases.Add(1); syscall.Munmap(mem) }, 100, 10)
+	v := x.Narrow(0, 1, 2)
+	if x.Released() || v.Released() {
+		t.Fatal("released before Release")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(2)
+		go func() { defer wg.Done(); x.Release() }()
+		go func() { defer wg.Done(); v.Release() }() // a view releases the same storage
+	}
+	wg.Wait()
+	x.Release()
+	if n := releases.Load(); n != 1 {
+		t.Fatalf("release ran %d times, want once", n)
+	}
+	if !x.Released() || !v.Released() {
+		t.Fatal("Released is false after Release")
+	}
+	// A tensor on the heap: Release does nothing.
+	h := Zeros(3)
+	h.Release()
+	h.Release()
+	if h.Released() || h.Fill(1).At(2) != 1 {
+		t.Fatal("Release changed a heap tensor")
+	}
+}
+
+func TestReleaseGuard(t *testing.T) {
+	if !Guarded {
+		t.Skip("needs the build tag godist_guard")
+	}
+	x := NewOffHeap(Float32, 512, 1024)
+	if x.keep == nil {
+		t.Skip("mapping failed")
+	}
+	v := x.Narrow(0, 3, 4)
+	x.Release()
+	uses := map[string]func(){
+		"Bytes":    func() { x.Bytes() },
+		"Float32s": func() { v.Contiguous().Float32s() },
+		"At":       func() { v.At(0, 0) },
+		"Set":      func() { x.Set(1, 0, 0) },
+		"Fill":     func() { v.Fill(1) },
+		"Add":      func() { x.Add(x, Scalar(1)) },
+		"Copy":     func() { Zeros(512, 1024).Copy(x) },
+		"MatMul":   func() { new(Tensor).MatMul(v, Zeros(1024, 2)) },
+		"Narrow":   func() { x.Narrow(0, 0, 1) },
+	}
+	for name, use := range uses {
+		msg := func() (msg string) {
+			defer func() { msg = fmt.Sprint(recover()) }()
+			use()
+			return ""
+		}()
+		if !strings.HasPrefix(msg, "tensor: use of a released tensor (released by tensor.TestReleaseGuard (tensor/tensor_test.go:") {
+			t.Errorf("%s after Release: panic %q", name, msg)
+		}
+	}
 }
 
 func TestNewOffHeap(t *testing.T) {
@@ -351,25 +424,16 @@ func TestNewOffHeap(t *testing.T) {
 		}
 	}
 	x.Fill(3)
-	// A view keeps the mapping alive after the tensor it came from is gone.
 	v := x.Narrow(0, 500, 12)
-	x = nil
-	for range 3 {
-		runtime.GC()
-	}
 	v.Fill(4)
-	if v.At(11, 1023) != 4 || v.Float32s()[0] != 4 {
+	if v.At(11, 1023) != 4 || v.Float32s()[0] != 4 || x.At(0, 0) != 3 {
 		t.Fatal("view of an off-heap tensor lost its values")
 	}
-	// Once nothing refers to it, the mapping is released.
-	v = nil
-	deadline := time.Now().Add(5 * time.Second)
-	for offHeapBytes.Load() != before && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
+	// Release (of any view) frees it, once.
+	v.Release()
+	x.Release()
 	if offHeapBytes.Load() != before {
-		t.Fatalf("%d bytes still mapped after the tensor became unreachable", offHeapBytes.Load()-before)
+		t.Fatalf("%d bytes still mapped after Release", offHeapBytes.Load()-before)
 	}
 	// Small tensors stay on the heap.
 	if s := NewOffHeap(Float32, 10); s.keep != nil || s.Numel() != 10 {

@@ -116,11 +116,16 @@ func (r *Region) Unlink() {
 	}
 }
 
-// Close unmaps the region. Nothing may use its memory afterwards. Peers
-// keep their mappings until their connection to this rank closes.
+// Close unmaps the region. Nothing may use its memory afterwards. It
+// waits for UsePeerRegions calls in progress, which may be reading or
+// writing it (dist's shared all-reduce works in its own region there
+// too). Peers keep their mappings until their connection to this rank
+// closes or they UnmapRegion.
 func (r *Region) Close() {
 	r.once.Do(func() {
 		r.Unlink()
+		r.e.regionUse.Lock()
+		defer r.e.regionUse.Unlock()
 		unix.Munmap(r.mem)
 		r.mem = nil
 	})

@@ -95,6 +95,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 			if err != nil {
 				return result{}, err
 			}
+			defer st.Release() // the cell's calls have ended by then
 			st.Copy(t)
 			t = st
 			if dist.SharedAllReduceApplies(g, st) {

@@ -4,10 +4,11 @@
 // Send/Recv; after each backward pass every parameter's gradient is summed
 // with AllReduce and divided by the world size; then every rank takes the
 // same optimizer step, so the replicas stay equal. It trains the MLP of
-// examples/models on Fashion-MNIST (the full set when installed, else the
+// internal/models on Fashion-MNIST (the full set when installed, else the
 // shipped subset), each rank on its own shard from a DistributedSampler.
 //
-//	godist run --standalone --nproc-per-node 2 ./examples/manual-allreduce --steps 200
+//	go build ./examples/manual-allreduce
+//	godist run --standalone --nproc-per-node 2 ./manual-allreduce --steps 200
 //
 // It joins its group with dist.Init's env:// defaults, so it runs under any
 // launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
@@ -30,7 +31,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/examples/models"
+	"github.com/godist/godist/internal/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

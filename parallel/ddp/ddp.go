@@ -27,7 +27,9 @@ type Options struct {
 	// statistics) before every forward pass.
 	NoBroadcastBuffers bool
 	// GradientAsBucketView makes each gradient a view into its bucket, so
-	// the averaged values need no copy back.
+	// the averaged values need no copy back. The buckets are a shared
+	// tensor of the group (dist.Group.NewSharedTensor), released by the
+	// group's Destroy: clone a gradient that must outlive the group.
 	GradientAsBucketView bool
 	// CommHook reduces a bucket (default AllReduceHook: the average).
 	CommHook CommHook
@@ -128,6 +130,7 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 	// The buckets are pieces of one tensor that the group's same-host
 	// members share, so that their all-reduces go through shared memory
 	// (dist.Group.NewSharedTensor); elsewhere it is an ordinary tensor.
+	// The group's Destroy releases it.
 	total := 0
 	for _, p := range d.params {
 		total += p.Value().Numel()

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/godist/godist/autograd"
-	"github.com/godist/godist/examples/models"
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

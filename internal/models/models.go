@@ -1,6 +1,8 @@
-// Package models holds the two models of the Fashion-MNIST examples,
-// defined exactly as shared/anchors/train_ddp.py defines them so that the
-// numbers compare with PyTorch's.
+// Package models holds the models that examples, tests and tools share:
+// the two Fashion-MNIST models, defined exactly as
+// shared/anchors/train_ddp.py defines them so that the numbers compare with
+// PyTorch's, and GPT, the tiny byte-level language model of
+// examples/tinygpt (internal/tools/gpttwin is its PyTorch twin).
 package models
 
 import (

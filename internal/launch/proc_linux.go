@@ -1,0 +1,29 @@
+package launch
+
+import "syscall"
+
+const groupsSupported = true
+
+// procAttr kills the worker when the launcher dies and, with ownGroup,
+// puts it in a process group of its own.
+func procAttr(ownGroup bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: ownGroup, Pdeathsig: syscall.SIGKILL}
+}
+
+// signalGroup sends sig to the process group of pid.
+func signalGroup(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+}
+
+// SignalName returns a signal's name, such as "SIGKILL".
+func SignalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return s.String()
+}

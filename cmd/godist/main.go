@@ -1,7 +1,8 @@
-// Command godist is the one binary of godist: the collective benchmark,
-// the standalone store server and build information, with the launcher
-// (godist run) to come.
+// Command godist is the one binary of godist: the launcher (godist run,
+// torchrun's counterpart), the collective benchmark, the standalone store
+// server and build information.
 //
+//	godist run --standalone --nproc-per-node 4 ./train
 //	godist bench --nproc 2 --ops all_reduce,barrier --max-bytes 1MiB
 //	godist store --addr :29500
 //	godist version
@@ -26,8 +27,6 @@ type command struct {
 }
 
 // commands is the dispatch table, in the order `godist help` lists them.
-// The launcher, `godist run` (torchrun's counterpart, see DESIGN.md),
-// goes here as {"run", ..., runMain} when it exists.
 var commands = []command{
 	{"run", "launch, watch and restart workers on this node (torchrun)", runMain},
 	{"bench", "measure collectives over N local ranks (nccl-tests style)", benchMain},

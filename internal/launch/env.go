@@ -99,10 +99,16 @@ func (r Rank) Vars() []string {
 	if r.Token != "" {
 		v = append(v, "GODIST_TOKEN="+r.Token)
 	}
-	if r.ErrorFile != "" {
-		v = append(v, ErrorFileEnv+"="+r.ErrorFile, TorchErrorFileEnv+"="+r.ErrorFile)
+	return append(v, ErrorFileVars(r.ErrorFile)...)
+}
+
+// ErrorFileVars returns the variables that give a worker its error file:
+// GODIST_ERROR_FILE and TORCHELASTIC_ERROR_FILE, or none for "".
+func ErrorFileVars(path string) []string {
+	if path == "" {
+		return nil
 	}
-	return v
+	return []string{ErrorFileEnv + "=" + path, TorchErrorFileEnv + "=" + path}
 }
 
 // RandomHex returns n random bytes, hex encoded.

@@ -1,27 +1,21 @@
 package dist
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"reflect"
-	"regexp"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/godist/godist/internal/launch"
 	"github.com/godist/godist/internal/tailbuf"
 )
 
 // SpawnRankEnv is the variable that marks a process started by Spawn as a
 // worker, holding its rank.
-const SpawnRankEnv = "GODIST_SPAWN_RANK"
+const SpawnRankEnv = launch.SpawnRankEnv
 
 // IsSpawnedWorker reports whether this process is a worker that Spawn
 // started (and so must not spawn again).
@@ -60,8 +54,8 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 // environment of env:// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // MASTER_ADDR=127.0.0.1, a free MASTER_PORT, a fresh GODIST_TOKEN and
 // GODIST_RUN_ID) and waits for them; in each child it calls fn(rank) and
-// exits the process: status 0 when fn returns nil, 1 (after printing the
-// error to stderr) otherwise. So, in a child, Spawn never returns, and a
+// exits the process: status 0 when fn returns nil, 1 (after recording the
+// error with RecordError and printing it to stderr) otherwise. So, in a child, Spawn never returns, and a
 // child never spawns again.
 //
 //	func main() {
@@ -84,7 +78,9 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 // parent gives the others half a second to fail on their own, kills the
 // rest (children also die with the parent, on Linux) and returns a
 // *SpawnError for the root cause: the first failure that is not a
-// consequence of another's (a "rank N is gone" error, say). A program that must know
+// consequence of another's. A child that fails records its error (see
+// RecordError) in a file Spawn gives it (GODIST_ERROR_FILE), and one that
+// lost a peer that failed too is a consequence. A program that must know
 // which side it is on before calling Spawn can ask IsSpawnedWorker.
 //
 // Under `go test`, the children rerun the test binary with the same
@@ -99,6 +95,7 @@ func Spawn(n int, fn func(rank int) error) error {
 			err = fmt.Errorf("dist: bad %s=%q", SpawnRankEnv, v)
 		}
 		if err != nil {
+			RecordError(err)
 			fmt.Fprintf(os.Stderr, "dist: spawned rank %s: %v\n", v, err)
 			os.Exit(1)
 		}
@@ -111,61 +108,55 @@ func Spawn(n int, fn func(rank int) error) error {
 	if err != nil {
 		return fmt.Errorf("dist: Spawn cannot find this program to re-execute: %w", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		return fmt.Errorf("dist: Spawn cannot find a free port: %w", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	var tok [16]byte
-	rand.Read(tok[:])
-	runID := "spawn-" + hex.EncodeToString(tok[:4])
-	env := spawnEnv(os.Environ())
+	// The children's error files; without the directory, the root cause
+	// is decided by exit status alone.
+	errDir, err := os.MkdirTemp("", "godist-spawn-")
+	if err == nil {
+		defer os.RemoveAll(errDir)
+	}
+	errorFile := func(r int) string {
+		if errDir == "" {
+			return ""
+		}
+		return filepath.Join(errDir, "error-"+strconv.Itoa(r)+".json")
+	}
+	token, runID := launch.NewToken(), "spawn-"+launch.RandomHex(4)
+	base := os.Environ()
 	args := spawnArgs(os.Args[1:])
 
-	type exit struct {
-		rank int
-		err  error
-	}
-	cmds := make([]*exec.Cmd, n)
+	procs := make([]*launch.Proc, n)
 	tails := make([]*tailbuf.Buffer, n)
-	exits := make(chan exit, n)
-	var mu sync.Mutex // guards starting against killing
+	exits := make(chan launch.Exit, n)
 	killAll := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range cmds {
-			if c != nil && c.Process != nil {
-				c.Process.Kill()
+		for _, p := range procs {
+			if p != nil {
+				p.Kill() // an error means it has exited
 			}
 		}
 	}
 	started := 0
 	var first *SpawnError
 	for r := range n {
-		c := exec.Command(self, args...)
-		c.Env = append(env,
-			SpawnRankEnv+"="+strconv.Itoa(r),
-			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID="+runID)
+		rank := launch.Rank{Rank: r, LocalRank: r, WorldSize: n, LocalWorldSize: n, MasterAddr: "127.0.0.1", MasterPort: port,
+			RunID: runID, Token: token, ErrorFile: errorFile(r)}
 		tails[r] = &tailbuf.Buffer{Max: 4 << 10}
-		c.Stdout = os.Stdout
-		c.Stderr = teeWriter{os.Stderr, tails[r]}
-		c.SysProcAttr = dieWithParent()
-		mu.Lock()
-		err := c.Start()
-		if err == nil {
-			cmds[r] = c
-		}
-		mu.Unlock()
+		p, err := launch.Start(r, launch.Command{
+			Path: self, Args: args,
+			// Slurm's and mpirun's ranks go too: the parent's rank in an
+			// outer job is no child's.
+			Env:    launch.Env(base, append(rank.Vars(), SpawnRankEnv+"="+strconv.Itoa(r)), "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
+			Stdout: os.Stdout, Stderr: teeWriter{os.Stderr, tails[r]},
+		}, exits)
 		if err != nil {
 			first = &SpawnError{Rank: r, ExitCode: -1, Err: err}
 			break
 		}
+		procs[r] = p
 		started++
-		go func() { exits <- exit{r, c.Wait()} }()
 	}
 	if first != nil {
 		killAll()
@@ -175,36 +166,35 @@ func Spawn(n int, fn func(rank int) error) error {
 	// that the root cause can be told from its consequences; then they
 	// are killed.
 	var failures []*SpawnError
+	var seen []launch.Failed
+	pick := func() *SpawnError { return failures[launch.RootCause(seen)] }
 	var settle <-chan time.Time
 	for left := started; left > 0; {
 		select {
 		case e := <-exits:
 			left--
-			if e.err == nil || first != nil {
+			if e.OK() || first != nil {
 				continue
 			}
-			se := &SpawnError{Rank: e.rank, PID: cmds[e.rank].Process.Pid, ExitCode: -1, Err: e.err, Stderr: tails[e.rank].String()}
-			var ee *exec.ExitError
-			if errors.As(e.err, &ee) {
-				se.ExitCode = ee.ExitCode()
-				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					se.Signal = ws.Signal()
-				}
+			failures = append(failures, &SpawnError{Rank: e.ID, PID: e.PID, ExitCode: e.Code, Signal: e.Signal, Err: e.Err, Stderr: tails[e.ID].String()})
+			f := launch.Failed{Rank: e.ID, Signaled: e.Signal != 0}
+			if path := errorFile(e.ID); path != "" {
+				f.Record, _ = launch.ReadRecord(path) // none, or unreadable: decided by exit status
 			}
-			failures = append(failures, se)
+			seen = append(seen, f)
 			if settle == nil {
 				settle = time.After(spawnSettle)
 			}
 		case <-settle:
 			settle = nil
 			if first == nil {
-				first = rootCause(failures)
+				first = pick()
 			}
 			killAll()
 		}
 	}
 	if first == nil && len(failures) > 0 {
-		first = rootCause(failures)
+		first = pick()
 	}
 	if first != nil {
 		return first
@@ -215,40 +205,6 @@ func Spawn(n int, fn func(rank int) error) error {
 // spawnSettle is how long Spawn lets the other workers fail on their own
 // after the first failure before it kills them.
 const spawnSettle = 500 * time.Millisecond
-
-// peerLost matches the stderr of a worker that failed because another
-// died: godist's "rank N is gone", gloo's "Connection closed by peer".
-var peerLost = regexp.MustCompile(`(?i)rank \d+ is gone|connection closed by peer|connection reset by peer|broken pipe`)
-
-// rootCause returns the first failure, in the order seen, that is not a
-// consequence of another's (a signal, or stderr that does not say a peer
-// was lost), or the first failure when all are.
-func rootCause(fs []*SpawnError) *SpawnError {
-	for _, f := range fs {
-		if f.Signal != 0 || !peerLost.MatchString(f.Stderr) {
-			return f
-		}
-	}
-	return fs[0]
-}
-
-// spawnEnv is the parent's environment without the variables a rank's
-// identity is made of.
-func spawnEnv(parent []string) []string {
-	drop := map[string]bool{
-		"RANK": true, "LOCAL_RANK": true, "WORLD_SIZE": true, "LOCAL_WORLD_SIZE": true, "MASTER_ADDR": true,
-		"MASTER_PORT": true, "GODIST_TOKEN": true, "GODIST_RUN_ID": true, "TORCHELASTIC_RUN_ID": true, SpawnRankEnv: true,
-		"SLURM_PROCID": true, "OMPI_COMM_WORLD_RANK": true,
-	}
-	var out []string
-	for _, kv := range parent {
-		k, _, _ := strings.Cut(kv, "=")
-		if !drop[k] {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
 
 // spawnArgs drops the flag with which `go test` makes os.Exit(0) during a
 // test a failure: a spawned child of a test binary exits 0 on purpose.
@@ -261,17 +217,6 @@ func spawnArgs(args []string) []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-// dieWithParent returns process attributes that kill the child when the
-// parent dies, where the platform has them (Linux's Pdeathsig; set by
-// reflection so that this file builds everywhere).
-func dieWithParent() *syscall.SysProcAttr {
-	attr := &syscall.SysProcAttr{}
-	if f := reflect.ValueOf(attr).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
-		f.Set(reflect.ValueOf(syscall.Signal(9)))
-	}
-	return attr
 }
 
 type teeWriter struct {

@@ -53,6 +53,19 @@ func TestSpawnProgram(t *testing.T) {
 		if mode == "fail" && rank == 1 {
 			return errors.New("rank 1 fails on purpose")
 		}
+		if mode == "blame" {
+			// Rank 0 fails first, blaming rank 2 in its error file but not
+			// in its text; rank 2 fails later on its own: the file, read
+			// by the parent, makes rank 2 the root cause.
+			switch rank {
+			case 0:
+				return quiet{&dist.RankError{Rank: 2, Op: "all_reduce", Err: errors.New("connection lost")}}
+			case 2:
+				time.Sleep(150 * time.Millisecond)
+				return errors.New("rank 2 fails on its own")
+			}
+			return nil
+		}
 		if mode == "kill" && rank == 2 {
 			p, _ := os.FindProcess(os.Getpid())
 			p.Kill()
@@ -82,6 +95,7 @@ func TestSpawn(t *testing.T) {
 		{"ok", "SPAWN-OK"},
 		{"fail", "SPAWN-ERROR rank=1 code=1 signal=0"},
 		{"kill", "SPAWN-ERROR rank=2 code=-1 signal=9"},
+		{"blame", "SPAWN-ERROR rank=2 code=1 signal=0"},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestSpawnProgram$", "-test.v")
@@ -98,6 +112,17 @@ func TestSpawn(t *testing.T) {
 			if c.mode == "fail" && !strings.Contains(string(out), "rank 1 fails on purpose") {
 				t.Fatalf("the error lacks the child's stderr:\n%s", out)
 			}
+			if c.mode == "blame" && !strings.Contains(string(out), "rank 2 fails on its own") {
+				t.Fatalf("the error lacks rank 2's stderr:\n%s", out)
+			}
 		})
 	}
 }
+
+// quiet hides a dist error's text (it says nothing of the rank it wraps)
+// but not the error, which errors.As still finds: RecordError's kind and
+// blamed peer, not the text, must decide the root cause.
+type quiet struct{ err error }
+
+func (q quiet) Error() string { return "something went wrong" }
+func (q quiet) Unwrap() error { return q.err }

@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/launch"
 )
 
 // Rendezvous is what the agent needs from rendezvous; *StoreRendezvous is
@@ -83,17 +85,12 @@ const tailLines = 20
 
 type worker struct {
 	localRank, rank int
-	cmd             *exec.Cmd
+	proc            *launch.Proc
 	out, errw       *lineWriter
 	tail            *lineTail
 	files           []*os.File
-	exited          bool // its exit was seen; owned by attempt's loop
-}
-
-type exitEvent struct {
-	w   *worker
-	err error
-	at  time.Time
+	errorFile       string // where it records its failure; "" for nowhere
+	exited          bool   // its exit was seen; owned by attempt's loop
 }
 
 // outcome of one attempt.
@@ -112,6 +109,10 @@ const (
 func (a *Agent) Run(ctx context.Context) Result {
 	sp := a.Spec
 	a.defaults(&sp)
+	errDir := a.errorDir(&sp)
+	if errDir != "" && sp.LogDir == "" {
+		defer os.RemoveAll(errDir)
+	}
 	after := -1
 	restarts := 0
 	for attempt := 0; ; attempt++ {
@@ -132,7 +133,7 @@ func (a *Agent) Run(ctx context.Context) Result {
 		after = rd.Round
 		sp.Logf("round %d: node rank %d of %d nodes, ranks %d..%d of world size %d, workers' master %s:%d",
 			rd.Round, rd.NodeRank, rd.NumNodes, rd.RankOffset, rd.RankOffset+sp.NProc-1, rd.WorldSize, rd.MasterAddr, rd.MasterPort)
-		res := a.attempt(ctx, &sp, rd, attempt, restarts)
+		res := a.attempt(ctx, &sp, rd, attempt, restarts, errDir)
 		switch res.outcome {
 		case succeeded:
 			// The node serving the store waits (a minute at most) for the
@@ -243,58 +244,34 @@ type attemptResult struct {
 	failures []Failure
 }
 
-// identity lists the variables the agent sets; they are removed from the
-// base environment first.
-var identity = []string{
-	"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-	"ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	"GODIST_RESTART_COUNT", "GODIST_MAX_RESTARTS", "GODIST_RUN_ID", "GODIST_TOKEN",
-	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-}
-
 // WorkerEnv returns the environment of local rank lr in round rd: base
-// without the identity variables, then torchrun's and godist's variables,
-// and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1 unless base sets them. Go
-// workers also get GOMAXPROCS = CPUs / workers on the node (at least 1),
-// the Go counterpart of OMP_NUM_THREADS: without it every worker's runtime
-// schedules on every core, and they oversubscribe the node; and, unless
-// base sets GOGC or GOMEMLIMIT, GOGC=200 with GOMEMLIMIT = half the node's
-// memory / workers.
+// without the variables of a worker's identity (launch.Identity: RANK,
+// MASTER_PORT, GODIST_TOKEN, the error files, ...), then torchrun's and
+// godist's variables, and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1
+// unless base sets them. Go workers also get GOMAXPROCS = CPUs / workers
+// on the node (at least 1), the Go counterpart of OMP_NUM_THREADS: without
+// it every worker's runtime schedules on every core, and they
+// oversubscribe the node; and, unless base sets GOGC or GOMEMLIMIT,
+// GOGC=200 with GOMEMLIMIT = half the node's memory / workers. The agent
+// adds each worker's error file (GODIST_ERROR_FILE) when it starts it.
 func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
-	drop := make(map[string]bool, len(identity))
-	for _, k := range identity {
-		drop[k] = true
-	}
-	have := map[string]bool{}
-	env := make([]string, 0, len(base)+len(identity)+2)
-	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if drop[k] {
-			continue
-		}
-		have[k] = true
-		env = append(env, kv)
-	}
 	rank := rd.RankOffset + lr
 	itoa := strconv.Itoa
-	env = append(env,
-		"RANK="+itoa(rank), "LOCAL_RANK="+itoa(lr), "WORLD_SIZE="+itoa(rd.WorldSize), "LOCAL_WORLD_SIZE="+itoa(sp.NProc),
+	set := append(launch.Rank{Rank: rank, LocalRank: lr, WorldSize: rd.WorldSize, LocalWorldSize: sp.NProc,
+		MasterAddr: rd.MasterAddr, MasterPort: rd.MasterPort, RunID: sp.RunID, Token: sp.Token}.Vars(),
 		"GROUP_RANK="+itoa(rd.NodeRank), "GROUP_WORLD_SIZE="+itoa(rd.NumNodes),
 		"ROLE_NAME="+sp.Role, "ROLE_RANK="+itoa(rank), "ROLE_WORLD_SIZE="+itoa(rd.WorldSize),
-		"MASTER_ADDR="+rd.MasterAddr, "MASTER_PORT="+itoa(rd.MasterPort),
-		"GODIST_RESTART_COUNT="+itoa(restarts), "GODIST_MAX_RESTARTS="+itoa(sp.MaxRestarts), "GODIST_RUN_ID="+sp.RunID,
+		"GODIST_RESTART_COUNT="+itoa(restarts), "GODIST_MAX_RESTARTS="+itoa(sp.MaxRestarts),
 		"TORCHELASTIC_RESTART_COUNT="+itoa(restarts), "TORCHELASTIC_MAX_RESTARTS="+itoa(sp.MaxRestarts), "TORCHELASTIC_RUN_ID="+sp.RunID,
 	)
-	if sp.Token != "" {
-		env = append(env, "GODIST_TOKEN="+sp.Token)
-	}
+	have := func(k string) bool { _, ok := launch.Lookup(base, k); return ok }
 	for _, k := range []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"} {
-		if !have[k] {
-			env = append(env, k+"=1")
+		if !have(k) {
+			set = append(set, k+"=1")
 		}
 	}
-	if !have["GOMAXPROCS"] {
-		env = append(env, "GOMAXPROCS="+itoa(max(1, runtime.NumCPU()/max(sp.NProc, 1))))
+	if !have("GOMAXPROCS") {
+		set = append(set, "GOMAXPROCS="+itoa(max(1, runtime.NumCPU()/max(sp.NProc, 1))))
 	}
 	// A training step allocates activations at a steady rate over a small
 	// live heap: with Go's default (GOGC=100) the collector runs every few
@@ -308,12 +285,12 @@ func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
 	// GOGC=200, with a soft limit of half the node's memory shared among
 	// its workers, past which the collector works harder rather than let
 	// the heap grow.
-	if !have["GOGC"] && !have["GOMEMLIMIT"] {
+	if !have("GOGC") && !have("GOMEMLIMIT") {
 		if mem := nodeMemory(); mem > 0 {
-			env = append(env, "GOGC=200", "GOMEMLIMIT="+strconv.FormatInt(mem/2/int64(max(sp.NProc, 1)), 10))
+			set = append(set, "GOGC=200", "GOMEMLIMIT="+strconv.FormatInt(mem/2/int64(max(sp.NProc, 1)), 10))
 		}
 	}
-	return env
+	return launch.Env(base, set)
 }
 
 // nodeMemory is the memory this node gives its processes, in bytes: the
@@ -338,13 +315,13 @@ func nodeMemory() int64 {
 }
 
 // attempt starts the worker group for round rd and watches it.
-func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restarts int) attemptResult {
+func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restarts int, errDir string) attemptResult {
 	con := &console{w: sp.Stdout}
 	errCon := &console{w: sp.Stderr}
 	if sp.Stdout == sp.Stderr {
 		errCon = con
 	}
-	exits := make(chan exitEvent, sp.NProc)
+	exits := make(chan launch.Exit, sp.NProc)
 	workers := make([]*worker, 0, sp.NProc)
 	var res attemptResult
 	stopping := false // the agent has begun stopping the group
@@ -354,7 +331,7 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 		sent[sig] = true
 		for _, w := range workers {
 			if !w.exited {
-				signalGroup(w.cmd.Process.Pid, sig) // an error means it has exited
+				w.proc.Signal(sig) // an error means it has exited
 			}
 		}
 	}
@@ -365,7 +342,7 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 		grace = time.After(sp.StopGrace)
 	}
 	for lr := 0; lr < sp.NProc; lr++ {
-		w, err := a.start(sp, rd, lr, attempt, restarts, con, errCon)
+		w, err := a.start(sp, rd, lr, attempt, restarts, errDir, con, errCon, exits)
 		if err != nil {
 			res.outcome = aborted
 			res.why = fmt.Sprintf("cannot start local rank %d (rank %d): %v", lr, rd.RankOffset+lr, err)
@@ -374,12 +351,8 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 			}
 			break
 		}
-		workers = append(workers, w)
+		workers = append(workers, w) // workers[lr] is w: Exit.ID indexes it
 		running++
-		go func() {
-			err := w.cmd.Wait()
-			exits <- exitEvent{w, err, time.Now()}
-		}()
 	}
 	tick := time.NewTicker(sp.Monitor)
 	defer tick.Stop()
@@ -388,16 +361,17 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 		select {
 		case e := <-exits:
 			running--
-			e.w.exited = true
-			e.w.out.flush()
-			e.w.errw.flush()
-			for _, f := range e.w.files {
+			w := workers[e.ID]
+			w.exited = true
+			w.out.flush()
+			w.errw.flush()
+			for _, f := range w.files {
 				f.Close()
 			}
-			if e.err == nil || (errors.Is(e.err, exec.ErrWaitDelay) && e.w.cmd.ProcessState.Success()) {
+			if e.OK() {
 				continue
 			}
-			f := a.failure(sp, rd, e)
+			f := a.failure(sp, rd, w, e)
 			switch {
 			case !stopping:
 				res.outcome = failed
@@ -452,7 +426,7 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 }
 
 // start starts local rank lr.
-func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, con, errCon *console) (*worker, error) {
+func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, errDir string, con, errCon *console, exits chan<- launch.Exit) (*worker, error) {
 	rank := rd.RankOffset + lr
 	w := &worker{localRank: lr, rank: rank, tail: &lineTail{n: tailLines}}
 	prefix := fmt.Sprintf("[rank %d] ", rank)
@@ -483,33 +457,67 @@ func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, con, errCon
 			}
 		}
 	}
-	c := exec.Command(sp.Program, sp.Args...)
-	c.Env = WorkerEnv(sp.Env, *sp, rd, lr, restarts)
-	c.Stdout, c.Stderr = w.out, w.errw
-	c.SysProcAttr = procAttr()
-	c.WaitDelay = 2 * time.Second // a grandchild holding the pipes open
-	if err := c.Start(); err != nil {
+	if errDir != "" {
+		// torchelastic's layout; a record left by an earlier run with the
+		// same log directory is removed first.
+		dir := filepath.Join(errDir, "attempt_"+strconv.Itoa(attempt), strconv.Itoa(lr))
+		path := filepath.Join(dir, "error.json")
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			if err := os.Remove(path); err == nil || errors.Is(err, fs.ErrNotExist) {
+				w.errorFile = path
+			}
+		}
+	}
+	p, err := launch.Start(lr, launch.Command{
+		Path: sp.Program, Args: sp.Args,
+		Env:    append(WorkerEnv(sp.Env, *sp, rd, lr, restarts), launch.ErrorFileVars(w.errorFile)...),
+		Stdout: w.out, Stderr: w.errw,
+		OwnGroup:  true,
+		WaitDelay: 2 * time.Second, // a grandchild holding the pipes open
+	}, exits)
+	if err != nil {
 		for _, f := range w.files {
 			f.Close()
 		}
 		return nil, err
 	}
-	w.cmd = c
+	w.proc = p
 	return w, nil
 }
 
-func (a *Agent) failure(sp *Spec, rd Round, e exitEvent) Failure {
-	f := Failure{Rank: e.w.rank, LocalRank: e.w.localRank, NodeRank: rd.NodeRank, Role: sp.Role, Host: sp.Host,
-		PID: e.w.cmd.Process.Pid, ExitCode: -1, Time: e.at, Stderr: e.w.tail.get()}
-	if ps := e.w.cmd.ProcessState; ps != nil {
-		f.ExitCode = ps.ExitCode()
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			f.Signal = ws.Signal()
-		}
+// errorDir returns the directory under which the workers' error files go:
+// beside their logs with a LogDir (kept, as the logs are), else a fresh
+// temporary one (removed by Run); "" when none can be made, and then the
+// exit status alone decides the root cause.
+func (a *Agent) errorDir(sp *Spec) string {
+	if sp.LogDir != "" {
+		return filepath.Join(sp.LogDir, sp.RunID)
 	}
+	dir, err := os.MkdirTemp("", "godist-run-")
+	if err != nil {
+		sp.Logf("no directory for the workers' error files (%v): root causes will be told by exit status alone", err)
+		return ""
+	}
+	return dir
+}
+
+// failure describes worker w's failed exit e, with the error file it
+// left, if any.
+func (a *Agent) failure(sp *Spec, rd Round, w *worker, e launch.Exit) Failure {
+	f := Failure{Rank: w.rank, LocalRank: w.localRank, NodeRank: rd.NodeRank, Role: sp.Role, Host: sp.Host,
+		PID: e.PID, ExitCode: e.Code, Signal: e.Signal, Time: e.Time, Stderr: w.tail.get()}
 	if f.ExitCode == 0 && f.Signal == 0 { // Wait failed for another reason (pipes)
 		f.ExitCode = 1
-		f.Stderr = append(f.Stderr, "godist run: "+e.err.Error())
+		f.Stderr = append(f.Stderr, "godist run: "+e.Err.Error())
+	}
+	if w.errorFile != "" {
+		rec, err := launch.ReadRecord(w.errorFile)
+		switch {
+		case err == nil:
+			f.Recorded = rec
+		case !errors.Is(err, fs.ErrNotExist):
+			sp.Logf("rank %d left an error file that cannot be read (%v); its exit status alone counts", w.rank, err)
+		}
 	}
 	return f
 }

@@ -2,12 +2,21 @@ package elastic
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/launch"
 )
+
+// ErrorRecord is what a failed worker wrote to its error file
+// (GODIST_ERROR_FILE, which the agent sets for each worker; dist.RecordError
+// writes it, and a PyTorch worker's @record writes torchelastic's form):
+// its rank, the kind of failure ("peer_lost", "aborted", "timeout",
+// "desync" or "other"), the peer it blames (-1 none), its message and a
+// timestamp (Unix seconds).
+type ErrorRecord = launch.Record
 
 // Failure is one worker that exited non-zero or died by a signal.
 type Failure struct {
@@ -19,6 +28,9 @@ type Failure struct {
 	Signal                    syscall.Signal // the signal that killed it, or 0
 	Time                      time.Time      // when the launcher saw it exit
 	Stderr                    []string       // its last lines of stderr
+	// Recorded is what the worker wrote to its error file; nil when it
+	// wrote none (or one that could not be read).
+	Recorded *ErrorRecord
 }
 
 // Status is the exit status the launcher reports for f: the exit code, or
@@ -79,6 +91,16 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  pid:        %d\n", f.PID)
 	fmt.Fprintf(&b, "  exit:       %s\n", f.What())
 	fmt.Fprintf(&b, "  time:       %s\n", f.Time.Format(time.RFC3339Nano))
+	if r := f.Recorded; r != nil {
+		fmt.Fprintf(&b, "  error:      %s\n", recorded(r))
+		for i, l := range strings.Split(strings.TrimRight(r.Message, "\n"), "\n") {
+			if i == 0 {
+				fmt.Fprintf(&b, "  message:    %s\n", l)
+			} else {
+				fmt.Fprintf(&b, "              %s\n", l)
+			}
+		}
+	}
 	if len(f.Stderr) == 0 {
 		fmt.Fprintf(&b, "  stderr:     (empty, or sent to a file under --log-dir)\n")
 	} else {
@@ -90,47 +112,53 @@ func (r *Report) String() string {
 	if len(r.Failures) > 1 {
 		fmt.Fprintf(&b, "Other failures:\n")
 		for _, o := range r.Failures[1:] {
-			fmt.Fprintf(&b, "  rank %d (local rank %d) on %s, pid %d: %s at %s\n", o.Rank, o.LocalRank, o.Host, o.PID, o.What(), o.Time.Format(time.RFC3339Nano))
+			fmt.Fprintf(&b, "  rank %d (local rank %d) on %s, pid %d: %s at %s", o.Rank, o.LocalRank, o.Host, o.PID, o.What(), o.Time.Format(time.RFC3339Nano))
+			if o.Recorded != nil {
+				fmt.Fprintf(&b, " (%s)", recorded(o.Recorded))
+			}
+			b.WriteString("\n")
 		}
 	}
 	b.WriteString(bar + "\n")
 	return b.String()
 }
 
-// peerLoss matches the stderr lines of a worker that failed because
-// another one died first: godist's "rank N is gone", gloo's "Connection
-// closed by peer", a reset connection or a broken pipe.
-var peerLoss = regexp.MustCompile(`(?i)rank (\d+) is gone|connection closed by peer|connection reset by peer|broken pipe`)
+// recorded says what a worker's error file says of its failure's kind:
+// "peer_lost: rank 1", "other".
+func recorded(r *ErrorRecord) string {
+	if r.Peer >= 0 {
+		return fmt.Sprintf("%s: rank %d", r.Kind, r.Peer)
+	}
+	return string(r.Kind)
+}
 
 // RootCauseFirst orders failures so that the likely root cause comes
 // first. Workers die within a millisecond of each other when one takes the
 // group down, and the order in which the launcher reaps them is not the
-// order in which they died, so time alone does not tell. The rule: a
-// failure whose last stderr lines say that a peer was lost (see peerLoss)
-// is secondary; the root cause is the earliest failure that is not
-// secondary (a signal, a panic, an error of its own), or the earliest of
-// all when every failure is secondary. The others follow in time order.
+// order in which they died, so time alone does not tell. The rule
+// (launch.RootCause): a failure is secondary when its worker's error file
+// says it lost, was failed by, or timed out waiting on a peer that failed
+// too (see ErrorRecord; a worker's stderr is not read for it); the root
+// cause is the earliest failure that is not secondary (a signal, an error
+// of its own, a worker that left no file), or the earliest of all when
+// every failure is secondary. The others follow in time order.
 func RootCauseFirst(fs []Failure) []Failure {
 	if len(fs) < 2 {
 		return fs
 	}
 	out := slices.Clone(fs)
 	slices.SortStableFunc(out, func(a, b Failure) int { return a.Time.Compare(b.Time) })
-	secondary := func(f Failure) bool {
-		if f.Signal != 0 {
-			return false
-		}
-		for _, l := range f.Stderr {
-			if peerLoss.MatchString(l) {
-				return true
-			}
-		}
-		return false
+	seen := make([]launch.Failed, len(out))
+	for i, f := range out {
+		seen[i] = launch.Failed{Rank: f.Rank, Signaled: f.Signal != 0, Record: f.Recorded}
 	}
-	if i := slices.IndexFunc(out, func(f Failure) bool { return !secondary(f) }); i > 0 {
+	if i := launch.RootCause(seen); i > 0 {
 		root := out[i]
 		copy(out[1:i+1], out[:i])
 		out[0] = root
 	}
 	return out
 }
+
+// SignalName returns a signal's name, such as "SIGKILL".
+func SignalName(s syscall.Signal) string { return launch.SignalName(s) }

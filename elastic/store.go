@@ -3,8 +3,6 @@ package elastic
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/internal/launch"
 	"github.com/godist/godist/store"
 )
 
@@ -366,26 +365,11 @@ func (r *StoreRendezvous) SharedToken(ctx context.Context) (string, error) {
 }
 
 // NewToken returns a fresh random job token, hex encoded.
-func NewToken() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func NewToken() string { return launch.NewToken() }
 
 // NewNodeID returns a fresh random node ID.
-func NewNodeID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func NewNodeID() string { return launch.RandomHex(6) }
 
 // FreePort returns a TCP port that was free on every interface a moment
 // ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func FreePort() (int, error) { return launch.FreePort("") }

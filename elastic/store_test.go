@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -248,6 +250,10 @@ func (l *lockedWriter) String() string {
 
 func TestRootCauseFirst(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lost := func(peer int) *ErrorRecord {
+		return &ErrorRecord{Kind: "peer_lost", Peer: peer, Message: fmt.Sprintf("dist: all_reduce failed: rank %d is gone", peer)}
+	}
+	// The text a worker prints does not count, only its file.
 	gone := []string{"dist: group failed: rank 1 is gone: transport: connection to rank 1 lost"}
 	cases := []struct {
 		name string
@@ -256,10 +262,13 @@ func TestRootCauseFirst(t *testing.T) {
 	}{
 		{"one", []Failure{{Rank: 3, Time: at(0)}}, []int{3}},
 		{"by time", []Failure{{Rank: 2, Time: at(5), ExitCode: 1}, {Rank: 0, Time: at(1), ExitCode: 1}}, []int{0, 2}},
-		{"peer loss reaped first", []Failure{{Rank: 0, Time: at(0), ExitCode: 1, Stderr: gone}, {Rank: 1, Time: at(1), Signal: syscall.SIGKILL}}, []int{1, 0}},
-		{"gloo", []Failure{{Rank: 1, Time: at(0), ExitCode: 1, Stderr: []string{"RuntimeError: [pair.cc:598] Connection closed by peer [127.0.0.1]:1234"}},
-			{Rank: 0, Time: at(2), ExitCode: 3, Stderr: []string{"ValueError: bad batch"}}, {Rank: 2, Time: at(1), ExitCode: 1, Stderr: gone}}, []int{0, 1, 2}},
-		{"all secondary", []Failure{{Rank: 2, Time: at(3), ExitCode: 1, Stderr: gone}, {Rank: 1, Time: at(1), ExitCode: 1, Stderr: gone}}, []int{1, 2}},
+		{"peer loss reaped first", []Failure{{Rank: 0, Time: at(0), ExitCode: 1, Recorded: lost(1)}, {Rank: 1, Time: at(1), Signal: syscall.SIGKILL}}, []int{1, 0}},
+		{"lost a peer that failed on its own", []Failure{{Rank: 1, Time: at(0), ExitCode: 1, Recorded: lost(2)},
+			{Rank: 0, Time: at(2), ExitCode: 3, Recorded: &ErrorRecord{Kind: "other", Peer: -1, Message: "bad batch"}},
+			{Rank: 2, Time: at(1), ExitCode: 1, Recorded: lost(0)}}, []int{0, 1, 2}},
+		{"lost a peer that did not fail here", []Failure{{Rank: 1, Time: at(0), ExitCode: 1, Recorded: lost(7)}, {Rank: 0, Time: at(1), ExitCode: 3}}, []int{1, 0}},
+		{"stderr alone decides nothing", []Failure{{Rank: 0, Time: at(0), ExitCode: 1, Stderr: gone}, {Rank: 1, Time: at(1), ExitCode: 1}}, []int{0, 1}},
+		{"all secondary", []Failure{{Rank: 2, Time: at(3), ExitCode: 1, Recorded: lost(1)}, {Rank: 1, Time: at(1), ExitCode: 1, Recorded: lost(2)}}, []int{1, 2}},
 	}
 	for _, c := range cases {
 		var got []int
@@ -268,6 +277,61 @@ func TestRootCauseFirst(t *testing.T) {
 		}
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAgentErrorFile: rank 0 fails first, its error file blaming rank 1
+// (it lost it); rank 1 fails 300 ms later with an error of its own. The
+// file makes rank 1 the root cause, and the launcher's exit status its
+// 3, though rank 0 was reaped first; without a file, rank 0 would be.
+// Each worker gets its own file, under both variable names.
+func TestAgentErrorFile(t *testing.T) {
+	var out, errb lockedWriter
+	out.w, errb.w = &bytes.Buffer{}, &bytes.Buffer{}
+	// Rank 1's shell ignores the agent's SIGTERM (so does its sleep), so
+	// that it ends on its own; rank 0 fails once rank 1 is ready for that.
+	script := `echo "files $GODIST_ERROR_FILE $TORCHELASTIC_ERROR_FILE"
+if [ "$RANK" = 0 ]; then
+	while [ ! -e "$READY" ]; do sleep 0.01; done
+	printf '{"version":1,"rank":0,"kind":"peer_lost","peer":1,"message":"dist: all_reduce failed: connection lost","timestamp":1}' > "$GODIST_ERROR_FILE"
+	exit 1
+fi
+trap '' TERM
+touch "$READY"
+sleep 0.3
+printf '{"version":1,"rank":1,"kind":"other","peer":-1,"message":"bad batch\\nat step 3","timestamp":2}' > "$GODIST_ERROR_FILE"
+exit 3`
+	a := &Agent{Rendezvous: &fakeRdzv{}, Spec: Spec{
+		Program: "/bin/sh", Args: []string{"-c", script}, NProc: 2, Host: "hostA", Stdout: &out, Stderr: &errb, StopGrace: 5 * time.Second,
+		Env: append(os.Environ(), "READY="+filepath.Join(t.TempDir(), "ready")),
+	}}
+	res := a.Run(context.Background())
+	if res.ExitCode != 3 || res.Report == nil || len(res.Report.Failures) != 2 {
+		t.Fatalf("result %+v\n%s%s", res, out.String(), errb.String())
+	}
+	root, other := res.Report.Failures[0], res.Report.Failures[1]
+	if root.Rank != 1 || root.Recorded == nil || root.Recorded.Message != "bad batch\nat step 3" ||
+		other.Rank != 0 || other.Recorded == nil || other.Recorded.Blames() != 1 || !other.Time.Before(root.Time) {
+		t.Fatalf("failures %+v", res.Report.Failures)
+	}
+	rep := res.Report.String()
+	for _, s := range []string{"rank:       1 (local rank 1", "exit:       exit code 3", "error:      other\n",
+		"message:    bad batch\n              at step 3\n", "rank 0 (local rank 0) on hostA", "(peer_lost: rank 1)"} {
+		if !strings.Contains(rep, s) {
+			t.Errorf("report lacks %q:\n%s", s, rep)
+		}
+	}
+	files := regexp.MustCompile(`\[rank (\d)\] files (\S+) (\S+)\n`).FindAllStringSubmatch(out.String(), -1)
+	if len(files) != 2 || files[0][2] == files[1][2] {
+		t.Fatalf("error files: %q\n%s", files, out.String())
+	}
+	for _, f := range files {
+		if f[2] != f[3] || !strings.HasSuffix(f[2], "/attempt_0/"+f[1]+"/error.json") {
+			t.Errorf("rank %s: GODIST_ERROR_FILE %s, TORCHELASTIC_ERROR_FILE %s", f[1], f[2], f[3])
+		}
+		if _, err := os.Stat(f[2]); err == nil {
+			t.Errorf("the temporary error file %s outlived the run", f[2])
 		}
 	}
 }

@@ -3,16 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
@@ -21,6 +17,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/launch"
 	"github.com/godist/godist/internal/tailbuf"
 	"github.com/godist/godist/tensor"
 )
@@ -194,55 +191,49 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 	if err != nil {
 		return fmt.Errorf("cannot find this binary to start the ranks: %w", err)
 	}
-	port, err := freePort()
+	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		return fmt.Errorf("cannot find a free port for the store: %w", err)
 	}
-	var tok [16]byte
-	rand.Read(tok[:])
+	token := launch.NewToken()
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	env := childEnv(os.Environ())
-	type exit struct {
-		rank int
-		err  error
-	}
+	base := os.Environ()
 	var (
-		cmds    = make([]*exec.Cmd, world)
+		procs   = make([]*launch.Proc, world)
 		stderrs = make([]*tailbuf.Buffer, world)
-		exits   = make(chan exit, world)
+		exits   = make(chan launch.Exit, world)
 		lines   = make(chan result)
 		bad     = make(chan error, 1)
 		running = 0
 	)
 	killAll := func() {
-		for _, c := range cmds {
-			if c != nil && c.Process != nil {
-				c.Process.Kill() // an error means it has already exited
+		for _, p := range procs {
+			if p != nil {
+				p.Kill() // an error means it has already exited
 			}
 		}
 	}
 	var first error
 	var rank0Out *os.File
 	for r := range world {
-		c := exec.Command(self, benchWorkerCmd)
-		c.Env = append(env,
-			"RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r),
-			"WORLD_SIZE="+strconv.Itoa(world), "LOCAL_WORLD_SIZE="+strconv.Itoa(world),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GODIST_TOKEN="+hex.EncodeToString(tok[:]), "GODIST_RUN_ID=bench-"+strconv.Itoa(port),
+		set := append(launch.Rank{Rank: r, LocalRank: r, WorldSize: world, LocalWorldSize: world,
+			MasterAddr: "127.0.0.1", MasterPort: port, RunID: "bench-" + strconv.Itoa(port), Token: token}.Vars(),
 			benchConfigEnv+"="+string(cfgJSON))
 		if os.Getenv("GOMAXPROCS") == "" {
 			// As godist run does: the ranks share the cores instead of each
 			// scheduling on all of them (one P per rank on a 2-core machine
 			// halves small-message latency).
-			c.Env = append(c.Env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/world)))
+			set = append(set, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/world)))
 		}
 		stderrs[r] = &tailbuf.Buffer{Max: 64 << 10}
-		c.Stderr = stderrs[r]
-		c.SysProcAttr = childProcAttr()
+		c := launch.Command{Path: self, Args: []string{benchWorkerCmd},
+			// The ranks meet on loopback, and the table says so: an
+			// address of the parent's (GODIST_HOST) is not theirs.
+			Env:    launch.Env(base, set, "GODIST_HOST"),
+			Stdout: stderrs[r], Stderr: stderrs[r]}
 		var w *os.File
 		if r == 0 {
 			var rd *os.File
@@ -252,10 +243,8 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			}
 			rank0Out = rd
 			c.Stdout = w
-		} else {
-			c.Stdout = stderrs[r]
 		}
-		err := c.Start()
+		p, err := launch.Start(r, c, exits)
 		if w != nil {
 			w.Close()
 		}
@@ -263,9 +252,8 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			first = &rankError{r, fmt.Errorf("starting %s: %w", self, err)}
 			break
 		}
-		cmds[r] = c
+		procs[r] = p
 		running++
-		go func() { exits <- exit{r, c.Wait()} }()
 	}
 	if rank0Out != nil {
 		go func() {
@@ -306,8 +294,8 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			}
 		case e := <-exits:
 			running--
-			if e.err != nil && first == nil {
-				first = &rankError{e.rank, e.err}
+			if !e.OK() && first == nil {
+				first = &rankError{e.ID, e.Err}
 				killAll()
 			}
 		case <-ctxDone:
@@ -336,32 +324,4 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 		return fmt.Errorf("%w (its output is above, prefixed [rank %d])", first, re.Rank)
 	}
 	return first
-}
-
-// childEnv is the parent's environment without the variables a rank's
-// identity is made of, so that the ones spawnRanks sets are the only ones.
-func childEnv(parent []string) []string {
-	drop := map[string]bool{
-		"RANK": true, "LOCAL_RANK": true, "WORLD_SIZE": true, "LOCAL_WORLD_SIZE": true,
-		"MASTER_ADDR": true, "MASTER_PORT": true, "GODIST_TOKEN": true, "GODIST_RUN_ID": true,
-		"TORCHELASTIC_RUN_ID": true, "GODIST_HOST": true, benchConfigEnv: true,
-	}
-	var out []string
-	for _, kv := range parent {
-		k, _, _ := strings.Cut(kv, "=")
-		if !drop[k] {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -51,13 +51,16 @@ directly: for Python, PROGRAM is the interpreter) on this node, as torchrun
 does: each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
 GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, GODIST_RESTART_COUNT, GODIST_MAX_RESTARTS, GODIST_RUN_ID (and
-the TORCHELASTIC_* names of the last three), GODIST_TOKEN, and
+the TORCHELASTIC_* names of the last three), GODIST_TOKEN,
+GODIST_ERROR_FILE (and TORCHELASTIC_ERROR_FILE: where dist.RecordError
+writes why the worker failed, for the report), and
 OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1, GOMAXPROCS=CPUs/workers, and
 GOGC=200 with GOMEMLIMIT=half the node's memory/workers, unless set. When a worker fails,
 the group is stopped and restarted (up to --max-restarts) after a new
 rendezvous; when the job fails for good, a root-cause report names the
-first failure's rank, host, pid, exit code or signal, and its last lines
-of stderr. SIGINT and SIGTERM are forwarded to the workers.
+first failure that its error file does not show to be a consequence of
+another (a lost peer): its rank, host, pid, exit code or signal, what it
+recorded, and its last lines of stderr. SIGINT and SIGTERM are forwarded to the workers.
 
   godist run --standalone --nproc-per-node 4 ./train
   godist run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 ./train   # and node rank 1

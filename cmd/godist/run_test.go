@@ -274,6 +274,11 @@ func testRunWorkerEnv(t *testing.T, bb bins) {
 				t.Errorf("rank %d lacks %s", r, k)
 			}
 		}
+		// Its own error file, under both names.
+		ef := regexp.MustCompile(fmt.Sprintf(`\[rank %d\] GODIST_ERROR_FILE=(\S+/attempt_0/%d/error\.json)\n`, r, r)).FindStringSubmatch(out)
+		if ef == nil || !strings.Contains(out, fmt.Sprintf("[rank %d] TORCHELASTIC_ERROR_FILE=%s\n", r, ef[1])) {
+			t.Errorf("rank %d lacks GODIST_ERROR_FILE and TORCHELASTIC_ERROR_FILE naming its own file", r)
+		}
 	}
 	if strings.Contains(p.stderr.String(), token) {
 		t.Errorf("the launcher printed the token")

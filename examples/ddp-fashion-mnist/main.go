@@ -107,6 +107,7 @@ func main() {
 	ctx := context.Background()
 	g, err := dist.Init(ctx, dist.Options{})
 	if err != nil {
+		dist.RecordError(err)
 		fmt.Fprintln(os.Stderr, "ddp-fashion-mnist:", err)
 		os.Exit(1)
 	}
@@ -120,6 +121,9 @@ func main() {
 	}
 	res, err := train(ctx, g, c, os.Stderr)
 	if err != nil {
+		// The launcher's root-cause report tells, from this, a rank that
+		// failed on its own from one that lost it.
+		dist.RecordError(err)
 		fmt.Fprintf(os.Stderr, "ddp-fashion-mnist: rank %d: %v\n", g.Rank(), err)
 		g.Destroy()
 		os.Exit(1)

@@ -51,6 +51,7 @@ func main() {
 	ctx := context.Background()
 	g, err := dist.Init(ctx, dist.Options{Timeout: time.Minute})
 	if err != nil {
+		dist.RecordError(err)
 		fmt.Fprintf(os.Stderr, "launcher-allreduce: %v\n", err)
 		os.Exit(1)
 	}
@@ -79,6 +80,7 @@ func main() {
 		}
 		t := tensor.FromInt64([]int64{int64(rank+1) * int64(s+1)}, 1)
 		if err := g.AllReduce(ctx, t, dist.Sum); err != nil {
+			dist.RecordError(err) // for the launcher's root-cause report
 			fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d step %d: %v\n", rank, s, err)
 			os.Exit(1)
 		}
@@ -94,6 +96,7 @@ func main() {
 		fmt.Printf("RESULT %d WORLD_SIZE %d\n", acc, world)
 	}
 	if err := leaveTogether(ctx, g); err != nil {
+		dist.RecordError(err)
 		fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d: leaving: %v\n", rank, err)
 		os.Exit(1)
 	}

@@ -75,6 +75,7 @@ func main() {
 	flag.IntVar(&cfg.LogEvery, "log-every", 20, "print rank 0's loss every `n` steps")
 	flag.Parse()
 	if err := run(cfg); err != nil {
+		dist.RecordError(err) // for godist run's root-cause report
 		fmt.Fprintln(os.Stderr, "manual-allreduce:", err)
 		os.Exit(1)
 	}

@@ -1,13 +1,16 @@
 //go:build !linux
 
-package elastic
+package launch
 
 import (
 	"os"
 	"syscall"
 )
 
-func procAttr() *syscall.SysProcAttr { return nil }
+// Elsewhere, workers get no process group (nor die with the launcher).
+const groupsSupported = false
+
+func procAttr(bool) *syscall.SysProcAttr { return nil }
 
 func signalGroup(pid int, sig syscall.Signal) error {
 	p, err := os.FindProcess(pid)

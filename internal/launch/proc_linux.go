@@ -1,12 +1,13 @@
-package elastic
+package launch
 
 import "syscall"
 
-// procAttr puts a worker in its own process group (so that a signal
-// reaches its children too, and a Ctrl-C at the terminal reaches only the
-// launcher, which forwards it) and kills it when the launcher dies.
-func procAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+const groupsSupported = true
+
+// procAttr kills the worker when the launcher dies and, with ownGroup,
+// puts it in a process group of its own.
+func procAttr(ownGroup bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: ownGroup, Pdeathsig: syscall.SIGKILL}
 }
 
 // signalGroup sends sig to the process group of pid.

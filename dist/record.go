@@ -1,0 +1,87 @@
+package dist
+
+import (
+	"errors"
+	"os"
+	"strconv"
+
+	"github.com/godist/godist/internal/launch"
+)
+
+// ErrorFileEnv is the variable in which a launcher (godist run,
+// dist.Spawn) gives each worker the path of its error file; RecordError
+// writes it. torchrun's name for it, TORCHELASTIC_ERROR_FILE, is set to
+// the same path and read when this one is unset.
+const ErrorFileEnv = launch.ErrorFileEnv
+
+// RecordError tells the launcher why this worker is about to fail, so
+// that its root-cause report can tell the rank that failed on its own
+// from those that failed because they lost it. Call it on the fatal path,
+// before exiting:
+//
+//	if err := train(ctx, g); err != nil {
+//		dist.RecordError(err)
+//		log.Fatal(err)
+//	}
+//
+// It writes a small JSON file (rank, message, kind, the peer the error
+// blames, a timestamp; torchelastic reads it too) where GODIST_ERROR_FILE
+// (or TORCHELASTIC_ERROR_FILE) says, atomically, replacing an earlier
+// record. The kind comes from dist's typed errors, found with errors.As:
+// *RankError is "peer_lost" and blames the rank that is gone;
+// *AbortError is "aborted" and blames the rank that failed the group;
+// *TimeoutError is "timeout" and blames the rank it waited on, when there
+// was one; *DesyncError is "desync", naming the other rank but blaming
+// neither; anything else
+// is "other". It does nothing, and returns nil, when err is nil or no
+// launcher asked for a file; otherwise it returns the writing's error.
+func RecordError(err error) error {
+	if err == nil {
+		return nil
+	}
+	path := os.Getenv(launch.ErrorFileEnv)
+	if path == "" {
+		path = os.Getenv(launch.TorchErrorFileEnv)
+	}
+	if path == "" {
+		return nil
+	}
+	rank := -1
+	if r, e := strconv.Atoi(os.Getenv("RANK")); e == nil && r >= 0 {
+		rank = r
+	}
+	rec := errorRecord(err, rank)
+	rec.PID = os.Getpid()
+	return launch.WriteRecord(path, rec)
+}
+
+// errorRecord classifies err, the error of rank self (-1 unknown), by
+// dist's typed errors.
+func errorRecord(err error, self int) launch.Record {
+	r := launch.Record{Rank: self, Kind: launch.Other, Peer: -1, Message: err.Error()}
+	var (
+		re *RankError
+		ae *AbortError
+		te *TimeoutError
+		de *DesyncError
+	)
+	switch {
+	case errors.As(err, &re):
+		r.Kind, r.Peer = launch.PeerLost, re.Rank
+	case errors.As(err, &ae):
+		r.Kind, r.Peer = launch.Aborted, ae.Rank
+	case errors.As(err, &de):
+		// Both sides of a desync fail with it; the other is whichever
+		// of the two is not this rank.
+		r.Kind, r.Peer = launch.Desync, de.Peer
+		if de.Peer == self {
+			r.Peer = de.Rank
+		}
+	case errors.As(err, &te):
+		r.Kind = launch.Timeout
+		if len(te.Waiting) == 1 {
+			r.Peer = te.Waiting[0]
+		}
+	}
+	return r
+}

@@ -1,0 +1,20 @@
+// Package launch is what godist's three launchers share: godist run's
+// agent (elastic.Agent), dist.Spawn and godist bench. It owns the list of
+// variables that make up a worker's identity, which a child must get from
+// its launcher and never inherit ([Identity], [Env], [Rank]); starting a
+// worker and describing how it ended ([Start], [Exit]); free ports and
+// tokens; and the error file through which a failed worker tells its
+// launcher why it failed ([Record], [WriteRecord], [ReadRecord],
+// [RootCause]).
+//
+// A launcher does, in short:
+//
+//	env := launch.Env(os.Environ(), launch.Rank{Rank: r, WorldSize: n, ...,
+//		ErrorFile: filepath.Join(dir, strconv.Itoa(r), "error.json")}.Vars())
+//	p, err := launch.Start(r, launch.Command{Path: prog, Env: env, Stderr: tail}, exits)
+//	...
+//	e := <-exits // e.Code, e.Signal
+//	rec, err := launch.ReadRecord(errorFile) // nil, fs.ErrNotExist when it wrote none
+//
+// and a worker that fails calls dist.RecordError, which writes the record.
+package launch

@@ -1,0 +1,100 @@
+package launch
+
+import (
+	"errors"
+	"io"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Command is how to start one worker.
+type Command struct {
+	Path string   // executed directly (no shell, no PATH search when it has a slash)
+	Args []string // its arguments, without the program's name
+	Env  []string // its whole environment (see Env)
+	// Stdout and Stderr receive its output (nil discards it), with
+	// exec.Cmd's rules: an *os.File is handed to the child as it is,
+	// anything else is fed by a goroutine until the child and every
+	// process holding the pipe are gone.
+	Stdout, Stderr io.Writer
+	// OwnGroup puts the worker in a process group of its own, where the
+	// platform has them: Signal then reaches the worker's children too,
+	// and a Ctrl-C at the terminal reaches only the launcher, which
+	// decides what the workers get.
+	OwnGroup bool
+	// WaitDelay bounds how long, after the worker exits, its output pipes
+	// may stay open (a grandchild holding them): exec.Cmd.WaitDelay.
+	WaitDelay time.Duration
+}
+
+// Proc is a started worker.
+type Proc struct {
+	cmd      *exec.Cmd
+	ownGroup bool
+}
+
+// Start starts c, which dies with the launcher where the platform allows
+// (Linux's parent-death signal), and reports its end on exits, with id:
+// exits must have room for it, or a reader, as every Start sends one
+// Exit exactly once.
+func Start(id int, c Command, exits chan<- Exit) (*Proc, error) {
+	cmd := exec.Command(c.Path, c.Args...)
+	cmd.Env = c.Env
+	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
+	cmd.SysProcAttr = procAttr(c.OwnGroup)
+	cmd.WaitDelay = c.WaitDelay
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{cmd: cmd, ownGroup: c.OwnGroup && groupsSupported}
+	go func() {
+		err := cmd.Wait()
+		exits <- describe(id, cmd, err, time.Now())
+	}()
+	return p, nil
+}
+
+// PID is the worker's process id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the worker, and to its process group when it has
+// one. An error usually means that it has exited.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if p.ownGroup {
+		return signalGroup(p.cmd.Process.Pid, sig)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL (see Signal).
+func (p *Proc) Kill() error { return p.Signal(syscall.SIGKILL) }
+
+// Exit is how a worker ended.
+type Exit struct {
+	ID     int // the id given to Start
+	PID    int
+	Code   int            // its exit status; -1 when a signal killed it
+	Signal syscall.Signal // the signal that killed it, or 0
+	// Err is exec.Cmd.Wait's error: nil after exit status 0; an
+	// *exec.ExitError after any other; or a failure to collect its output.
+	Err  error
+	Time time.Time // when the launcher saw it end
+}
+
+// OK reports an exit with status 0: Err is nil, or says only that a
+// grandchild held the output pipes open past the WaitDelay.
+func (e Exit) OK() bool {
+	return e.Err == nil || (errors.Is(e.Err, exec.ErrWaitDelay) && e.Code == 0 && e.Signal == 0)
+}
+
+func describe(id int, cmd *exec.Cmd, err error, at time.Time) Exit {
+	e := Exit{ID: id, PID: cmd.Process.Pid, Code: -1, Err: err, Time: at}
+	if ps := cmd.ProcessState; ps != nil {
+		e.Code = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Signal = ws.Signal()
+		}
+	}
+	return e
+}

@@ -306,6 +306,15 @@ func TestTextCorpusGoRoot(t *testing.T) {
 	if f := float64(c.NumFiles(Validation)) / float64(len(c.Files())); f < 0.07 || f > 0.13 {
 		t.Errorf("validation has %.3f of the files", f)
 	}
+	w, err := c.RandomWindows(Train, WindowOptions{BatchSize: 8, Block: 256, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := w.Batch(0)
+	checkWindowRows(t, c.Data(Train).Uint8s(), w.Starts(0), 256, x, y)
+	if _, err := c.EvalWindows(Validation, EvalOptions{BatchSize: 8, Block: 256, MaxBatches: 10}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func BenchmarkTextCorpusGoRoot(b *testing.B) {

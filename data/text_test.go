@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -328,5 +329,28 @@ func BenchmarkTextCorpusGoRoot(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.SetBytes(int64(c.Len(Train) + c.Len(Validation)))
+	}
+}
+
+// BenchmarkTextCorpusReaders compares reading with one goroutine and with
+// the default, alternating within one run.
+func BenchmarkTextCorpusReaders(b *testing.B) {
+	src, err := GoRootSource()
+	if err != nil {
+		b.Skip(err)
+	}
+	def := readers
+	defer func() { readers = def }()
+	for _, n := range []int{1, def, 1, def} {
+		b.Run(fmt.Sprint("readers=", n), func(b *testing.B) {
+			readers = n
+			for b.Loop() {
+				c, err := NewTextCorpus(src, TextCorpusOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(c.Len(Train) + c.Len(Validation)))
+			}
+		})
 	}
 }

@@ -32,3 +32,38 @@ func Example() {
 	// float32 [64 1 28 28] int64 [64]
 	// 1000 examples seen
 }
+
+func ExampleTextCorpus() {
+	// Training on Go's own source: root, err := data.GoRootSource().
+	c, err := data.NewTextCorpus("../testdata/gosrc", data.TextCorpusOptions{}) // *.go, 1 in 10 files for validation
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(c.NumFiles(data.Train), "files,", c.Len(data.Train), "bytes for training")
+	fmt.Println(c.NumFiles(data.Validation), "files,", c.Len(data.Validation), "bytes for validation")
+
+	// Rank 1 of 2, 4 windows of 64 bytes per step: its half of the step's
+	// global batch of 8.
+	w, err := c.RandomWindows(data.Train, data.WindowOptions{BatchSize: 4, Block: 64, Seed: 1, World: 2, Rank: 1})
+	if err != nil {
+		panic(err)
+	}
+	x, y := w.Batch(0) // step 0
+	fmt.Println(x.DType(), x.Shape(), y.Shape())
+
+	ev, err := c.EvalWindows(data.Validation, data.EvalOptions{BatchSize: 4, Block: 64, World: 2, Rank: 1, MaxBatches: 50})
+	if err != nil {
+		panic(err)
+	}
+	n := 0
+	for x, y := range ev.All() {
+		_, _ = x, y // loss on this rank's share; all-reduce the sums
+		n++
+	}
+	fmt.Println(n, "evaluation batches")
+	// Output:
+	// 26 files, 162110 bytes for training
+	// 2 files, 35330 bytes for validation
+	// int64 [4 64] [4 64]
+	// 50 evaluation batches
+}

@@ -17,13 +17,12 @@ import (
 // Samplers that depend on the epoch (so that every rank of a job shuffles
 // alike without talking) also implement EpochSetter.
 //
-// DistributedSampler plugs in here: a sampler with torch's semantics
-// (num_replicas, rank, shuffle, seed, drop_last; without drop_last the
-// permutation is padded by repeating its head so every rank gets
-// ceil(N/replicas) indices, with it the tail is dropped so each gets
+// DistributedSampler (distributed.go) plugs in here: a sampler with
+// torch's semantics (num_replicas, rank, shuffle, seed, drop_last; without
+// drop_last the permutation is padded by repeating its head so every rank
+// gets ceil(N/replicas) indices, with it the tail is dropped so each gets
 // floor(N/replicas); rank r takes every replicas-th index starting at r;
-// set_epoch reseeds the shuffle with seed+epoch). It will implement Sampler
-// and EpochSetter and nothing else needs to change. It is not written yet.
+// set_epoch reseeds the shuffle with seed+epoch).
 type Sampler interface {
 	Len() int
 	Indices() []int

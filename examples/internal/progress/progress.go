@@ -17,6 +17,8 @@ import (
 
 // Bar shows one epoch's progress: steps done, the last loss and samples/s.
 type Bar struct {
+	// Unit names what Step counts ("samples" when empty).
+	Unit       string
 	w          io.Writer
 	tty        bool
 	label      string
@@ -56,14 +58,18 @@ func (p *Bar) Step(loss float64, n int) {
 	}
 	p.last = now
 	rate := float64(p.samples) / now.Sub(p.start).Seconds()
+	unit := p.Unit
+	if unit == "" {
+		unit = "samples"
+	}
 	if p.tty {
 		const width = 30
 		fill := width * p.cur / max(p.total, 1)
-		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d loss %.4f %.0f samples/s", p.label,
-			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), p.cur, p.total, p.loss, rate)
+		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d loss %.4f %.0f %s/s", p.label,
+			strings.Repeat("=", fill), strings.Repeat(" ", width-fill), p.cur, p.total, p.loss, rate, unit)
 		return
 	}
-	fmt.Fprintf(p.w, "%s step %d/%d loss %.4f %.0f samples/s\n", p.label, p.cur, p.total, p.loss, rate)
+	fmt.Fprintf(p.w, "%s step %d/%d loss %.4f %.0f %s/s\n", p.label, p.cur, p.total, p.loss, rate, unit)
 }
 
 // Done ends the bar's line on a terminal.

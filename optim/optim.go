@@ -1,5 +1,6 @@
 // Package optim provides optimizers (SGD, Adam, AdamW) with PyTorch's
-// update rules and state dicts, and a step learning-rate scheduler.
+// update rules and state dicts, and learning-rate schedulers (StepLR,
+// WarmupCosine).
 //
 //	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
 //	for ... {
@@ -17,6 +18,13 @@
 //
 //	groups := optim.DecayGroups(nn.NamedParameters(model), 0.1, nil)
 //	opt := optim.NewAdamWGroups(groups, optim.AdamOptions{LR: 6e-4, Beta2: 0.95})
+//	sched := optim.NewWarmupCosine(opt, 100, 5000, 0.1)
+//	for ... {
+//		...
+//		nn.ClipGradNorm(opt.Params(), 1.0)
+//		opt.Step()
+//		sched.Step()
+//	}
 //
 // Parameters whose gradient is nil are skipped, as in PyTorch. Step runs
 // outside any recorded graph.

@@ -238,4 +238,53 @@ func TestSchedulersScaleEachGroup(t *testing.T) {
 	if opt.GroupLR(0) != 0.5 || opt.GroupLR(1) != 1.5 {
 		t.Fatalf("StepLR rates %v %v", opt.GroupLR(0), opt.GroupLR(1))
 	}
+	opt = newOpt()
+	w := NewWarmupCosine(opt, 4, 8, 0.1)
+	if opt.GroupLR(0) != 0 || opt.GroupLR(1) != 0 {
+		t.Fatal("warm-up does not start at rate 0")
+	}
+	w.Step()
+	if opt.GroupLR(0) != 0.25 || opt.GroupLR(1) != 0.75 {
+		t.Fatalf("after one warm-up step: %v %v", opt.GroupLR(0), opt.GroupLR(1))
+	}
+	w.SetEpoch(4)
+	if opt.GroupLR(0) != 1 || opt.GroupLR(1) != 3 || w.Epoch() != 4 {
+		t.Fatalf("at the end of warm-up: %v %v", opt.GroupLR(0), opt.GroupLR(1))
+	}
+	w.SetEpoch(6)
+	if math.Abs(opt.GroupLR(0)-0.55) > 1e-15 {
+		t.Fatalf("half-way down: %v, want 0.55", opt.GroupLR(0))
+	}
+	for _, n := range []int{8, 9, 100} {
+		w.SetEpoch(n)
+		if math.Abs(opt.GroupLR(0)-0.1) > 1e-15 || math.Abs(opt.GroupLR(1)-0.3) > 1e-15 {
+			t.Fatalf("after %d steps: %v %v, want the floor", n, opt.GroupLR(0), opt.GroupLR(1))
+		}
+	}
+}
+
+func TestWarmupCosineEdges(t *testing.T) {
+	opt := NewSGD(nil, SGDOptions{LR: 2})
+	w := NewWarmupCosine(opt, 3, 3, 0) // all warm-up, then the floor
+	if opt.LR() != 0 {
+		t.Fatalf("rate %v at step 0", opt.LR())
+	}
+	for n, want := range []float64{0, 1.0 / 3, 2.0 / 3, 1, 0, 0} {
+		if got := w.Factor(n); math.Abs(got-want) > 1e-15 {
+			t.Fatalf("Factor(%d) = %v, want %v", n, got, want)
+		}
+	}
+	if got := NewWarmupCosine(opt, 0, 0, 0.5).Factor(0); got != 1 {
+		t.Fatalf("Factor(0) without warm-up or decay = %v", got)
+	}
+	for _, bad := range [][3]float64{{-1, 5, 0}, {6, 5, 0}, {0, 5, -0.1}, {0, 5, 1.5}, {0, 5, math.NaN()}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewWarmupCosine(%v) accepted", bad)
+				}
+			}()
+			NewWarmupCosine(opt, int(bad[0]), int(bad[1]), bad[2])
+		}()
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
@@ -107,4 +108,60 @@ func TestParityAdamWGroups(t *testing.T) {
 				fmt.Sprintf("adamw_groups.step%d.after.%s", step, p.Name))
 		}
 	}
+}
+
+func TestParityWarmupCosine(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		warmup, total int
+		ratio         float64
+	}{{"sched", 3, 10, 0.1}, {"sched_nowarmup", 0, 5, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			opt := optim.NewSGD([]*autograd.Var{autograd.Param(tensor.Zeros(1))}, optim.SGDOptions{LR: 0.5})
+			s := optim.NewWarmupCosine(opt, c.warmup, c.total, c.ratio)
+			lrs := []float64{opt.LR()}
+			for range 14 {
+				opt.Step()
+				s.Step()
+				lrs = append(lrs, opt.LR())
+			}
+			if s.Epoch() != 14 {
+				t.Fatalf("Epoch %d after 14 steps", s.Epoch())
+			}
+			want := get(t, c.name+".lrs").Values()
+			for i := range want {
+				if math.Abs(lrs[i]-want[i]) > 1e-15 {
+					t.Fatalf("lr after %d steps: %v, PyTorch %v\n got %v\nwant %v", i, lrs[i], want[i], lrs, want)
+				}
+			}
+		})
+	}
+}
+
+// TestParityGPTLoop runs the loop of a GPT-like workload: clip to norm 1,
+// AdamW over two groups with their own rates, warm-up cosine schedule.
+func TestParityGPTLoop(t *testing.T) {
+	m := newTiny(t, "loop")
+	named := nn.NamedParameters(m)
+	groups := optim.DecayGroups(named, 0.1, isEmbedding)
+	groups[1].LR = 0.02
+	opt := optim.NewAdamWGroups(groups, optim.AdamOptions{LR: 0.01, Beta2: 0.95})
+	sched := optim.NewWarmupCosine(opt, 2, 6, 0.1)
+	lrs := []float64{opt.GroupLR(0), opt.GroupLR(1)}
+	var norms []float64
+	for step := range 8 {
+		for _, p := range named {
+			p.Value.SetGrad(get(t, fmt.Sprintf("loop.step%d.grad.%s", step, p.Name)).Clone())
+		}
+		norms = append(norms, nn.ClipGradNorm(opt.Params(), 1))
+		opt.Step()
+		sched.Step()
+		lrs = append(lrs, opt.GroupLR(0), opt.GroupLR(1))
+		for _, p := range named {
+			expect(t, fmt.Sprintf("step %d %s", step, p.Name), p.Value.Value().Values(),
+				fmt.Sprintf("loop.step%d.after.%s", step, p.Name))
+		}
+	}
+	expect(t, "norms", norms, "loop.norms")
+	expect(t, "lrs", lrs, "loop.lrs")
 }

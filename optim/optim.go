@@ -1,5 +1,6 @@
 // Package optim provides optimizers (SGD, Adam, AdamW) with PyTorch's
-// update rules and state dicts, and a step learning-rate scheduler.
+// update rules and state dicts, and learning-rate schedulers (StepLR,
+// WarmupCosine).
 //
 //	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
 //	for ... {
@@ -9,14 +10,31 @@
 //		opt.Step()
 //	}
 //
-// An optimizer holds one group of parameters with one set of
-// hyper-parameters. Parameters whose gradient is nil are skipped, as in
-// PyTorch. Step runs outside any recorded graph.
+// An optimizer holds its parameters in groups, each with its own
+// hyper-parameters; the constructors that take a plain parameter list make
+// one group, and NewAdamWGroups makes several (DecayGroups splits a
+// model's parameters into those with and without weight decay, as GPT
+// training does):
+//
+//	groups := optim.DecayGroups(nn.NamedParameters(model), 0.1, nil)
+//	opt := optim.NewAdamWGroups(groups, optim.AdamOptions{LR: 6e-4, Beta2: 0.95})
+//	sched := optim.NewWarmupCosine(opt, 100, 5000, 0.1)
+//	for ... {
+//		...
+//		nn.ClipGradNorm(opt.Params(), 1.0)
+//		opt.Step()
+//		sched.Step()
+//	}
+//
+// Parameters whose gradient is nil are skipped, as in PyTorch. Step runs
+// outside any recorded graph.
 package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,40 +49,109 @@ type Optimizer interface {
 	Step()
 	// ZeroGrad clears the gradients (see autograd.Var.ZeroGrad).
 	ZeroGrad(setToNone bool)
-	// LR and SetLR read and change the learning rate (schedulers use them).
+	// LR returns the learning rate (the first group's); SetLR sets every
+	// group's. Schedulers use Groups where the optimizer has it.
 	LR() float64
 	SetLR(lr float64)
 	// StateDict returns the per-parameter state under PyTorch-like names
 	// ("state.0.momentum_buffer", "state.3.exp_avg") and the
-	// hyper-parameters ("param_groups.0.lr") as 0-d float64 tensors. The
-	// state tensors are the optimizer's own.
+	// hyper-parameters of each group G ("param_groups.G.lr") as 0-d
+	// float64 tensors. State is indexed by the parameter's position in
+	// Params. The state tensors are the optimizer's own.
 	StateDict() map[string]*tensor.Tensor
 	// LoadStateDict restores a state dict made by StateDict for the same
-	// parameters.
+	// parameters in the same groups.
 	LoadStateDict(sd map[string]*tensor.Tensor) error
 	// Params returns the parameters being optimized.
 	Params() []*autograd.Var
 }
 
-// base carries what every optimizer shares: the parameters, the
-// hyper-parameters by PyTorch name, and per-parameter state tensors.
+// Groups is implemented by optimizers whose parameters are split into
+// groups, each with its own hyper-parameters (every optimizer in this
+// package has it; those made without groups have one). Schedulers use it
+// to scale each group's learning rate from that group's own base rate, as
+// PyTorch's do; Optimizer.SetLR instead gives every group the same rate.
+type Groups interface {
+	// NumGroups returns the number of parameter groups (at least 1).
+	NumGroups() int
+	// GroupLR and SetGroupLR read and change group g's learning rate;
+	// they panic if g is out of range.
+	GroupLR(g int) float64
+	SetGroupLR(g int, lr float64)
+}
+
+var (
+	_ Groups = (*SGD)(nil)
+	_ Groups = (*Adam)(nil)
+)
+
+// group is one parameter group: params[lo:hi] of its base, and its
+// hyper-parameters by PyTorch name.
+type group struct {
+	lo, hi int
+	hyper  map[string]*float64
+}
+
+// base carries what every optimizer shares: the parameters (all groups'
+// in group order, so that a parameter's index is PyTorch's state-dict
+// index), the groups, and per-parameter state tensors.
 type base struct {
 	params []*autograd.Var
-	hyper  map[string]*float64
+	groups []group
 	state  []map[string]*tensor.Tensor
 }
 
 func newBase(params []*autograd.Var, hyper map[string]*float64) base {
-	st := make([]map[string]*tensor.Tensor, len(params))
-	for i := range st {
-		st[i] = map[string]*tensor.Tensor{}
+	return newGroupedBase([][]*autograd.Var{params}, []map[string]*float64{hyper})
+}
+
+// newGroupedBase makes a base of len(params) groups; params[g] and
+// hypers[g] are group g's. A parameter in two groups is a programmer
+// error (PyTorch raises too); one listed twice in a group is kept twice,
+// as before groups existed (PyTorch warns).
+func newGroupedBase(params [][]*autograd.Var, hypers []map[string]*float64) base {
+	var b base
+	seen := map[*autograd.Var]int{}
+	for g, ps := range params {
+		lo := len(b.params)
+		for _, p := range ps {
+			if h, ok := seen[p]; ok && h != g {
+				panic(fmt.Sprintf("optim: a parameter is in both group %d and group %d", h, g))
+			}
+			seen[p] = g
+			b.params = append(b.params, p)
+		}
+		b.groups = append(b.groups, group{lo: lo, hi: len(b.params), hyper: hypers[g]})
 	}
-	return base{params: params, hyper: hyper, state: st}
+	b.state = make([]map[string]*tensor.Tensor, len(b.params))
+	for i := range b.state {
+		b.state[i] = map[string]*tensor.Tensor{}
+	}
+	return b
 }
 
 func (b *base) Params() []*autograd.Var { return b.params }
-func (b *base) LR() float64             { return *b.hyper["lr"] }
-func (b *base) SetLR(lr float64)        { *b.hyper["lr"] = lr }
+
+// LR returns the first group's learning rate.
+func (b *base) LR() float64 { return *b.groups[0].hyper["lr"] }
+
+// SetLR sets every group's learning rate to lr.
+func (b *base) SetLR(lr float64) {
+	for _, g := range b.groups {
+		*g.hyper["lr"] = lr
+	}
+}
+
+func (b *base) NumGroups() int               { return len(b.groups) }
+func (b *base) GroupLR(g int) float64        { return *b.groups[g].hyper["lr"] }
+func (b *base) SetGroupLR(g int, lr float64) { *b.groups[g].hyper["lr"] = lr }
+
+// GroupParams returns group g's parameters (a slice of Params; do not
+// append to it).
+func (b *base) GroupParams(g int) []*autograd.Var {
+	gr := b.groups[g]
+	return b.params[gr.lo:gr.hi:gr.hi]
+}
 
 func (b *base) ZeroGrad(setToNone bool) {
 	for _, p := range b.params {
@@ -83,6 +170,11 @@ func (b *base) stateOf(i int, name string, init func() *tensor.Tensor) *tensor.T
 	return t
 }
 
+// StateDict: see Optimizer. An optimizer of more than one group also
+// stores each group's members as "param_groups.G.params", an int64 vector
+// of parameter indices (PyTorch's param_groups[G]["params"]); with one
+// group the key is left out, so the dict is what it was before groups
+// existed.
 func (b *base) StateDict() map[string]*tensor.Tensor {
 	sd := map[string]*tensor.Tensor{}
 	for i, st := range b.state {
@@ -90,26 +182,59 @@ func (b *base) StateDict() map[string]*tensor.Tensor {
 			sd[fmt.Sprintf("state.%d.%s", i, k)] = t
 		}
 	}
-	for k, v := range b.hyper {
-		sd["param_groups.0."+k] = tensor.FromFloat64([]float64{*v}).Reshape()
+	for g, gr := range b.groups {
+		prefix := fmt.Sprintf("param_groups.%d.", g)
+		for k, v := range gr.hyper {
+			sd[prefix+k] = tensor.FromFloat64([]float64{*v}).Reshape()
+		}
+		if len(b.groups) > 1 {
+			idx := tensor.New(tensor.Int64, gr.hi-gr.lo)
+			for j := range idx.Int64s() {
+				idx.Int64s()[j] = int64(gr.lo + j)
+			}
+			sd[prefix+"params"] = idx
+		}
 	}
 	return sd
 }
 
+// LoadStateDict: see Optimizer. Hyper-parameters absent from sd keep their
+// values. A "param_groups.G.params" entry must list exactly group G's
+// parameter indices; its absence (a dict from a one-group optimizer, or
+// one saved before groups existed) is accepted. On error nothing changes.
 func (b *base) LoadStateDict(sd map[string]*tensor.Tensor) error {
 	state := make([]map[string]*tensor.Tensor, len(b.params))
 	for i := range state {
 		state[i] = map[string]*tensor.Tensor{}
 	}
-	hyper := map[string]float64{}
-	for k, t := range sd {
+	type key struct {
+		g    int
+		name string
+	}
+	hyper := map[key]float64{}
+	for _, k := range slices.Sorted(maps.Keys(sd)) { // the same error every time
+		t := sd[k]
 		switch {
-		case strings.HasPrefix(k, "param_groups.0."):
-			name := strings.TrimPrefix(k, "param_groups.0.")
-			if _, ok := b.hyper[name]; !ok {
+		case strings.HasPrefix(k, "param_groups."):
+			idx, name, ok := strings.Cut(strings.TrimPrefix(k, "param_groups."), ".")
+			g, err := strconv.Atoi(idx)
+			if !ok || err != nil || g < 0 {
+				return fmt.Errorf("optim: load state dict: bad key %q", k)
+			}
+			if g >= len(b.groups) {
+				return fmt.Errorf("optim: load state dict: %q is for parameter group %d, the optimizer has %d groups", k, g, len(b.groups))
+			}
+			gr := b.groups[g]
+			if name == "params" {
+				if err := checkGroupParams(t, gr.lo, gr.hi); err != nil {
+					return fmt.Errorf("optim: load state dict: %s: %v", k, err)
+				}
+				continue
+			}
+			if _, ok := gr.hyper[name]; !ok {
 				return fmt.Errorf("optim: load state dict: unknown hyper-parameter %q", name)
 			}
-			hyper[name] = t.Item()
+			hyper[key{g, name}] = t.Item()
 		case strings.HasPrefix(k, "state."):
 			rest := strings.TrimPrefix(k, "state.")
 			idx, name, ok := strings.Cut(rest, ".")
@@ -126,9 +251,26 @@ func (b *base) LoadStateDict(sd map[string]*tensor.Tensor) error {
 		}
 	}
 	for k, v := range hyper {
-		*b.hyper[k] = v
+		*b.groups[k.g].hyper[k.name] = v
 	}
 	b.state = state
+	return nil
+}
+
+// checkGroupParams reports whether t lists the indices lo..hi-1.
+func checkGroupParams(t *tensor.Tensor, lo, hi int) error {
+	v := t.Values()
+	ok := t.Dim() == 1 && len(v) == hi-lo
+	for j := 0; ok && j < len(v); j++ {
+		ok = v[j] == float64(lo+j)
+	}
+	if !ok {
+		mine := make([]int, hi-lo)
+		for j := range mine {
+			mine[j] = lo + j
+		}
+		return fmt.Errorf("the saved group holds parameters %v, this optimizer's holds %v (groups made differently?)", v, mine)
+	}
 	return nil
 }
 
@@ -203,86 +345,140 @@ type AdamOptions struct {
 }
 
 // Adam is the Adam optimizer; with decoupled weight decay it is AdamW.
+// Its parameters are in one group or, made by NewAdamWGroups, in several,
+// each with its own hyper-parameters.
 type Adam struct {
 	base
-	opt       AdamOptions
+	opts      []AdamOptions // group g's hyper-parameters; base.groups[g].hyper points into opts[g]
 	decoupled bool
 }
 
 // NewAdam returns an Adam optimizer (L2 weight decay added to the
 // gradient).
-func NewAdam(params []*autograd.Var, opt AdamOptions) *Adam { return newAdam(params, opt, false) }
+func NewAdam(params []*autograd.Var, opt AdamOptions) *Adam {
+	return newAdam([][]*autograd.Var{params}, []AdamOptions{opt}, false)
+}
 
 // NewAdamW returns an AdamW optimizer (weight decay applied to the
 // parameters directly). PyTorch's default WeightDecay for AdamW is 0.01;
 // pass it explicitly.
-func NewAdamW(params []*autograd.Var, opt AdamOptions) *Adam { return newAdam(params, opt, true) }
+func NewAdamW(params []*autograd.Var, opt AdamOptions) *Adam {
+	return newAdam([][]*autograd.Var{params}, []AdamOptions{opt}, true)
+}
 
-func newAdam(params []*autograd.Var, opt AdamOptions, decoupled bool) *Adam {
-	if opt.Beta1 == 0 {
-		opt.Beta1 = 0.9
+// NewAdamWGroups returns an AdamW optimizer over parameter groups, as
+// torch.optim.AdamW(param_groups, ...): each group takes its
+// hyper-parameters from opt, except its weight decay, which is always the
+// group's own (ParamGroup.WeightDecay), and its learning rate where
+// ParamGroup.LR is set. opt.WeightDecay must be zero, so that a group
+// meant to have no decay cannot silently get one. The parameters are
+// numbered in group order for the state dict.
+//
+// It panics, as for other programmer errors, if there are no groups, if
+// opt.WeightDecay is not zero, or if a parameter is in two groups.
+//
+//	groups := optim.DecayGroups(nn.NamedParameters(model), 0.1, nil)
+//	opt := optim.NewAdamWGroups(groups, optim.AdamOptions{LR: 6e-4, Beta2: 0.95})
+func NewAdamWGroups(groups []ParamGroup, opt AdamOptions) *Adam {
+	if len(groups) == 0 {
+		panic("optim: NewAdamWGroups without parameter groups")
 	}
-	if opt.Beta2 == 0 {
-		opt.Beta2 = 0.999
+	if opt.WeightDecay != 0 {
+		panic(fmt.Sprintf("optim: NewAdamWGroups with AdamOptions.WeightDecay %g: set each ParamGroup's WeightDecay instead", opt.WeightDecay))
 	}
-	if opt.Eps == 0 {
-		opt.Eps = 1e-8
+	params := make([][]*autograd.Var, len(groups))
+	opts := make([]AdamOptions, len(groups))
+	for g, pg := range groups {
+		params[g] = pg.Params
+		opts[g] = opt
+		opts[g].WeightDecay = pg.WeightDecay
+		if pg.LR != 0 {
+			opts[g].LR = pg.LR
+		}
 	}
-	a := &Adam{opt: opt, decoupled: decoupled}
-	a.base = newBase(params, map[string]*float64{
-		"lr": &a.opt.LR, "beta1": &a.opt.Beta1, "beta2": &a.opt.Beta2, "eps": &a.opt.Eps, "weight_decay": &a.opt.WeightDecay,
-	})
+	return newAdam(params, opts, true)
+}
+
+func newAdam(params [][]*autograd.Var, opts []AdamOptions, decoupled bool) *Adam {
+	a := &Adam{opts: opts, decoupled: decoupled}
+	hypers := make([]map[string]*float64, len(opts))
+	for g := range a.opts {
+		o := &a.opts[g]
+		if o.Beta1 == 0 {
+			o.Beta1 = 0.9
+		}
+		if o.Beta2 == 0 {
+			o.Beta2 = 0.999
+		}
+		if o.Eps == 0 {
+			o.Eps = 1e-8
+		}
+		hypers[g] = map[string]*float64{
+			"lr": &o.LR, "beta1": &o.Beta1, "beta2": &o.Beta2, "eps": &o.Eps, "weight_decay": &o.WeightDecay,
+		}
+	}
+	a.base = newGroupedBase(params, hypers)
 	return a
 }
 
-// Step applies one Adam update.
+// Step applies one Adam update to every group, each with its own
+// hyper-parameters.
 func (a *Adam) Step() {
-	o := a.opt
-	for i, p := range a.params {
-		g := p.Grad()
-		if g == nil {
-			continue
+	for g, gr := range a.groups {
+		for i := gr.lo; i < gr.hi; i++ {
+			a.update(i, a.opts[g])
 		}
-		w := p.Value()
-		zeros := func() *tensor.Tensor { return tensor.New(w.DType(), w.Shape()...) }
-		step := a.stateOf(i, "step", func() *tensor.Tensor { return tensor.New(tensor.Float32) })
-		step.Set(step.Item() + 1)
-		m := a.stateOf(i, "exp_avg", zeros)
-		v := a.stateOf(i, "exp_avg_sq", zeros)
-		var vmax *tensor.Tensor
-		if o.AMSGrad {
-			vmax = a.stateOf(i, "max_exp_avg_sq", zeros)
-		}
-		if a.decoupled {
-			w.Scale(1 - o.LR*o.WeightDecay)
-		} else if o.WeightDecay != 0 {
-			g = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
-		}
-		t := step.Item()
-		bc1 := 1 - math.Pow(o.Beta1, t)
-		bc2sqrt := math.Sqrt(1 - math.Pow(o.Beta2, t))
-		stepSize := o.LR / bc1
-		if w.DType() == tensor.Float32 && g.IsContiguous() {
-			var mx []float32
-			if vmax != nil {
-				mx = vmax.Float32s()
-			}
-			adam32(w.Float32s(), g.Float32s(), m.Float32s(), v.Float32s(), mx,
-				float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(bc2sqrt), float32(stepSize))
-			continue
-		}
-		m.Scale(o.Beta1).AddScaled(m, 1-o.Beta1, g)
-		gg := new(tensor.Tensor).Mul(g, g)
-		v.Scale(o.Beta2).AddScaled(v, 1-o.Beta2, gg)
-		src := v
-		if vmax != nil {
-			vmax.Maximum(vmax, v)
-			src = vmax
-		}
-		denom := new(tensor.Tensor).Sqrt(src)
-		denom.Scale(1/bc2sqrt).AddScalar(denom, o.Eps)
-		w.AddScaled(w, -stepSize, new(tensor.Tensor).Div(m, denom))
 	}
+}
+
+// update applies one Adam update with hyper-parameters o to parameter i.
+func (a *Adam) update(i int, o AdamOptions) {
+	p := a.params[i]
+	g := p.Grad()
+	if g == nil {
+		return
+	}
+	w := p.Value()
+	zeros := func() *tensor.Tensor { return tensor.New(w.DType(), w.Shape()...) }
+	step := a.stateOf(i, "step", func() *tensor.Tensor { return tensor.New(tensor.Float32) })
+	step.Set(step.Item() + 1)
+	m := a.stateOf(i, "exp_avg", zeros)
+	v := a.stateOf(i, "exp_avg_sq", zeros)
+	var vmax *tensor.Tensor
+	if o.AMSGrad {
+		vmax = a.stateOf(i, "max_exp_avg_sq", zeros)
+	}
+	if a.decoupled {
+		if o.WeightDecay != 0 {
+			w.Scale(1 - o.LR*o.WeightDecay)
+		}
+	} else if o.WeightDecay != 0 {
+		g = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
+	}
+	t := step.Item()
+	bc1 := 1 - math.Pow(o.Beta1, t)
+	bc2sqrt := math.Sqrt(1 - math.Pow(o.Beta2, t))
+	stepSize := o.LR / bc1
+	if w.DType() == tensor.Float32 && g.IsContiguous() {
+		var mx []float32
+		if vmax != nil {
+			mx = vmax.Float32s()
+		}
+		adam32(w.Float32s(), g.Float32s(), m.Float32s(), v.Float32s(), mx,
+			float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(bc2sqrt), float32(stepSize))
+		return
+	}
+	m.Scale(o.Beta1).AddScaled(m, 1-o.Beta1, g)
+	gg := new(tensor.Tensor).Mul(g, g)
+	v.Scale(o.Beta2).AddScaled(v, 1-o.Beta2, gg)
+	src := v
+	if vmax != nil {
+		vmax.Maximum(vmax, v)
+		src = vmax
+	}
+	denom := new(tensor.Tensor).Sqrt(src)
+	denom.Scale(1/bc2sqrt).AddScalar(denom, o.Eps)
+	w.AddScaled(w, -stepSize, new(tensor.Tensor).Div(m, denom))
 }
 
 func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
@@ -319,30 +515,3 @@ func adam32(w, g, m, v, vmax []float32, b1, b2, eps, bc2sqrt, stepSize float32) 
 		w[i] -= stepSize * m[i] / denom
 	}
 }
-
-// StepLR multiplies the learning rate by Gamma every StepSize calls of
-// Step (epochs), as torch.optim.lr_scheduler.StepLR.
-type StepLR struct {
-	opt      Optimizer
-	base     float64
-	StepSize int
-	Gamma    float64
-	epoch    int
-}
-
-// NewStepLR returns a scheduler for opt starting from its current rate.
-func NewStepLR(opt Optimizer, stepSize int, gamma float64) *StepLR {
-	if stepSize <= 0 {
-		panic(fmt.Sprintf("optim: StepLR step size %d", stepSize))
-	}
-	return &StepLR{opt: opt, base: opt.LR(), StepSize: stepSize, Gamma: gamma}
-}
-
-// Step advances one epoch and sets the learning rate.
-func (s *StepLR) Step() {
-	s.epoch++
-	s.opt.SetLR(s.base * math.Pow(s.Gamma, float64(s.epoch/s.StepSize)))
-}
-
-// Epoch returns the number of Step calls so far.
-func (s *StepLR) Epoch() int { return s.epoch }

@@ -77,14 +77,20 @@ func TestCheckpointResumeIsExact(t *testing.T) {
 		world int
 		adam  bool
 		opt   ddp.Options
+		// groups: AdamW over decay and no-decay groups.
+		groups bool
 	}{
-		{2, false, ddp.Options{}},
-		{3, false, ddp.Options{BucketCapMB: 1e-4, FirstBucketCapMB: 1e-5}},
-		{2, true, ddp.Options{GradientAsBucketView: true}},
+		{2, false, ddp.Options{}, false},
+		{3, false, ddp.Options{BucketCapMB: 1e-4, FirstBucketCapMB: 1e-5}, false},
+		{2, true, ddp.Options{GradientAsBucketView: true}, false},
+		{2, false, ddp.Options{}, true},
 	} {
-		t.Run(fmt.Sprintf("world%d/adam=%v/%+v", tc.world, tc.adam, tc.opt), func(t *testing.T) {
+		t.Run(fmt.Sprintf("world%d/adam=%v/groups=%v/%+v", tc.world, tc.adam, tc.groups, tc.opt), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ckpt.safetensors")
 			newOpt := func(m nn.Module, lr float64) optim.Optimizer {
+				if tc.groups {
+					return optim.NewAdamWGroups(optim.DecayGroups(nn.NamedParameters(m), 0.1, nil), optim.AdamOptions{LR: lr})
+				}
 				if tc.adam {
 					return optim.NewAdam(nn.Parameters(m), optim.AdamOptions{LR: lr})
 				}

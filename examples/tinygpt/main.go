@@ -1,0 +1,587 @@
+// Command tinygpt trains a small GPT-style language model, byte by byte,
+// on the Go source tree that ships with every Go installation
+// ($(go env GOROOT)/src, tens of MB of real code), in one process or under
+// the launcher with DistributedDataParallel:
+//
+//	go run ./examples/tinygpt --steps 200
+//	godist run --standalone --nproc-per-node 2 ./tinygpt --steps 2000
+//
+// The model is internal/models.GPT (pre-LayerNorm causal transformer
+// blocks, tied input and output embeddings); the optimizer AdamW with no
+// weight decay on biases, LayerNorms and embeddings, a linear warm-up then
+// a cosine learning-rate schedule, and gradient clipping by global norm
+// (after DDP's all-reduce). Files are split into training and validation
+// by a hash of their path (data.TextCorpus); every step draws random
+// windows of block+1 bytes, and the ranks share each global batch.
+//
+// Rank 0 shows a progress bar with the loss and tokens/s, evaluates the
+// validation loss and bits per byte every --eval-every steps (the ranks
+// split the validation windows), writes a checkpoint (safetensors: the
+// model under PyTorch's names, the optimizer, the step) and a PNG of the
+// curves, and ends with --sample bytes generated from --prompt, then one
+// JSON line. --resume continues from the checkpoint. --dump writes what
+// the PyTorch twin (internal/tools/gpttwin) needs to train the same model
+// on the same batches.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/checkpoint"
+	"github.com/godist/godist/data"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/examples/internal/progress"
+	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/nn"
+	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/ddp"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/tensor"
+)
+
+type config struct {
+	Layers      int     `json:"layers"`
+	Heads       int     `json:"heads"`
+	Dim         int     `json:"dim"`
+	Block       int     `json:"block"`
+	Batch       int     `json:"batch"` // per rank
+	Steps       int     `json:"steps"`
+	LR          float64 `json:"lr"`
+	MinLR       float64 `json:"min_lr"`
+	Warmup      int     `json:"warmup"`
+	WeightDecay float64 `json:"weight_decay"`
+	Beta2       float64 `json:"beta2"`
+	Clip        float64 `json:"clip"`
+	Dropout     float64 `json:"dropout"`
+	EvalEvery   int     `json:"eval_every"`
+	EvalBatches int     `json:"eval_batches"`
+	Seed        uint64  `json:"seed"`
+	World       int     `json:"world"`
+
+	data, ckpt, plotPath, dump string
+	resume                     bool
+	sample                     int
+	prompt                     string
+	temperature                float64
+	topK                       int
+}
+
+type result struct {
+	Config          config  `json:"config"`
+	Steps           int     `json:"steps"`
+	ValLoss         float64 `json:"val_loss"`
+	ValBitsPerByte  float64 `json:"val_bits_per_byte"`
+	TrainLoss       float64 `json:"train_loss"`
+	TokensPerS      float64 `json:"tokens_per_s"`
+	MsPerStep       float64 `json:"ms_per_step"`
+	World           int     `json:"world"`
+	BLAS            string  `json:"blas"`
+	Params          int     `json:"params"`
+	TrainBytes      int     `json:"train_bytes"`
+	ValBytes        int     `json:"val_bytes"`
+	Sample          string  `json:"sample,omitempty"`
+	ResumedFromStep int     `json:"resumed_from_step,omitempty"`
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.Layers, "layers", 4, "transformer blocks")
+	flag.IntVar(&c.Heads, "heads", 4, "attention heads")
+	flag.IntVar(&c.Dim, "width", 128, "model width (divisible by --heads)")
+	flag.IntVar(&c.Block, "block", 128, "context length in bytes")
+	flag.IntVar(&c.Batch, "batch", 16, "sequences per rank per step")
+	flag.IntVar(&c.Steps, "steps", 1000, "optimizer steps (in total, counting resumed ones)")
+	flag.Float64Var(&c.LR, "lr", 3e-3, "peak learning rate")
+	flag.Float64Var(&c.MinLR, "min-lr", 3e-4, "learning rate at the end of the cosine")
+	flag.IntVar(&c.Warmup, "warmup", 100, "steps of linear warm-up")
+	flag.Float64Var(&c.WeightDecay, "weight-decay", 0.1, "AdamW weight decay (matrices only)")
+	flag.Float64Var(&c.Beta2, "beta2", 0.99, "AdamW beta2")
+	flag.Float64Var(&c.Clip, "clip", 1, "clip gradients to this global L2 norm (0: no clipping)")
+	flag.Float64Var(&c.Dropout, "dropout", 0, "dropout probability")
+	flag.IntVar(&c.EvalEvery, "eval-every", 250, "evaluate (and checkpoint) every N steps, and at the end")
+	flag.IntVar(&c.EvalBatches, "eval-batches", 20, "validation batches per evaluation (0: the whole split)")
+	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the initial weights and of the batches")
+	flag.StringVar(&c.data, "data", "", "directory whose *.go files are the corpus (default: $(go env GOROOT)/src)")
+	flag.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
+	flag.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
+	flag.BoolVar(&c.resume, "resume", false, "continue from --checkpoint if it exists")
+	flag.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
+	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
+	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
+	flag.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
+	flag.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
+	flag.Parse()
+	ctx := context.Background()
+
+	g, err := join(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tinygpt:", err)
+		os.Exit(1)
+	}
+	if p := os.Getenv("GODIST_CPUPROFILE"); p != "" {
+		if f, err := os.Create(fmt.Sprintf("%s.rank%d", p, g.Rank())); err == nil {
+			pprof.StartCPUProfile(f)
+		}
+	}
+	res, err := train(ctx, g, c, os.Stderr)
+	pprof.StopCPUProfile()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tinygpt: rank %d: %v\n", g.Rank(), err)
+		dist.RecordError(err)
+		g.Destroy()
+		os.Exit(1)
+	}
+	if g.Rank() == 0 {
+		line, _ := json.Marshal(res)
+		fmt.Println(string(line))
+	}
+	g.Destroy()
+}
+
+// join returns the job's group under a launcher (WORLD_SIZE set), else a
+// group of this process alone.
+func join(ctx context.Context) (*dist.Group, error) {
+	if os.Getenv("WORLD_SIZE") != "" {
+		return dist.Init(ctx, dist.Options{})
+	}
+	return dist.Init(ctx, dist.Options{Rank: 0, WorldSize: 1, Store: store.NewMem()})
+}
+
+// check reports the first flag whose value cannot work.
+func (c config) check() error {
+	switch {
+	case c.Steps < 1:
+		return fmt.Errorf("--steps %d: want at least 1", c.Steps)
+	case c.Warmup < 0 || c.Warmup > c.Steps:
+		return fmt.Errorf("--warmup %d: want 0..--steps (%d)", c.Warmup, c.Steps)
+	case c.LR <= 0 || c.MinLR < 0 || c.MinLR > c.LR:
+		return fmt.Errorf("--lr %g --min-lr %g: want 0 <= min-lr <= lr and lr > 0", c.LR, c.MinLR)
+	case c.Beta2 <= 0 || c.Beta2 >= 1:
+		return fmt.Errorf("--beta2 %g: want (0, 1)", c.Beta2)
+	case c.WeightDecay < 0 || c.Clip < 0:
+		return fmt.Errorf("--weight-decay %g --clip %g: want both >= 0", c.WeightDecay, c.Clip)
+	case c.EvalEvery < 1 || c.EvalBatches < 0:
+		return fmt.Errorf("--eval-every %d --eval-batches %d: want at least 1 and at least 0", c.EvalEvery, c.EvalBatches)
+	case c.Batch < 1 || c.Block < 1:
+		return fmt.Errorf("--batch %d --block %d: want both at least 1", c.Batch, c.Block)
+	}
+	return nil
+}
+
+func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.World = g.Size()
+	rank0 := g.Rank() == 0
+	if c.data == "" {
+		dir, err := data.GoRootSource()
+		if err != nil {
+			return nil, fmt.Errorf("%w; pass --data DIR", err)
+		}
+		c.data = dir
+	}
+	t0 := time.Now()
+	corpus, err := data.NewTextCorpus(c.data, data.TextCorpusOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if rank0 {
+		fmt.Fprintf(log, "data: %s: %d files, %.1f MB train, %.1f MB validation (read in %.1f s); world %d, batch %d×%d bytes per rank\n",
+			c.data, corpus.NumFiles(data.Train)+corpus.NumFiles(data.Validation), float64(corpus.Len(data.Train))/1e6,
+			float64(corpus.Len(data.Validation))/1e6, time.Since(t0).Seconds(), g.Size(), c.Batch, c.Block)
+	}
+	windows, err := corpus.RandomWindows(data.Train, data.WindowOptions{BatchSize: c.Batch, Block: c.Block, Seed: c.Seed, World: g.Size(), Rank: g.Rank()})
+	if err != nil {
+		return nil, err
+	}
+	evals, err := corpus.EvalWindows(data.Validation, data.EvalOptions{BatchSize: c.Batch, Block: c.Block, World: g.Size(), Rank: g.Rank(), MaxBatches: c.EvalBatches})
+	if err != nil {
+		return nil, err
+	}
+
+	gpt, err := models.NewGPT(tensor.NewRNG(c.Seed), models.GPTConfig{Vocab: data.TextVocab, Block: c.Block, Layers: c.Layers, Heads: c.Heads, Dim: c.Dim, Dropout: c.Dropout})
+	if err != nil {
+		return nil, err
+	}
+	params := nn.Parameters(gpt)
+	res := &result{World: g.Size(), BLAS: blas.Default.Name(), TrainBytes: corpus.Len(data.Train), ValBytes: corpus.Len(data.Validation)}
+	for _, p := range params {
+		res.Params += p.Value().Numel()
+	}
+	if c.dump != "" && rank0 {
+		if err := dump(c, gpt, corpus, windows); err != nil {
+			return nil, fmt.Errorf("--dump: %w", err)
+		}
+	}
+	// One process trains the model itself; several wrap it in DDP, which
+	// starts every rank from rank 0's weights.
+	model := nn.Layer(gpt)
+	var dp *ddp.DDP
+	if g.Size() > 1 {
+		if dp, err = ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true}); err != nil {
+			return nil, err
+		}
+		model = dp
+	}
+	opt := optim.NewAdamWGroups(optim.DecayGroups(nn.NamedParameters(gpt), c.WeightDecay, noDecay),
+		optim.AdamOptions{LR: c.LR, Beta1: 0.9, Beta2: c.Beta2, Eps: 1e-8})
+	sched := optim.NewWarmupCosine(opt, c.Warmup, c.Steps, c.MinLR/c.LR)
+
+	start := 0
+	var hist history
+	if _, statErr := os.Stat(c.ckpt); c.resume && c.ckpt != "" && statErr == nil {
+		if start, hist, err = load(c.ckpt, gpt, opt); err != nil {
+			return nil, fmt.Errorf("resume from %s: %w", c.ckpt, err)
+		}
+		sched.SetEpoch(start)
+		res.ResumedFromStep = start
+		if rank0 {
+			fmt.Fprintf(log, "resumed from %s at step %d\n", c.ckpt, start)
+		}
+	}
+	if rank0 {
+		fmt.Fprintf(log, "model: %d layers, %d heads, width %d, block %d: %d parameters; BLAS %s\n",
+			c.Layers, c.Heads, c.Dim, c.Block, res.Params, res.BLAS)
+	}
+
+	var bar *progress.Bar
+	if rank0 {
+		bar = progress.New(log, "train", c.Steps-start, g.Size())
+		bar.Unit = "tokens"
+	}
+	var x, y *tensor.Tensor
+	var trainTime time.Duration
+	steps := 0
+	if err := g.Barrier(ctx); err != nil {
+		return nil, err
+	}
+	for step := start; step < c.Steps; step++ {
+		ts := time.Now()
+		x, y = windows.BatchInto(x, y, step)
+		nn.Train(gpt)
+		opt.ZeroGrad(true)
+		loss := models.Loss(nn.Call(model, autograd.Const(x)), y)
+		if dp != nil {
+			err = dp.Backward(ctx, loss)
+		} else {
+			err = loss.Backward(nil)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		// Under DDP the gradients are already the same on every rank:
+		// the local norm is the global one.
+		if c.Clip > 0 {
+			nn.ClipGradNorm(params, c.Clip)
+		}
+		opt.Step()
+		sched.Step()
+		trainTime += time.Since(ts)
+		steps++
+		res.TrainLoss = loss.Value().Item()
+		hist.Loss = append(hist.Loss, res.TrainLoss)
+		if bar != nil {
+			bar.Step(res.TrainLoss, c.Batch*c.Block)
+		}
+		if (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
+			vl, err := evaluate(ctx, g, gpt, evals)
+			if err != nil {
+				return nil, err
+			}
+			res.ValLoss, res.ValBitsPerByte = vl, vl/math.Ln2
+			hist.Val = append(hist.Val, [2]float64{float64(step + 1), res.ValBitsPerByte})
+			if bar != nil {
+				bar.Done()
+				fmt.Fprintf(log, "step %d: train loss %.4f, validation loss %.4f (%.3f bits per byte), lr %.2e\n",
+					step+1, res.TrainLoss, vl, res.ValBitsPerByte, opt.LR())
+			}
+			if err := save(ctx, g, c, gpt, opt, step+1, hist); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if bar != nil {
+		bar.Done()
+	}
+	res.Steps = c.Steps
+	if steps > 0 {
+		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
+		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()
+	}
+	if rank0 && c.sample > 0 {
+		s, err := generate(gpt, []byte(c.prompt), c.sample, c.temperature, c.topK, tensor.NewRNG(c.Seed+1))
+		if err != nil {
+			return nil, err
+		}
+		res.Sample = s
+		fmt.Fprintf(log, "sample (temperature %.2f, top-k %d):\n%s\n", c.temperature, c.topK, s)
+	}
+	res.Config = c
+	return res, nil
+}
+
+// noDecay names the parameters besides biases and LayerNorms (which have
+// one dimension) that get no weight decay: the embeddings.
+func noDecay(name string) bool { return name == "wte.weight" || name == "wpe.weight" }
+
+// evaluate returns the mean validation loss over evals, the ranks' shares
+// averaged.
+func evaluate(ctx context.Context, g *dist.Group, m *models.GPT, evals *data.EvalWindows) (float64, error) {
+	nn.Eval(m)
+	defer nn.Train(m)
+	var sum float64
+	autograd.NoGrad(func() {
+		for i := range evals.Len() {
+			x, y := evals.Batch(i)
+			sum += models.Loss(nn.Call(m, autograd.Const(x)), y).Value().Item()
+		}
+	})
+	t := tensor.FromFloat64([]float64{sum, float64(evals.Len())})
+	if err := g.AllReduce(ctx, t, dist.Sum); err != nil {
+		return 0, fmt.Errorf("validation loss: %w", err)
+	}
+	v := t.Float64s()
+	return v[0] / v[1], nil
+}
+
+// generate continues prompt by n bytes, sampling each from the model's
+// distribution at the given temperature among the topK likeliest bytes.
+func generate(m *models.GPT, prompt []byte, n int, temperature float64, topK int, rng *tensor.RNG) (string, error) {
+	if len(prompt) == 0 {
+		prompt = []byte{'\n'}
+	}
+	if temperature <= 0 {
+		return "", fmt.Errorf("--temperature %v: want > 0", temperature)
+	}
+	nn.Eval(m)
+	defer nn.Train(m)
+	out := append([]byte(nil), prompt...)
+	block := m.Config.Block
+	autograd.NoGrad(func() {
+		for range n {
+			ctxt := out[max(0, len(out)-block):]
+			x := tensor.New(tensor.Int64, 1, len(ctxt))
+			for i, b := range ctxt {
+				x.Set(float64(b), 0, i)
+			}
+			logits := nn.Call(m, autograd.Const(x)).Value()
+			last := logits.Select(1, len(ctxt)-1).Reshape(-1).Values()
+			out = append(out, byte(pick(last, temperature, topK, rng)))
+		}
+	})
+	return string(out), nil
+}
+
+// pick samples an index from softmax(logits/temperature) restricted to
+// the topK largest logits.
+func pick(logits []float64, temperature float64, topK int, rng *tensor.RNG) int {
+	if topK <= 0 || topK > len(logits) {
+		topK = len(logits)
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	// Partial selection sort: the topK largest first.
+	for i := range topK {
+		best := i
+		for j := i + 1; j < len(idx); j++ {
+			if logits[idx[j]] > logits[idx[best]] {
+				best = j
+			}
+		}
+		idx[i], idx[best] = idx[best], idx[i]
+	}
+	p := make([]float64, topK)
+	var sum float64
+	for i := range p {
+		p[i] = math.Exp((logits[idx[i]] - logits[idx[0]]) / temperature)
+		sum += p[i]
+	}
+	u := rng.Float64() * sum
+	for i, pi := range p {
+		if u -= pi; u < 0 {
+			return idx[i]
+		}
+	}
+	return idx[topK-1]
+}
+
+// history is what the plot shows.
+type history struct {
+	Loss []float64    // training loss at every step (rank 0's batch)
+	Val  [][2]float64 // (step, validation bits per byte)
+}
+
+// save writes the checkpoint on rank 0 (the model under its PyTorch
+// names, the optimizer, the step and the history) and the plot, then a
+// barrier, so that no rank reads a half-written file.
+func save(ctx context.Context, g *dist.Group, c config, m *models.GPT, opt optim.Optimizer, step int, h history) error {
+	if g.Rank() == 0 && c.ckpt != "" {
+		ts := map[string]*tensor.Tensor{}
+		for k, v := range nn.StateDict(m) {
+			ts[k] = v
+		}
+		for k, v := range opt.StateDict() {
+			ts["optim."+k] = v
+		}
+		ts["history.loss"] = tensor.FromFloat64(append([]float64{}, h.Loss...))
+		val := make([]float64, 0, 2*len(h.Val))
+		for _, v := range h.Val {
+			val = append(val, v[0], v[1])
+		}
+		ts["history.val"] = tensor.FromFloat64(val)
+		cfg, _ := json.Marshal(c)
+		meta := map[string]string{"step": strconv.Itoa(step), "config": string(cfg)}
+		if err := checkpoint.SaveFile(c.ckpt, ts, meta); err != nil {
+			return err
+		}
+	}
+	if g.Rank() == 0 && c.plotPath != "" {
+		if err := h.plot(c.plotPath); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return g.Barrier(ctx)
+}
+
+// load restores the model, the optimizer and the history from a
+// checkpoint and returns its step. A tensor whose shape differs from the
+// model's (a checkpoint of another configuration) is an error naming it
+// and both shapes.
+func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error) {
+	ts, meta, err := checkpoint.LoadFile(path)
+	if err != nil {
+		return 0, history{}, err
+	}
+	want := nn.StateDict(m)
+	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
+	for k, v := range ts {
+		switch {
+		case strings.HasPrefix(k, "optim."):
+			os[strings.TrimPrefix(k, "optim.")] = v
+		case strings.HasPrefix(k, "history."):
+		default:
+			if w, ok := want[k]; ok && !tensor.SameShape(w, v) {
+				return 0, history{}, fmt.Errorf("tensor %s has shape %v in the checkpoint but %v in the model: the checkpoint is of another configuration (%s); pass the flags it was trained with", k, v.Shape(), w.Shape(), meta["config"])
+			}
+			ms[k] = v
+		}
+	}
+	if err := nn.LoadStateDict(m, ms, true); err != nil {
+		return 0, history{}, err
+	}
+	if err := opt.LoadStateDict(os); err != nil {
+		return 0, history{}, err
+	}
+	step, err := strconv.Atoi(meta["step"])
+	if err != nil {
+		return 0, history{}, fmt.Errorf("checkpoint %s has no step", path)
+	}
+	var h history
+	if t := ts["history.loss"]; t != nil {
+		h.Loss = t.Values()
+	}
+	if t := ts["history.val"]; t != nil {
+		v := t.Values()
+		for i := 0; i+1 < len(v); i += 2 {
+			h.Val = append(h.Val, [2]float64{v[i], v[i+1]})
+		}
+	}
+	return step, h, nil
+}
+
+func (h history) plot(path string) error {
+	p := plot.New()
+	p.Title.Text = "tiny GPT on the Go source tree"
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = "bits per byte"
+	p.Legend.Top = true
+	train := make(plotter.XYs, len(h.Loss))
+	for i, v := range h.Loss {
+		train[i] = plotter.XY{X: float64(i + 1), Y: v / math.Ln2}
+	}
+	l, err := plotter.NewLine(train)
+	if err != nil {
+		return err
+	}
+	l.Color = color.RGBA{R: 200, A: 255}
+	p.Add(l)
+	p.Legend.Add("training (rank 0's batch)", l)
+	if len(h.Val) > 0 {
+		val := make(plotter.XYs, len(h.Val))
+		for i, v := range h.Val {
+			val[i] = plotter.XY{X: v[0], Y: v[1]}
+		}
+		s, pts, err := plotter.NewLinePoints(val)
+		if err != nil {
+			return err
+		}
+		s.Color = color.RGBA{B: 200, A: 255}
+		pts.Color = s.Color
+		p.Add(s, pts)
+		p.Legend.Add("validation", s)
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+// dump writes, for internal/tools/gpttwin: the two splits (train.bin,
+// val.bin), the initial weights under PyTorch's names (init.safetensors),
+// the offsets of every step's global batch of windows (batches.bin: int64
+// little-endian, steps × world·batch) and the configuration (config.json).
+func dump(c config, m *models.GPT, corpus *data.TextCorpus, w *data.RandomWindows) error {
+	if err := os.MkdirAll(c.dump, 0o755); err != nil {
+		return err
+	}
+	for name, s := range map[string]data.Split{"train.bin": data.Train, "val.bin": data.Validation} {
+		if err := os.WriteFile(filepath.Join(c.dump, name), corpus.Data(s).Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := checkpoint.SaveFile(filepath.Join(c.dump, "init.safetensors"), nn.StateDict(m), nil); err != nil {
+		return err
+	}
+	// Every rank's share of a step's global batch, in rank order.
+	opt := w.Options()
+	buf := make([]byte, 0, c.Steps*opt.World*opt.BatchSize*8)
+	for step := range c.Steps {
+		for r := range opt.World {
+			rw, err := corpus.RandomWindows(data.Train, data.WindowOptions{BatchSize: opt.BatchSize, Block: opt.Block, Seed: opt.Seed, World: opt.World, Rank: r})
+			if err != nil {
+				return err
+			}
+			for _, s := range rw.Starts(step) {
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(s))
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.dump, "batches.bin"), buf, 0o644); err != nil {
+		return err
+	}
+	cfg, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.dump, "config.json"), cfg, 0o644)
+}
+

@@ -584,4 +584,3 @@ func dump(c config, m *models.GPT, corpus *data.TextCorpus, w *data.RandomWindow
 	}
 	return os.WriteFile(filepath.Join(c.dump, "config.json"), cfg, 0o644)
 }
-

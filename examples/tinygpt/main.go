@@ -32,10 +32,12 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +81,7 @@ type config struct {
 
 	data, ckpt, plotPath, dump string
 	resume                     bool
+	stopAt                     int
 	sample                     int
 	prompt                     string
 	temperature                float64
@@ -100,6 +103,8 @@ type result struct {
 	ValBytes        int     `json:"val_bytes"`
 	Sample          string  `json:"sample,omitempty"`
 	ResumedFromStep int     `json:"resumed_from_step,omitempty"`
+
+	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
 
 func main() {
@@ -124,6 +129,7 @@ func main() {
 	flag.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
 	flag.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
 	flag.BoolVar(&c.resume, "resume", false, "continue from --checkpoint if it exists")
+	flag.IntVar(&c.stopAt, "stop-at", 0, "stop after this step, writing a checkpoint, as a preempted job would (0: run to --steps)")
 	flag.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
 	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
 	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
@@ -183,6 +189,8 @@ func (c config) check() error {
 		return fmt.Errorf("--eval-every %d --eval-batches %d: want at least 1 and at least 0", c.EvalEvery, c.EvalBatches)
 	case c.Batch < 1 || c.Block < 1:
 		return fmt.Errorf("--batch %d --block %d: want both at least 1", c.Batch, c.Block)
+	case c.sample > 0 && c.temperature <= 0:
+		return fmt.Errorf("--temperature %v: want > 0", c.temperature)
 	}
 	return nil
 }
@@ -303,7 +311,8 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		if bar != nil {
 			bar.Step(res.TrainLoss, c.Batch*c.Block)
 		}
-		if (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
+		stop := step+1 == c.stopAt
+		if (step+1)%c.EvalEvery == 0 || step+1 == c.Steps || stop {
 			vl, err := evaluate(ctx, g, gpt, evals)
 			if err != nil {
 				return nil, err
@@ -319,20 +328,21 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				return nil, err
 			}
 		}
+		if stop {
+			break
+		}
 	}
 	if bar != nil {
 		bar.Done()
 	}
-	res.Steps = c.Steps
+	res.Steps = start + steps
+	res.losses = hist.Loss
 	if steps > 0 {
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
 		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()
 	}
 	if rank0 && c.sample > 0 {
-		s, err := generate(gpt, []byte(c.prompt), c.sample, c.temperature, c.topK, tensor.NewRNG(c.Seed+1))
-		if err != nil {
-			return nil, err
-		}
+		s := generate(gpt, []byte(c.prompt), c.sample, c.temperature, c.topK, tensor.NewRNG(c.Seed+1))
 		res.Sample = s
 		fmt.Fprintf(log, "sample (temperature %.2f, top-k %d):\n%s\n", c.temperature, c.topK, s)
 	}
@@ -366,12 +376,9 @@ func evaluate(ctx context.Context, g *dist.Group, m *models.GPT, evals *data.Eva
 
 // generate continues prompt by n bytes, sampling each from the model's
 // distribution at the given temperature among the topK likeliest bytes.
-func generate(m *models.GPT, prompt []byte, n int, temperature float64, topK int, rng *tensor.RNG) (string, error) {
+func generate(m *models.GPT, prompt []byte, n int, temperature float64, topK int, rng *tensor.RNG) string {
 	if len(prompt) == 0 {
 		prompt = []byte{'\n'}
-	}
-	if temperature <= 0 {
-		return "", fmt.Errorf("--temperature %v: want > 0", temperature)
 	}
 	nn.Eval(m)
 	defer nn.Train(m)
@@ -389,7 +396,7 @@ func generate(m *models.GPT, prompt []byte, n int, temperature float64, topK int
 			out = append(out, byte(pick(last, temperature, topK, rng)))
 		}
 	})
-	return string(out), nil
+	return string(out)
 }
 
 // pick samples an index from softmax(logits/temperature) restricted to
@@ -476,7 +483,8 @@ func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error)
 	}
 	want := nn.StateDict(m)
 	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
-	for k, v := range ts {
+	for _, k := range slices.Sorted(maps.Keys(ts)) { // the same tensor named every time
+		v := ts[k]
 		switch {
 		case strings.HasPrefix(k, "optim."):
 			os[strings.TrimPrefix(k, "optim.")] = v

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/checkpoint"
+	"github.com/godist/godist/data"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
+	"github.com/godist/godist/store"
+	"github.com/godist/godist/tensor"
+)
+
+const gosrc = "../../testdata/gosrc"
+
+// parityConfig is the configuration of testdata/parity/make_tinygpt_parity.sh
+// (keep the two in step).
+func parityConfig(t *testing.T) config {
+	return config{Layers: 2, Heads: 2, Dim: 32, Block: 32, Batch: 4, Steps: 20, LR: 3e-3, MinLR: 3e-4, Warmup: 5,
+		WeightDecay: 0.1, Beta2: 0.99, Clip: 0.5, EvalEvery: 10, EvalBatches: 4, Seed: 7, data: gosrc,
+		ckpt: filepath.Join(t.TempDir(), "tinygpt.safetensors")}
+}
+
+func solo(t *testing.T) *dist.Group {
+	t.Helper()
+	g, err := dist.Init(context.Background(), dist.Options{Rank: 0, WorldSize: 1, Store: store.NewMem(), Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Destroy() })
+	return g
+}
+
+// TestParityWithPyTorch: the whole pipeline (corpus, batches, initial
+// weights, the tied GPT, AdamW's two groups, warm-up + cosine, clipping)
+// against its PyTorch twin on the same batches: every one of the first 20
+// losses within 1e-4, and the validation loss.
+func TestParityWithPyTorch(t *testing.T) {
+	raw, err := os.ReadFile("../../testdata/parity/tinygpt.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Losses  []float64 `json:"losses"`
+		ValLoss float64   `json:"val_loss"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	res, err := train(context.Background(), solo(t), parityConfig(t), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.losses) != 20 || len(want.Losses) != 20 {
+		t.Fatalf("%d losses, PyTorch %d; want 20 of each", len(res.losses), len(want.Losses))
+	}
+	worst := 0.0
+	for i, l := range res.losses {
+		d := math.Abs(l - want.Losses[i])
+		worst = max(worst, d)
+		if d > 1e-4 {
+			t.Errorf("step %d: loss %.7f, PyTorch %.7f", i+1, l, want.Losses[i])
+		}
+	}
+	t.Logf("largest loss difference over 20 steps %.2g; validation loss %.7f, PyTorch %.7f", worst, res.ValLoss, want.ValLoss)
+	if d := math.Abs(res.ValLoss - want.ValLoss); d > 1e-4 {
+		t.Errorf("validation loss %.7f, PyTorch %.7f", res.ValLoss, want.ValLoss)
+	}
+}
+
+// TestDDPMatchesOneProcess: two ranks under DDP with batch b take the
+// same windows as one process with batch 2b (data.RandomWindows' global
+// batch) and average the same gradients, so they train the same model.
+func TestDDPMatchesOneProcess(t *testing.T) {
+	c := parityConfig(t)
+	c.Steps, c.EvalEvery = 8, 8
+	c1 := c
+	c1.Batch = 2 * c.Batch
+	one, err := train(context.Background(), solo(t), c1, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var two *result
+	disttest.SpawnWith(t, 2, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+		c := c
+		if g.Rank() != 0 {
+			c.ckpt = ""
+		}
+		res, err := train(context.Background(), g, c, io.Discard)
+		if g.Rank() == 0 {
+			two = res
+		}
+		return err
+	})
+	if two == nil {
+		return
+	}
+	// Rank 0's training loss is over its half of the batch: compare the
+	// validation loss and the weights.
+	if d := math.Abs(one.ValLoss - two.ValLoss); d > 1e-5 {
+		t.Errorf("validation loss: one process %.7f, two ranks %.7f", one.ValLoss, two.ValLoss)
+	}
+	a, _, err := checkpoint.LoadFile(c1.ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := checkpoint.LoadFile(c.ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, w := range a {
+		if strings.HasPrefix(k, "optim.") || strings.HasPrefix(k, "history.") {
+			continue
+		}
+		if e := relErr(b[k], w); e > 1e-4 {
+			t.Errorf("%s: relative difference %.2g between one process and two ranks", k, e)
+		}
+	}
+}
+
+func relErr(got, want *tensor.Tensor) float64 {
+	g, w := got.Values(), want.Values()
+	var diff, scale float64
+	for i := range w {
+		diff = max(diff, math.Abs(g[i]-w[i]))
+		scale = max(scale, math.Abs(w[i]))
+	}
+	return diff / max(scale, 1e-30)
+}
+
+// TestResumeIsExact: a run stopped after step 7 and resumed from its
+// checkpoint ends with the same weights, bit for bit, as a run that never
+// stopped.
+func TestResumeIsExact(t *testing.T) {
+	c := parityConfig(t)
+	c.Steps, c.EvalEvery = 14, 100
+	whole, err := train(context.Background(), solo(t), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := c
+	c2.ckpt = filepath.Join(t.TempDir(), "stopped.safetensors")
+	c2.stopAt = 7
+	if _, err := train(context.Background(), solo(t), c2, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	c2.stopAt, c2.resume = 0, true
+	resumed, err := train(context.Background(), solo(t), c2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.ResumedFromStep != 7 {
+		t.Fatalf("resumed from step %d, want 7", resumed.ResumedFromStep)
+	}
+	if resumed.ValLoss != whole.ValLoss {
+		t.Errorf("validation loss %v after resuming, %v without stopping", resumed.ValLoss, whole.ValLoss)
+	}
+	a, _, _ := checkpoint.LoadFile(c.ckpt)
+	b, _, _ := checkpoint.LoadFile(c2.ckpt)
+	for k, w := range a {
+		if k == "history.val" {
+			continue // the stopped run evaluated at step 7 too
+		}
+		if !tensor.Equal(b[k], w) {
+			t.Errorf("%s differs after resuming", k)
+		}
+	}
+	if len(a) != len(b) {
+		t.Errorf("checkpoints of %d and %d tensors", len(a), len(b))
+	}
+}
+
+// TestBadInput: what a careless user passes is an error that says what is
+// wrong, never a panic.
+func TestBadInput(t *testing.T) {
+	empty := t.TempDir()
+	c := parityConfig(t)
+	wrongShape := filepath.Join(t.TempDir(), "other.safetensors")
+	other := c
+	other.Dim, other.Steps, other.Warmup, other.ckpt = 16, 1, 0, wrongShape
+	if _, err := train(context.Background(), solo(t), other, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*config)
+		want string
+		is   error
+	}{
+		{"no files", func(c *config) { c.data = empty }, "", data.ErrNoTextFiles},
+		{"no directory", func(c *config) { c.data = filepath.Join(empty, "nope") }, "", os.ErrNotExist},
+		{"block longer than the validation split", func(c *config) { c.Block = 1 << 20 }, "", data.ErrSplitTooShort},
+		{"checkpoint of another width", func(c *config) { c.ckpt, c.resume = wrongShape, true }, "tensor h.0.linear1.bias has shape [64] in the checkpoint but [128] in the model", nil},
+		{"heads do not divide the width", func(c *config) { c.Heads = 3 }, "divisible by the heads", nil},
+		{"warm-up past the end", func(c *config) { c.Warmup = 50 }, "--warmup 50", nil},
+		{"min-lr above lr", func(c *config) { c.MinLR = 1 }, "--min-lr", nil},
+		{"no steps", func(c *config) { c.Steps = 0 }, "--steps 0", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := parityConfig(t)
+			tc.edit(&c)
+			_, err := train(context.Background(), solo(t), c, io.Discard)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("%v, want one wrapping %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want it to say %q", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestSample: generation continues the prompt with the asked-for number
+// of bytes and refuses a temperature of zero.
+func TestSample(t *testing.T) {
+	c := parityConfig(t)
+	c.Steps, c.Warmup, c.sample, c.prompt, c.temperature, c.topK = 2, 1, 40, "package ", 0.8, 20
+	res, err := train(context.Background(), solo(t), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Sample, "package ") || len(res.Sample) != len("package ")+40 {
+		t.Fatalf("sample %q: want the prompt and 40 bytes", res.Sample)
+	}
+	c.temperature = 0
+	if _, err := train(context.Background(), solo(t), c, io.Discard); err == nil || !strings.Contains(err.Error(), "temperature") {
+		t.Fatalf("temperature 0: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/simd"
 )
 
 // Multi-head scaled dot-product self-attention on packed projections.
@@ -122,9 +123,14 @@ func softmaxRow[T float](row []T) {
 	var sum float64
 	if r32, ok := any(row).([]float32); ok {
 		m32 := float32(m)
-		for j, s := range r32 {
-			e := exp32(s - m32)
-			r32[j] = e
+		for j := range r32 {
+			r32[j] -= m32
+		}
+		k := simd.ExpF32(r32, r32)
+		for j, s := range r32[k:] {
+			r32[k+j] = exp32(s)
+		}
+		for _, e := range r32 {
 			sum += float64(e)
 		}
 	} else {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/godist/godist/internal/simd"
 )
 
 type float interface{ ~float32 | ~float64 }
@@ -431,6 +433,8 @@ func (t *Tensor) GeluBackward(g, x *Tensor) *Tensor {
 	}
 	return t.fused2("GeluBackward", g, x, f, func(d, g, x []float32) {
 		const invSqrt2Pi = 0.3989422804014327
+		k := simd.GeluBackwardF32(d, g, x)
+		d, g, x = d[k:], g[k:], x[k:]
 		for i, xi := range x[:len(d)] {
 			cdf := 0.5 * (1 + erf32(xi*math.Sqrt2/2))
 			pdf := exp32(-0.5*xi*xi) * invSqrt2Pi
@@ -444,16 +448,18 @@ func (t *Tensor) GeluBackward(g, x *Tensor) *Tensor {
 func unaryFlat32(op unOp, d, a []float32) bool {
 	switch op {
 	case opExp:
-		for i, x := range a {
-			d[i] = exp32(x)
+		k := simd.ExpF32(d, a)
+		for i, x := range a[k:] {
+			d[k+i] = exp32(x)
 		}
 	case opSigmoid:
 		for i, x := range a {
 			d[i] = 1 / (1 + exp32(-x))
 		}
 	case opGelu:
-		for i, x := range a {
-			d[i] = 0.5 * x * (1 + erf32(x*math.Sqrt2/2))
+		k := simd.GeluF32(d, a)
+		for i, x := range a[k:] {
+			d[k+i] = 0.5 * x * (1 + erf32(x*math.Sqrt2/2))
 		}
 	default:
 		return false

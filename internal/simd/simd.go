@@ -95,3 +95,20 @@ func CopyStreaming(dst, src []byte) {
 	copy(dst[:lo], src[:lo])
 	copy(dst[hi:], src[hi:])
 }
+
+// ExpF32 sets dst[i] = e^x[i] for the longest prefix it can vectorise (a
+// multiple of 8, with AVX2 and FMA) and returns its length; the caller
+// does the rest. x must be at least as long as dst. Accurate to 1 ulp
+// (Cephes' expf) on [-87.34, 88.38], the range it clamps x to.
+func ExpF32(dst, x []float32) int { return expF32(dst, x[:len(dst)]) }
+
+// GeluF32 sets dst[i] = x[i]·Φ(x[i]) (the exact GELU, erf within 5e-7)
+// for the longest prefix it can vectorise and returns its length.
+func GeluF32(dst, x []float32) int { return geluF32(dst, x[:len(dst)]) }
+
+// GeluBackwardF32 sets dst[i] = g[i]·(Φ(x[i]) + x[i]·φ(x[i])), GELU's
+// gradient, for the longest prefix it can vectorise and returns its
+// length.
+func GeluBackwardF32(dst, g, x []float32) int {
+	return geluBackwardF32(dst, g[:len(dst)], x[:len(dst)])
+}

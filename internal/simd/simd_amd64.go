@@ -89,3 +89,44 @@ func copyStreaming(dst, src []byte) (int, int) {
 	copyNT(&dst[lo], &src[lo], n)
 	return lo, lo + n
 }
+
+var hasFMA = hasAVX2 && cpu.X86.HasFMA
+
+// expF32AVX2, geluF32AVX2 and geluBackwardF32AVX2 do n floats, n a
+// multiple of 8 (math_amd64.s).
+//
+//go:noescape
+func expF32AVX2(dst, x *float32, n int)
+
+//go:noescape
+func geluF32AVX2(dst, x *float32, n int)
+
+//go:noescape
+func geluBackwardF32AVX2(dst, grad, x *float32, n int)
+
+func expF32(dst, x []float32) int {
+	n := len(dst) &^ 7
+	if !hasFMA || n == 0 {
+		return 0
+	}
+	expF32AVX2(&dst[0], &x[0], n)
+	return n
+}
+
+func geluF32(dst, x []float32) int {
+	n := len(dst) &^ 7
+	if !hasFMA || n == 0 {
+		return 0
+	}
+	geluF32AVX2(&dst[0], &x[0], n)
+	return n
+}
+
+func geluBackwardF32(dst, g, x []float32) int {
+	n := len(dst) &^ 7
+	if !hasFMA || n == 0 {
+		return 0
+	}
+	geluBackwardF32AVX2(&dst[0], &g[0], &x[0], n)
+	return n
+}

@@ -11,3 +11,9 @@ func scaleF32(v []float32, s float32) int { return 0 }
 func addScaleF32(dst, src []float32, s float32) int { return 0 }
 
 func copyStreaming(dst, src []byte) (int, int) { return 0, 0 }
+
+func expF32(dst, x []float32) int { return 0 }
+
+func geluF32(dst, x []float32) int { return 0 }
+
+func geluBackwardF32(dst, g, x []float32) int { return 0 }

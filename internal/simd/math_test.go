@@ -1,0 +1,96 @@
+package simd
+
+import (
+	"math"
+	"testing"
+)
+
+// grid returns n floats spread over [lo, hi) plus the edge cases.
+func grid(lo, hi float32, n int) []float32 {
+	xs := make([]float32, 0, n+8)
+	for i := range n {
+		xs = append(xs, lo+(hi-lo)*float32(i)/float32(n))
+	}
+	return append(xs, 0, float32(math.Copysign(0, -1)), 1e-30, -1e-30, 88.5, -100, 200, float32(math.NaN()))
+}
+
+func TestExpF32(t *testing.T) {
+	if !hasFMA {
+		t.Skip("no AVX2 and FMA")
+	}
+	xs := grid(-87.3, 88.3, 200000)
+	dst := make([]float32, len(xs)&^7)
+	if n := ExpF32(dst, xs); n != len(dst) {
+		t.Fatalf("ExpF32 did %d of %d", n, len(dst))
+	}
+	for i, x := range xs[:len(dst)] {
+		want := math.Exp(float64(x))
+		got := float64(dst[i])
+		switch {
+		case x != x:
+			if got == got {
+				t.Errorf("exp(NaN) = %v", got)
+			}
+		case x > 88.38:
+			if got < 2e38 {
+				t.Errorf("exp(%v) = %v, want the clamp's 2.4e38", x, got)
+			}
+		case x < -87.34:
+			if got > 2e-38 {
+				t.Errorf("exp(%v) = %v, want at most the smallest normal", x, got)
+			}
+		default:
+			ulp := float64(math.Nextafter32(float32(want), float32(math.Inf(1))) - float32(want))
+			if math.Abs(got-want) > 2*ulp {
+				t.Errorf("exp(%v) = %v, want %v (%.1f ulp)", x, got, want, math.Abs(got-want)/ulp)
+			}
+		}
+	}
+}
+
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+func geluGrad(x float64) float64 {
+	return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+}
+
+func TestGeluF32(t *testing.T) {
+	if !hasFMA {
+		t.Skip("no AVX2 and FMA")
+	}
+	xs := grid(-12, 12, 100000)
+	n := len(xs) &^ 7
+	dst, back, g := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range g {
+		g[i] = 1 + float32(i%7)/8
+	}
+	if GeluF32(dst, xs) != n || GeluBackwardF32(back, g, xs) != n {
+		t.Fatal("not every element done")
+	}
+	// Absolute error relative to |x|+1: erf is good to 5e-7 absolute.
+	for i, x := range xs[:n] {
+		if x != x {
+			if dst[i] == dst[i] || back[i] == back[i] {
+				t.Errorf("GELU of NaN: %v, gradient %v", dst[i], back[i])
+			}
+			continue
+		}
+		xf := float64(x)
+		if d := math.Abs(float64(dst[i]) - gelu(xf)); d > 1e-6*(math.Abs(xf)+1) {
+			t.Errorf("gelu(%v) = %v, want %v", x, dst[i], gelu(xf))
+		}
+		want := float64(g[i]) * geluGrad(xf)
+		if d := math.Abs(float64(back[i]) - want); d > 2e-6*(math.Abs(want)+1) {
+			t.Errorf("gelu'(%v)·%v = %v, want %v", x, g[i], back[i], want)
+		}
+	}
+}
+
+func BenchmarkGeluF32(b *testing.B) {
+	xs := grid(-6, 6, 4096)[:4096]
+	dst := make([]float32, len(xs))
+	b.SetBytes(int64(4 * len(xs)))
+	for range b.N {
+		GeluF32(dst, xs)
+	}
+}

@@ -114,7 +114,7 @@ func main() {
 	flag.IntVar(&c.Dim, "width", 128, "model width (divisible by --heads)")
 	flag.IntVar(&c.Block, "block", 128, "context length in bytes")
 	flag.IntVar(&c.Batch, "batch", 16, "sequences per rank per step")
-	flag.IntVar(&c.Steps, "steps", 1000, "optimizer steps (in total, counting resumed ones)")
+	flag.IntVar(&c.Steps, "steps", 2000, "optimizer steps (in total, counting resumed ones)")
 	flag.Float64Var(&c.LR, "lr", 3e-3, "peak learning rate")
 	flag.Float64Var(&c.MinLR, "min-lr", 3e-4, "learning rate at the end of the cosine")
 	flag.IntVar(&c.Warmup, "warmup", 100, "steps of linear warm-up")

@@ -97,21 +97,48 @@ func attentionFwd[T float](out, probs, qkv []T, b, n, c, heads int, causal bool,
 		for h := range heads {
 			p := probs[(bi*heads+h)*n*n : (bi*heads+h+1)*n*n]
 			q, k, v := x[h*d:], x[c+h*d:], x[2*c+h*d:]
-			// S = scale·Q·Kᵀ, then each row's softmax in place.
-			gemm(false, true, n, n, d, scale, q, ld, k, ld, 0, p, n)
-			for i := range n {
-				row := p[i*n : (i+1)*n]
-				valid := n
-				if causal {
-					valid = i + 1
+			for r0 := 0; r0 < n; r0 += rowBlock(n, causal) {
+				r1, cols := rowSpan(r0, n, causal)
+				// S = scale·Q·Kᵀ for these rows and the columns they see,
+				// then each row's softmax in place.
+				gemm(false, true, r1-r0, cols, d, scale, q[r0*ld:], ld, k, ld, 0, p[r0*n:], n)
+				for i := r0; i < r1; i++ {
+					row := p[i*n : (i+1)*n]
+					valid := n
+					if causal {
+						valid = i + 1
+					}
+					softmaxRow(row[:valid])
+					clear(row[valid:])
 				}
-				softmaxRow(row[:valid])
-				clear(row[valid:])
+				// O = P·V, into this head's columns of the output.
+				gemm(false, false, r1-r0, d, cols, 1, p[r0*n:], n, v, ld, 0, y[r0*c+h*d:], c)
 			}
-			// O = P·V, into this head's columns of the output.
-			gemm(false, false, n, d, n, 1, p, n, v, ld, 0, y[h*d:], c)
 		}
 	}
+}
+
+// causalBlock is the number of query rows attention computes together
+// when it is causal: each block's products skip the keys after its last
+// row, about 3/8 of the work at 128 tokens.
+const causalBlock = 32
+
+// rowBlock returns the rows per block: all of them unless causal.
+func rowBlock(n int, causal bool) int {
+	if causal {
+		return causalBlock
+	}
+	return n
+}
+
+// rowSpan returns the end of the block of rows starting at r0 and the
+// number of keys (columns) those rows attend to.
+func rowSpan(r0, n int, causal bool) (r1, cols int) {
+	r1 = min(n, r0+rowBlock(n, causal))
+	if causal {
+		return r1, r1
+	}
+	return r1, n
 }
 
 // softmaxRow replaces row by its softmax, computed stably.
@@ -160,28 +187,39 @@ func attentionBwd[T float](dqkv, g, qkv, probs []T, b, n, c, heads int, causal b
 			q, k, v := x[h*d:], x[c+h*d:], x[2*c+h*d:]
 			dq, dk, dv := dx[h*d:], dx[c+h*d:], dx[2*c+h*d:]
 			dy := gy[h*d:]
-			// dV = Pᵀ·dO; dP = dO·Vᵀ.
-			gemm(true, false, n, d, n, 1, p, n, dy, c, 0, dv, ld)
-			gemm(false, true, n, n, d, 1, dy, c, v, ld, 0, ds, n)
-			// dS = P∘(dP − Σⱼ dP∘P), row by row; zero where P is.
-			for i := range n {
-				valid := n
-				if causal {
-					valid = i + 1
+			// Row blocks from the last: the last block's products cover
+			// every key, so they write dK and dV whole (beta 0), and the
+			// earlier ones add to the keys they saw.
+			bs := rowBlock(n, causal)
+			for r0 := (n - 1) / bs * bs; r0 >= 0; r0 -= bs {
+				r1, cols := rowSpan(r0, n, causal)
+				beta := T(1)
+				if r1 == n {
+					beta = 0
 				}
-				pr, dr := p[i*n:i*n+valid], ds[i*n:(i+1)*n]
-				var dot T
-				for j, pj := range pr {
-					dot += dr[j] * pj
+				// dV += Pᵀ·dO; dP = dO·Vᵀ.
+				gemm(true, false, cols, d, r1-r0, 1, p[r0*n:], n, dy[r0*c:], c, beta, dv, ld)
+				gemm(false, true, r1-r0, cols, d, 1, dy[r0*c:], c, v, ld, 0, ds[r0*n:], n)
+				// dS = P∘(dP − Σⱼ dP∘P), row by row; zero where P is.
+				for i := r0; i < r1; i++ {
+					valid := n
+					if causal {
+						valid = i + 1
+					}
+					pr, dr := p[i*n:i*n+valid], ds[i*n:i*n+cols]
+					var dot T
+					for j, pj := range pr {
+						dot += dr[j] * pj
+					}
+					for j, pj := range pr {
+						dr[j] = pj * (dr[j] - dot)
+					}
+					clear(dr[valid:])
 				}
-				for j, pj := range pr {
-					dr[j] = pj * (dr[j] - dot)
-				}
-				clear(dr[valid:])
+				// dQ = scale·dS·K; dK += scale·dSᵀ·Q.
+				gemm(false, false, r1-r0, d, cols, scale, ds[r0*n:], n, k, ld, 0, dq[r0*ld:], ld)
+				gemm(true, false, cols, d, r1-r0, scale, ds[r0*n:], n, q[r0*ld:], ld, beta, dk, ld)
 			}
-			// dQ = scale·dS·K; dK = scale·dSᵀ·Q.
-			gemm(false, false, n, d, n, scale, ds, n, k, ld, 0, dq, ld)
-			gemm(true, false, n, d, n, scale, ds, n, q, ld, 0, dk, ld)
 		}
 	}
 }

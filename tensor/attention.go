@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/godist/godist/internal/blas"
-	"github.com/godist/godist/internal/simd"
 )
 
 // Multi-head scaled dot-product self-attention on packed projections.
@@ -153,10 +152,7 @@ func softmaxRow[T float](row []T) {
 		for j := range r32 {
 			r32[j] -= m32
 		}
-		k := simd.ExpF32(r32, r32)
-		for j, s := range r32[k:] {
-			r32[k+j] = exp32(s)
-		}
+		expInto(r32, r32)
 		for _, e := range r32 {
 			sum += float64(e)
 		}

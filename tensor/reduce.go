@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/godist/godist/internal/simd"
 )
 
 // split3 views a contiguous tensor as [outer, n, inner] around dim.
@@ -206,6 +208,10 @@ func (t *Tensor) softmax(name string, a *Tensor, dim int, log bool) *Tensor {
 }
 
 func softmaxDim[T float](d, s []T, outer, n, inner int, log bool) {
+	if d32, ok := any(d).([]float32); ok && inner == 1 {
+		softmaxRows32(d32, any(s).([]float32), outer, n, log)
+		return
+	}
 	for o := range outer {
 		for i := range inner {
 			base := o*n*inner + i
@@ -285,5 +291,54 @@ func softmaxBackDim[T float](d, g, y []T, outer, n, inner int, log bool) {
 				}
 			}
 		}
+	}
+}
+
+// softmaxRows32 is softmaxDim over the last dimension of float32 rows:
+// exponentials in the vector kernel (simd.ExpF32, within 1 ulp), sums in
+// float64.
+func softmaxRows32(d, s []float32, rows, n int, log bool) {
+	for r := range rows {
+		src, dst := s[r*n:(r+1)*n], d[r*n:(r+1)*n]
+		m := src[0]
+		for _, v := range src[1:] {
+			m = max(m, v)
+		}
+		for j, v := range src {
+			dst[j] = v - m
+		}
+		var sum float64
+		if log {
+			// dst keeps s - m; the exponentials go through a scratch row.
+			var buf [256]float32
+			for lo := 0; lo < n; lo += len(buf) {
+				e := buf[:min(len(buf), n-lo)]
+				expInto(e, dst[lo:lo+len(e)])
+				for _, v := range e {
+					sum += float64(v)
+				}
+			}
+			l := float32(math.Log(sum))
+			for j := range dst {
+				dst[j] -= l
+			}
+			continue
+		}
+		expInto(dst, dst)
+		for _, v := range dst {
+			sum += float64(v)
+		}
+		inv := float32(1 / sum)
+		for j := range dst {
+			dst[j] *= inv
+		}
+	}
+}
+
+// expInto sets dst = e^x elementwise (dst may be x).
+func expInto(dst, x []float32) {
+	k := simd.ExpF32(dst, x)
+	for i, v := range x[k:len(dst)] {
+		dst[k+i] = exp32(v)
 	}
 }

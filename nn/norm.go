@@ -254,7 +254,7 @@ func (f *layerNormFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
 	y := tensor.New(x.DType(), x.Shape()...)
 	switch x.DType() {
 	case tensor.Float32:
-		layerNorm(y.Float32s(), f.xhat.Float32s(), x.Float32s(), w.Float32s(), b.Float32s(), f.invstd, rows, f.d, f.eps)
+		layerNorm32(y.Float32s(), f.xhat.Float32s(), x.Float32s(), w.Float32s(), b.Float32s(), f.invstd, rows, f.d, f.eps)
 	case tensor.Float64:
 		layerNorm(y.Float64s(), f.xhat.Float64s(), x.Float64s(), w.Float64s(), b.Float64s(), f.invstd, rows, f.d, f.eps)
 	default:
@@ -270,7 +270,7 @@ func (f *layerNormFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
 	dw, db := tensor.New(g.DType(), f.w.Shape()...), tensor.New(g.DType(), f.w.Shape()...)
 	switch g.DType() {
 	case tensor.Float32:
-		layerNormBack(dx.Float32s(), dw.Float32s(), db.Float32s(), g.Float32s(), f.xhat.Float32s(), f.w.Float32s(), f.invstd, rows, f.d)
+		layerNormBack32(dx.Float32s(), dw.Float32s(), db.Float32s(), g.Float32s(), f.xhat.Float32s(), f.w.Float32s(), f.invstd, rows, f.d)
 	case tensor.Float64:
 		layerNormBack(dx.Float64s(), dw.Float64s(), db.Float64s(), g.Float64s(), f.xhat.Float64s(), f.w.Float64s(), f.invstd, rows, f.d)
 	}
@@ -319,5 +319,69 @@ func layerNormBack[T float](dx, dw, db, g, xhat, w []T, invstd []float64, rows, 
 	}
 	for k := range d {
 		dw[k], db[k] = T(acc[k]), T(acc[d+k])
+	}
+}
+
+// layerNorm32 is layerNorm for float32 rows, in float32 arithmetic with
+// four partial sums (what the compiler can overlap); the statistics are
+// the same two passes.
+func layerNorm32(y, xhat, x, w, b []float32, invstd []float64, rows, d int, eps float64) {
+	for r := range rows {
+		row := x[r*d : (r+1)*d]
+		mu := sum4(row) / float32(d)
+		var s0, s1, s2, s3 float32
+		k := 0
+		for ; k+4 <= d; k += 4 {
+			a, b, c, e := row[k]-mu, row[k+1]-mu, row[k+2]-mu, row[k+3]-mu
+			s0, s1, s2, s3 = s0+a*a, s1+b*b, s2+c*c, s3+e*e
+		}
+		for ; k < d; k++ {
+			a := row[k] - mu
+			s0 += a * a
+		}
+		is := float32(1 / math.Sqrt(float64((s0+s1)+(s2+s3))/float64(d)+eps))
+		invstd[r] = float64(is)
+		h, out := xhat[r*d:(r+1)*d], y[r*d:(r+1)*d]
+		for k, v := range row {
+			hk := (v - mu) * is
+			h[k] = hk
+			out[k] = hk*w[k] + b[k]
+		}
+	}
+}
+
+// sum4 sums v with four partial sums.
+func sum4(v []float32) float32 {
+	var s0, s1, s2, s3 float32
+	k := 0
+	for ; k+4 <= len(v); k += 4 {
+		s0, s1, s2, s3 = s0+v[k], s1+v[k+1], s2+v[k+2], s3+v[k+3]
+	}
+	for ; k < len(v); k++ {
+		s0 += v[k]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// layerNormBack32 is layerNormBack for float32 rows in float32 arithmetic.
+func layerNormBack32(dx, dw, db, g, xhat, w []float32, invstd []float64, rows, d int) {
+	clear(dw[:d])
+	clear(db[:d])
+	fd := float32(d)
+	for r := range rows {
+		gr, hr, dr := g[r*d:(r+1)*d], xhat[r*d:(r+1)*d], dx[r*d:(r+1)*d]
+		var s1, s2 float32
+		for k, gk := range gr {
+			hk := hr[k]
+			dh := gk * w[k]
+			s1 += dh
+			s2 += dh * hk
+			dw[k] += gk * hk
+			db[k] += gk
+		}
+		is := float32(invstd[r])
+		for k, gk := range gr {
+			dr[k] = is / fd * (fd*gk*w[k] - s1 - hr[k]*s2)
+		}
 	}
 }

@@ -285,9 +285,19 @@ func MatMul(a, b *Var) *Var {
 // Linear returns x·wᵀ + b for x (..., in), w (out, in) and b (out) or nil,
 // as torch.nn.functional.linear.
 func Linear(x, w, b *Var) *Var {
-	out := nt().MatMul(x.value, w.value.T())
-	if b != nil {
-		out.Add(out, b.value)
+	var out *tensor.Tensor
+	if b != nil && b.value.Dim() == 1 && x.value.Dim() >= 2 {
+		// The bias first, in every row, then the product added to it:
+		// one pass over the output fewer than adding the bias after.
+		shape := append(x.value.Shape()[:x.value.Dim()-1:x.value.Dim()-1], w.value.Size(0))
+		out = tensor.New(x.value.DType(), shape...)
+		out.Copy(b.value.Expand(shape...))
+		out.AddMatMul(x.value, w.value.T())
+	} else {
+		out = nt().MatMul(x.value, w.value.T())
+		if b != nil {
+			out.Add(out, b.value)
+		}
 	}
 	return record("Linear", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		var gx, gw, gb *tensor.Tensor

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist
+.PHONY: demo demo-single demo-gpt test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -16,6 +16,14 @@ demo: bin/godist bin/ddp-fashion-mnist
 # The single-process trainer.
 demo-single:
 	$(GO) run ./examples/train-fashion-mnist --model mlp --epochs 1
+
+# The tiny GPT on Go's own source tree, two ranks with DDP (about 10
+# minutes here; --steps 200 for a first look).
+demo-gpt: bin/godist bin/tinygpt
+	bin/godist run --standalone --nproc-per-node 2 bin/tinygpt
+
+bin/tinygpt:
+	$(GO) build -o $@ ./examples/tinygpt
 
 bin/godist:
 	$(GO) build -o $@ ./cmd/godist

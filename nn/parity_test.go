@@ -2,15 +2,14 @@ package nn_test
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
 	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/internal/paritytest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"
@@ -22,60 +21,17 @@ import (
 // most 1e-5 (float32 throughout).
 const parityTol = 1e-5
 
-var (
-	refOnce sync.Once
-	ref     map[string]*tensor.Tensor
-	refErr  error
-)
+var parityRef = &paritytest.Ref{Path: filepath.Join("..", "testdata", "parity", "parity.safetensors")}
 
-func reference(t *testing.T) map[string]*tensor.Tensor {
-	t.Helper()
-	refOnce.Do(func() {
-		ref, _, refErr = checkpoint.LoadFile(filepath.Join("..", "testdata", "parity", "parity.safetensors"))
-	})
-	if refErr != nil {
-		t.Fatal(refErr)
-	}
-	return ref
-}
+func reference(t *testing.T) map[string]*tensor.Tensor { t.Helper(); return parityRef.All(t) }
 
-func get(t *testing.T, name string) *tensor.Tensor {
-	t.Helper()
-	v, ok := reference(t)[name]
-	if !ok {
-		t.Fatalf("reference has no %q", name)
-	}
-	return v
-}
+func get(t *testing.T, name string) *tensor.Tensor { t.Helper(); return parityRef.Get(t, name) }
 
-// relErr returns max|got-want| / max|want|.
-func relErr(got, want *tensor.Tensor) float64 {
-	g, w := got.Values(), want.Values()
-	var diff, scale float64
-	for i := range w {
-		diff = math.Max(diff, math.Abs(g[i]-w[i]))
-		scale = math.Max(scale, math.Abs(w[i]))
-	}
-	if scale == 0 {
-		return diff
-	}
-	return diff / scale
-}
+func relErr(got, want *tensor.Tensor) float64 { return paritytest.RelErr(got, want) }
 
 func expect(t *testing.T, what string, got *tensor.Tensor, wantName string) {
 	t.Helper()
-	want := get(t, wantName)
-	if got == nil {
-		t.Fatalf("%s: no value (want %s)", what, wantName)
-	}
-	if !tensor.SameShape(got, want) {
-		t.Fatalf("%s: shape %v, PyTorch %v", what, got.Shape(), want.Shape())
-	}
-	e := relErr(got, want)
-	t.Logf("%s: relative error %.2g", what, e)
-	if e > parityTol || math.IsNaN(e) {
-		t.Fatalf("%s: relative error %.3g against PyTorch exceeds %g", what, e, parityTol)
-	}
+	parityRef.Expect(t, what, got, wantName, parityTol)
 }
 
 func param(t *testing.T, name string) *autograd.Var { return autograd.Param(get(t, name).Clone()) }

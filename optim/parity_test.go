@@ -5,11 +5,10 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/godist/godist/autograd"
-	"github.com/godist/godist/checkpoint"
+	"github.com/godist/godist/internal/paritytest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"
@@ -21,51 +20,13 @@ import (
 // most 1e-6 (float32 parameters and gradients).
 const parityTol = 1e-6
 
-var (
-	refOnce sync.Once
-	ref     map[string]*tensor.Tensor
-	refErr  error
-)
+var ref = &paritytest.Ref{Path: filepath.Join("..", "testdata", "parity", "optim_parity.safetensors")}
 
-func get(t *testing.T, name string) *tensor.Tensor {
-	t.Helper()
-	refOnce.Do(func() {
-		ref, _, refErr = checkpoint.LoadFile(filepath.Join("..", "testdata", "parity", "optim_parity.safetensors"))
-	})
-	if refErr != nil {
-		t.Fatalf("%v (regenerate it with /usr/bin/python3 testdata/parity/make_optim_parity.py)", refErr)
-	}
-	v, ok := ref[name]
-	if !ok {
-		t.Fatalf("reference has no %q", name)
-	}
-	return v
-}
-
-// relErr returns max|got-want| / max|want|.
-func relErr(got, want []float64) float64 {
-	var diff, scale float64
-	for i := range want {
-		diff = math.Max(diff, math.Abs(got[i]-want[i]))
-		scale = math.Max(scale, math.Abs(want[i]))
-	}
-	if scale == 0 {
-		return diff
-	}
-	return diff / scale
-}
+func get(t *testing.T, name string) *tensor.Tensor { t.Helper(); return ref.Get(t, name) }
 
 func expect(t *testing.T, what string, got []float64, wantName string) {
 	t.Helper()
-	want := get(t, wantName).Values()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, PyTorch %d", what, len(got), len(want))
-	}
-	e := relErr(got, want)
-	t.Logf("%s: relative error %.2g", what, e)
-	if e > parityTol || math.IsNaN(e) {
-		t.Fatalf("%s: relative error %.3g against PyTorch exceeds %g\n got %v\nwant %v", what, e, parityTol, got, want)
-	}
+	ref.ExpectValues(t, what, got, wantName, parityTol)
 }
 
 // tiny is make_optim_parity.py's Tiny: an embedding, a linear layer, a

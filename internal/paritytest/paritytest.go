@@ -59,14 +59,31 @@ func (r *Ref) Expect(t testing.TB, what string, got *tensor.Tensor, name string,
 	}
 }
 
+// ExpectValues is Expect for values in the reference tensor's row-major
+// order.
+func (r *Ref) ExpectValues(t testing.TB, what string, got []float64, name string, tol float64) {
+	t.Helper()
+	want := r.Get(t, name).Values()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, PyTorch %d", what, len(got), len(want))
+	}
+	e := RelErrValues(got, want)
+	t.Logf("%s: relative error %.2g", what, e)
+	if !(e <= tol) {
+		t.Fatalf("%s: relative error %.3g against PyTorch exceeds %g\n got %v\nwant %v", what, e, tol, got, want)
+	}
+}
+
 // RelErr returns max|got-want| / max|want| (max|got-want| when want is
-// all zero).
-func RelErr(got, want *tensor.Tensor) float64 {
-	g, w := got.Values(), want.Values()
+// all zero) over two tensors of the same shape.
+func RelErr(got, want *tensor.Tensor) float64 { return RelErrValues(got.Values(), want.Values()) }
+
+// RelErrValues is RelErr over values.
+func RelErrValues(got, want []float64) float64 {
 	var diff, scale float64
-	for i := range w {
-		diff = math.Max(diff, math.Abs(g[i]-w[i]))
-		scale = math.Max(scale, math.Abs(w[i]))
+	for i := range want {
+		diff = math.Max(diff, math.Abs(got[i]-want[i]))
+		scale = math.Max(scale, math.Abs(want[i]))
 	}
 	if scale == 0 {
 		return diff

@@ -21,13 +21,13 @@ Cases:
 Tensors are float32 except the rates and norms (float64, as Python keeps
 them).
 """
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn as nn
+
+from safetensors_io import save
 
 torch.manual_seed(4321)
 torch.set_num_threads(1)
@@ -144,25 +144,6 @@ for step in range(8):
         put(f"loop.step{step}.after.{k}", p)
 put("loop.norms", f64(norms))
 put("loop.lrs", f64(lrs))
-
-
-def save(path, tensors, metadata):
-    dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
-    header, blobs, off = {}, [], 0
-    for k in sorted(tensors):
-        t = tensors[k]
-        b = t.numpy().tobytes()
-        header[k] = {"dtype": dt[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = metadata
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 here = os.path.dirname(os.path.abspath(__file__))

@@ -145,10 +145,20 @@ func (d *Dropout) Forward(x *autograd.Var) *autograd.Var {
 	mask := tensor.New(x.DType(), x.Shape()...)
 	if d.P < 1 {
 		scale := 1 / (1 - d.P)
-		it := mask.Reshape(-1)
-		for i := range it.Numel() {
-			if d.rng.Float64() >= d.P {
-				it.Set(scale, i)
+		switch x.DType() {
+		case tensor.Float32:
+			m, s := mask.Float32s(), float32(scale)
+			for i := range m {
+				if d.rng.Float64() >= d.P {
+					m[i] = s
+				}
+			}
+		default:
+			it := mask.Reshape(-1)
+			for i := range it.Numel() {
+				if d.rng.Float64() >= d.P {
+					it.Set(scale, i)
+				}
 			}
 		}
 	}

@@ -225,6 +225,45 @@ func walk(m Module, prefix string, fn func(prefix string, b *Base)) {
 	}
 }
 
+// NamedModules returns m (named "") and every module below it with its
+// dotted name, depth first in registration order, as PyTorch's
+// named_modules. A module reachable by two paths is listed once, under the
+// first.
+func NamedModules(m Module) []Named[Module] {
+	var out []Named[Module]
+	seen := map[*Base]bool{}
+	var visit func(m Module, name string)
+	visit = func(m Module, name string) {
+		b := m.base()
+		if seen[b] {
+			return
+		}
+		seen[b] = true
+		out = append(out, Named[Module]{name, m})
+		for _, c := range b.children {
+			child := c.name
+			if name != "" {
+				child = name + "." + c.name
+			}
+			visit(c.v, child)
+		}
+	}
+	visit(m, "")
+	return out
+}
+
+// DirectParameters returns the parameters registered on m itself, not on
+// its submodules, with their local names.
+func DirectParameters(m Module) []Named[*autograd.Var] {
+	var out []Named[*autograd.Var]
+	for _, p := range m.base().params {
+		if p.v != nil {
+			out = append(out, Named[*autograd.Var]{p.name, p.v})
+		}
+	}
+	return out
+}
+
 // StateDict returns m's parameters and buffers by PyTorch name. The tensors
 // are the module's own (not copies): save them before changing the model.
 // Within each module, parameters come before buffers, as in PyTorch;

@@ -1,0 +1,502 @@
+// Package fsdp is fully sharded data parallelism, PyTorch's
+// FullyShardedDataParallel: each unit of a model keeps its parameters
+// flattened into one flat parameter, padded to a multiple of the group's
+// size, and each rank holds one shard of it. Before a unit's forward pass
+// the shards are all-gathered into the full parameters; after it they are
+// freed again (FullShard) or kept until backward (ShardGradOp); in backward
+// they are gathered again where freed, and the unit's gradients are
+// reduce-scattered into the shards' gradients the moment the unit's last
+// gradient is ready, while the rest of backward runs.
+//
+//	model, err := fsdp.New(ctx, net, group, fsdp.Options{
+//		Wrap: func(name string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok },
+//	})
+//	opt := optim.NewAdamW(model.Parameters(), optim.AdamOptions{LR: 1e-3}) // the shards
+//	loss := lossOf(nn.Call(model, x))
+//	err = model.Backward(ctx, loss) // gradients reduce-scattered into the shards
+//	opt.Step()
+//
+// The optimizer steps the shards (Parameters), never the module's own
+// parameters, whose values between steps are placeholders of the right
+// shape and no memory: read them inside SummonFullParams.
+//
+// A unit is a module that the Wrap policy selects (or that holds at least
+// MinParams parameters not already in a smaller unit) and that its parent
+// calls through nn.Call, whose hooks gather and free it; the root unit
+// holds every other parameter, gathered for the whole forward and backward
+// pass. Every parameter must get a gradient in every backward pass.
+package fsdp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/nn"
+	"github.com/godist/godist/tensor"
+)
+
+// Strategy says what is sharded, as PyTorch's ShardingStrategy.
+type Strategy int
+
+const (
+	// FullShard shards parameters, gradients and optimizer state; a
+	// unit's full parameters exist only during its forward and backward.
+	FullShard Strategy = iota
+	// ShardGradOp shards gradients and optimizer state; a unit's full
+	// parameters stay from its forward until its backward is done.
+	ShardGradOp
+	// NoShard keeps every parameter whole on every rank and all-reduces
+	// the gradients, as DDP.
+	NoShard
+)
+
+func (s Strategy) String() string {
+	switch s {
+	case FullShard:
+		return "FullShard"
+	case ShardGradOp:
+		return "ShardGradOp"
+	case NoShard:
+		return "NoShard"
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
+
+// Options configure FSDP.
+type Options struct {
+	Strategy Strategy
+	// Wrap, if set, makes a unit of every module for which it returns
+	// true (PyTorch's ModuleWrapPolicy, e.g. every transformer block).
+	Wrap func(name string, m nn.Module) bool
+	// MinParams, if positive, also makes a unit of every module holding
+	// at least this many parameters that no smaller unit holds
+	// (PyTorch's size_based_auto_wrap_policy).
+	MinParams int
+	// NoSyncModuleStates keeps each rank's initial parameters instead of
+	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
+	// default).
+	NoSyncModuleStates bool
+}
+
+// FSDP wraps a module for fully sharded data-parallel training.
+type FSDP struct {
+	nn.Base
+	Module nn.Layer
+	group  *dist.Group
+	opt    Options
+	units  []*unit // wrapped units, then the root (last)
+	root   *unit
+
+	mu struct {
+		sync.Mutex
+		pending []pendingReduce
+		err     error
+	}
+}
+
+// pendingReduce is a unit's gradient reduction in flight.
+type pendingReduce struct {
+	u    *unit
+	grad *tensor.Tensor // the shard's gradient once work is done
+	work *dist.Work
+}
+
+// unit is one flat parameter: the module parameters it holds, where each
+// lies in the flat vector, this rank's shard, and the gathered whole.
+type unit struct {
+	name    string
+	layer   nn.Layer // nil for the root
+	params  []*autograd.Var
+	names   []string
+	offsets []int
+	numel   int // real elements; the flat vector is padded to padded
+	padded  int
+	shard   *autograd.Var  // this rank's piece (the whole, with NoShard)
+	full    *tensor.Tensor // the gathered flat parameters, nil when freed
+	ready   int            // parameters whose gradient is ready this pass
+	called  bool           // gathered in this forward pass
+}
+
+// New wraps module for training over group. Every member must call it
+// with the same architecture and options.
+func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (*FSDP, error) {
+	f := &FSDP{Module: module, group: group, opt: opt}
+	f.RegisterModule("module", module)
+	if err := f.planUnits(); err != nil {
+		return nil, err
+	}
+	if !opt.NoSyncModuleStates {
+		for _, p := range nn.NamedParameters(module) {
+			if err := group.Broadcast(ctx, p.Value.Value(), 0); err != nil {
+				return nil, fmt.Errorf("fsdp: broadcast parameter %s: %w", p.Name, err)
+			}
+		}
+		for _, b := range nn.NamedBuffers(module) {
+			if err := group.Broadcast(ctx, b.Value, 0); err != nil {
+				return nil, fmt.Errorf("fsdp: broadcast buffer %s: %w", b.Name, err)
+			}
+		}
+	}
+	for _, u := range f.units {
+		f.shardUnit(u)
+	}
+	return f, nil
+}
+
+// planUnits chooses the units, deepest first, and the root.
+func (f *FSDP) planUnits() error {
+	mods := nn.NamedModules(f.Module)
+	owner := map[*autograd.Var]*unit{}
+	// Deepest first: NamedModules is depth first, so children come after
+	// their parents; walk it backwards.
+	for i := len(mods) - 1; i >= 1; i-- {
+		m := mods[i]
+		var free []nn.Named[*autograd.Var]
+		for _, p := range nn.NamedParameters(m.Value) {
+			if owner[p.Value] == nil && p.Value.RequiresGrad() {
+				free = append(free, p)
+			}
+		}
+		count := 0
+		for _, p := range free {
+			count += p.Value.Value().Numel()
+		}
+		wrap := f.opt.Wrap != nil && f.opt.Wrap(m.Name, m.Value)
+		if !wrap && (f.opt.MinParams <= 0 || count < f.opt.MinParams) {
+			continue
+		}
+		l, ok := m.Value.(nn.Layer)
+		if !ok {
+			if !wrap {
+				continue // a container: the size policy looks further up
+			}
+			return fmt.Errorf("fsdp: Wrap chose module %s (%T), which is no nn.Layer: no forward hooks could gather it", m.Name, m.Value)
+		}
+		if len(free) == 0 {
+			continue
+		}
+		u := &unit{name: m.Name, layer: l}
+		for _, p := range free {
+			u.add(m.Name+"."+p.Name, p.Value)
+			owner[p.Value] = u
+		}
+		f.units = append([]*unit{u}, f.units...) // registration order
+	}
+	root := &unit{name: "(root)"}
+	for _, p := range nn.NamedParameters(f.Module) {
+		if owner[p.Value] == nil && p.Value.RequiresGrad() {
+			root.add(p.Name, p.Value)
+		}
+	}
+	f.units = append(f.units, root)
+	f.root = root
+	for _, u := range f.units {
+		for _, p := range u.params {
+			if p.DType() != tensor.Float32 {
+				return fmt.Errorf("fsdp: parameter %s is %v; FSDP shards float32 parameters", u.names[0], p.DType())
+			}
+		}
+	}
+	return nil
+}
+
+func (u *unit) add(name string, p *autograd.Var) {
+	u.names = append(u.names, name)
+	u.params = append(u.params, p)
+	u.offsets = append(u.offsets, u.numel)
+	u.numel += p.Value().Numel()
+}
+
+// shardUnit flattens u's parameters, keeps this rank's shard and hooks the
+// unit's forward and its parameters' gradients.
+func (f *FSDP) shardUnit(u *unit) {
+	world, rank := f.group.Size(), f.group.Rank()
+	u.padded = (u.numel + world - 1) / world * world
+	flat := tensor.New(tensor.Float32, u.padded)
+	for i, p := range u.params {
+		flat.Narrow(0, u.offsets[i], p.Value().Numel()).Copy(p.Value().Reshape(-1))
+	}
+	if f.opt.Strategy == NoShard {
+		u.shard = autograd.Param(flat)
+		u.full = flat
+		u.viewParams()
+	} else {
+		n := u.padded / world
+		u.shard = autograd.Param(flat.Narrow(0, rank*n, n).Clone())
+		u.free()
+	}
+	for i, p := range u.params {
+		p.RegisterGradReadyHook(func(*autograd.Var) { f.onGradReady(u, i) })
+	}
+	if h, ok := u.layer.(hookable); ok {
+		h.RegisterForwardPreHook(func(nn.Module, *autograd.Var) *autograd.Var {
+			f.gather(u)
+			return nil
+		})
+		h.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
+			if f.opt.Strategy == FullShard {
+				u.free()
+			}
+			if y.RequiresGrad() && f.opt.Strategy == FullShard {
+				// Gather again when backward reaches the unit's output.
+				y.RegisterHook(func(*tensor.Tensor) *tensor.Tensor {
+					f.gather(u)
+					return nil
+				})
+			}
+			return nil
+		})
+	}
+}
+
+// hookable is a module with forward hooks (every module embedding
+// nn.Base).
+type hookable interface {
+	RegisterForwardPreHook(nn.PreHook) (remove func())
+	RegisterForwardHook(nn.PostHook) (remove func())
+}
+
+// viewParams points every parameter of u at its piece of u.full.
+func (u *unit) viewParams() {
+	for i, p := range u.params {
+		shape := p.Shape()
+		p.SetValue(u.full.Narrow(0, u.offsets[i], numel(shape)).Reshape(shape...))
+	}
+}
+
+// free drops the gathered parameters: each parameter's value becomes a
+// placeholder of its shape that holds no memory.
+func (u *unit) free() {
+	u.full = nil
+	zero := tensor.New(tensor.Float32, 1)
+	for _, p := range u.params {
+		p.SetValue(zero.Reshape().Expand(p.Shape()...))
+	}
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// gather all-gathers u's shards into its full parameters, unless they are
+// already there. A failure is kept for Backward; the parameters then hold
+// zeros, so that the pass runs to its end.
+func (f *FSDP) gather(u *unit) {
+	u.called = true
+	if u.full != nil {
+		return
+	}
+	full := tensor.New(tensor.Float32, u.padded)
+	if err := f.group.AllGatherIntoTensor(context.Background(), full, u.shard.Value()); err != nil {
+		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
+	}
+	u.full = full
+	u.viewParams()
+}
+
+func (f *FSDP) setErr(err error) {
+	f.mu.Lock()
+	if f.mu.err == nil {
+		f.mu.err = err
+	}
+	f.mu.Unlock()
+}
+
+// Forward gathers the root's parameters and runs the module.
+func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
+	for _, u := range f.units {
+		u.called, u.ready = false, 0
+	}
+	f.gather(f.root)
+	f.root.called = true
+	y := nn.Call(f.Module, x)
+	for _, u := range f.units {
+		if !u.called {
+			f.setErr(fmt.Errorf("fsdp: unit %s was never called through nn.Call in the forward pass, so it was never gathered; choose units its parent calls through nn.Call", u.name))
+		}
+	}
+	return y
+}
+
+// onGradReady runs in autograd's grad-ready hook of u's parameter i; when
+// the unit's last one is ready it starts the reduction of its gradients.
+func (f *FSDP) onGradReady(u *unit, i int) {
+	u.ready++
+	if u.ready < len(u.params) {
+		return
+	}
+	flat := tensor.New(tensor.Float32, u.padded)
+	for k, p := range u.params {
+		if g := p.Grad(); g != nil {
+			flat.Narrow(0, u.offsets[k], g.Numel()).Copy(g.Reshape(-1))
+		}
+		p.ZeroGrad(true)
+	}
+	var pr pendingReduce
+	if f.opt.Strategy == NoShard {
+		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg)}
+	} else {
+		grad := tensor.New(tensor.Float32, u.padded/f.group.Size())
+		pr = pendingReduce{u: u, grad: grad, work: f.group.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
+		u.free()
+	}
+	f.mu.Lock()
+	f.mu.pending = append(f.mu.pending, pr)
+	f.mu.Unlock()
+}
+
+// Backward runs loss.Backward, then waits for every unit's gradient
+// reduction and leaves the average gradient of each shard in its Grad
+// (added to what is there, so gradients accumulate across passes as
+// PyTorch's). A dead peer, a timeout or a desync comes back as the
+// group's typed error.
+func (f *FSDP) Backward(ctx context.Context, loss *autograd.Var) error {
+	if err := f.takeErr(); err != nil {
+		return err
+	}
+	if err := loss.Backward(nil); err != nil {
+		f.setErr(err)
+		return fmt.Errorf("fsdp: backward: %w", err)
+	}
+	return f.Wait(ctx)
+}
+
+func (f *FSDP) takeErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.err
+}
+
+// Wait waits for the gradient reductions of the last backward pass (call
+// it after loss.Backward when not using Backward).
+func (f *FSDP) Wait(ctx context.Context) error {
+	f.mu.Lock()
+	pending := f.mu.pending
+	f.mu.pending = nil
+	err := f.mu.err
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var unready []string
+	for _, u := range f.units {
+		if u.ready != len(u.params) {
+			unready = append(unready, u.name)
+		}
+	}
+	for _, pr := range pending {
+		if err := pr.work.Wait(ctx); err != nil {
+			f.setErr(err)
+			return fmt.Errorf("fsdp: reduce the gradients of unit %s: %w", pr.u.name, err)
+		}
+		if g := pr.u.shard.Grad(); g != nil {
+			g.Add(g, pr.grad)
+		} else {
+			pr.u.shard.SetGrad(pr.grad)
+		}
+	}
+	if len(unready) > 0 {
+		err := fmt.Errorf("fsdp: rank %d: units %s did not get a gradient for every parameter in the last backward pass; FSDP needs every parameter to get one", f.group.Rank(), strings.Join(unready, ", "))
+		f.setErr(err)
+		return err
+	}
+	for _, u := range f.units {
+		u.ready = 0
+	}
+	return nil
+}
+
+// Parameters returns what the optimizer steps: each unit's shard of its
+// flat parameter (the whole flat parameter with NoShard), wrapped units
+// first, the root last.
+func (f *FSDP) Parameters() []*autograd.Var {
+	out := make([]*autograd.Var, len(f.units))
+	for i, u := range f.units {
+		out[i] = u.shard
+	}
+	return out
+}
+
+// Units returns the name of each unit and the names of its parameters, in
+// the order of Parameters.
+func (f *FSDP) Units() [][]string {
+	out := make([][]string, len(f.units))
+	for i, u := range f.units {
+		out[i] = append([]string{u.name}, u.names...)
+	}
+	return out
+}
+
+// ClipGradNorm clips the shards' gradients to a global L2 norm of at most
+// maxNorm, the norm taken over every rank's shards (one all-reduce), as
+// torch's FSDP.clip_grad_norm_. It returns the norm before clipping.
+func (f *FSDP) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
+	sq := tensor.FromFloat64([]float64{nn.GradNormSquared(f.Parameters())})
+	if f.opt.Strategy != NoShard {
+		if err := f.group.AllReduce(ctx, sq, dist.Sum); err != nil {
+			return 0, fmt.Errorf("fsdp: gradient norm: %w", err)
+		}
+	}
+	total := math.Sqrt(sq.Float64s()[0])
+	nn.ClipGradsWithNorm(f.Parameters(), maxNorm, total)
+	return total, nil
+}
+
+// SummonFullParams gathers every unit's parameters, runs fn (the module's
+// parameters hold their full values: read or change them there; changes
+// are kept), then writes them back into the shards and frees them again.
+func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
+	if err := f.takeErr(); err != nil {
+		return err
+	}
+	for _, u := range f.units {
+		f.gather(u)
+	}
+	if err := f.takeErr(); err != nil {
+		return err
+	}
+	ferr := fn()
+	world, rank := f.group.Size(), f.group.Rank()
+	for _, u := range f.units {
+		// Parameters fn replaced or changed are copied back into the flat
+		// vector before this rank keeps its shard of it.
+		for i, p := range u.params {
+			dst := u.full.Narrow(0, u.offsets[i], p.Value().Numel())
+			if !tensor.SharesStorage(dst, p.Value()) {
+				dst.Copy(p.Value().Reshape(-1))
+			}
+		}
+		if f.opt.Strategy == NoShard {
+			u.shard.Value().Copy(u.full)
+			continue
+		}
+		n := u.padded / world
+		u.shard.Value().Copy(u.full.Narrow(0, rank*n, n))
+		u.free()
+	}
+	return ferr
+}
+
+// FullStateDict returns the module's state dict with every parameter
+// whole, under the module's own names (loadable by the plain module, and
+// by PyTorch), gathered on every rank.
+func (f *FSDP) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, error) {
+	var sd map[string]*tensor.Tensor
+	err := f.SummonFullParams(ctx, func() error {
+		sd = map[string]*tensor.Tensor{}
+		for k, v := range nn.StateDict(f.Module) {
+			sd[k] = v.Clone()
+		}
+		return nil
+	})
+	return sd, err
+}

@@ -1,0 +1,281 @@
+package fsdp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
+	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/nn"
+	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/ddp"
+	"github.com/godist/godist/parallel/fsdp"
+	"github.com/godist/godist/tensor"
+)
+
+var cfg = models.GPTConfig{Vocab: 256, Block: 8, Layers: 2, Heads: 2, Dim: 12}
+
+func gpt(seed uint64) *models.GPT {
+	m, err := models.NewGPT(tensor.NewRNG(seed), cfg)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func tokens(r, step int) (x, y *tensor.Tensor) {
+	rng := tensor.NewRNG(uint64(100*step + r))
+	x, y = tensor.New(tensor.Int64, 3, cfg.Block), tensor.New(tensor.Int64, 3, cfg.Block)
+	for i := range 3 * cfg.Block {
+		x.Reshape(-1).Set(float64(rng.IntN(256)), i)
+		y.Reshape(-1).Set(float64(rng.IntN(256)), i)
+	}
+	return x, y
+}
+
+func isBlock(_ string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok }
+
+// blockAndMLP nests units: each block's first MLP layer, and the block.
+func blockAndMLP(name string, m nn.Module) bool {
+	return isBlock(name, m) || strings.HasSuffix(name, ".linear1")
+}
+
+const steps = 6
+
+// clipAt clips the first steps only (the gradient norm starts near 2 and
+// falls), so that a wrongly scaled gradient still shows.
+const clipAt = 1.5
+
+// newOpt is SGD with momentum and weight decay: unlike Adam it does not
+// turn gradients that are zero but for rounding (the key bias's, which
+// softmax ignores) into full-size steps whose sign depends on the order
+// of the reduction.
+func newOpt(ps []*autograd.Var) optim.Optimizer {
+	return optim.NewSGD(ps, optim.SGDOptions{LR: 0.1, Momentum: 0.9, WeightDecay: 0.01})
+}
+
+// train runs steps of AdamW with clipping and returns each step's loss
+// and the final full parameters by name.
+type trainer func(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error)
+
+func withDDP(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error) {
+	net := gpt(uint64(g.Rank()))
+	m, err := ddp.New(ctx, net, g, ddp.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	opt := newOpt(nn.Parameters(net))
+	var losses []float64
+	for step := range steps {
+		x, y := tokens(g.Rank(), step)
+		opt.ZeroGrad(true)
+		loss := models.Loss(nn.Call(m, autograd.Const(x)), y)
+		if err := m.Backward(ctx, loss); err != nil {
+			return nil, nil, err
+		}
+		nn.ClipGradNorm(nn.Parameters(net), clipAt)
+		opt.Step()
+		losses = append(losses, loss.Value().Item())
+	}
+	sd := map[string]*tensor.Tensor{}
+	for k, v := range nn.StateDict(net) {
+		sd[k] = v.Clone()
+	}
+	return losses, sd, nil
+}
+
+func withFSDP(opt fsdp.Options) trainer {
+	return func(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error) {
+		net := gpt(uint64(g.Rank()))
+		m, err := fsdp.New(ctx, net, g, opt)
+		if err != nil {
+			return nil, nil, err
+		}
+		o := newOpt(m.Parameters())
+		var losses []float64
+		for step := range steps {
+			x, y := tokens(g.Rank(), step)
+			o.ZeroGrad(true)
+			loss := models.Loss(nn.Call(m, autograd.Const(x)), y)
+			if err := m.Backward(ctx, loss); err != nil {
+				return nil, nil, err
+			}
+			if _, err := m.ClipGradNorm(ctx, clipAt); err != nil {
+				return nil, nil, err
+			}
+			o.Step()
+			losses = append(losses, loss.Value().Item())
+		}
+		sd, err := m.FullStateDict(ctx)
+		return losses, sd, err
+	}
+}
+
+// run trains on world ranks and returns rank 0's losses and parameters.
+func run(t *testing.T, world int, tr trainer) ([]float64, map[string]*tensor.Tensor) {
+	t.Helper()
+	var mu sync.Mutex
+	var losses []float64
+	var sd map[string]*tensor.Tensor
+	disttest.SpawnWith(t, world, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+		l, s, err := tr(context.Background(), g)
+		if err != nil {
+			return err
+		}
+		if g.Rank() == 0 {
+			mu.Lock()
+			losses, sd = l, s
+			mu.Unlock()
+		}
+		return nil
+	})
+	return losses, sd
+}
+
+// TestEquivalentToDDP: every strategy and wrapping trains the tied GPT to
+// the losses and weights DDP reaches on the same data (SGD with momentum
+// and weight decay, clipping by the global norm), worlds 2 and 3 (3 pads
+// every flat parameter).
+func TestEquivalentToDDP(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		wantLoss, wantSD := run(t, world, withDDP)
+		if wantLoss == nil {
+			t.FailNow()
+		}
+		for _, opt := range []fsdp.Options{
+			{Strategy: fsdp.FullShard, Wrap: isBlock},
+			{Strategy: fsdp.ShardGradOp, Wrap: isBlock},
+			{Strategy: fsdp.NoShard, Wrap: isBlock},
+			{Strategy: fsdp.FullShard, Wrap: blockAndMLP},
+			{Strategy: fsdp.FullShard},
+		} {
+			t.Run(fmt.Sprintf("world%d/%v/units=%d", world, opt.Strategy, unitsOf(opt)), func(t *testing.T) {
+				losses, sd := run(t, world, withFSDP(opt))
+				if losses == nil {
+					t.FailNow()
+				}
+				for i := range wantLoss {
+					if d := math.Abs(losses[i] - wantLoss[i]); d > 1e-5*math.Abs(wantLoss[i]) {
+						t.Errorf("step %d: loss %.8f, DDP %.8f", i, losses[i], wantLoss[i])
+					}
+				}
+				if len(sd) != len(wantSD) {
+					t.Fatalf("full state dict of %d tensors, DDP's %d", len(sd), len(wantSD))
+				}
+				for k, w := range wantSD {
+					got, ok := sd[k]
+					if !ok || !tensor.SameShape(got, w) {
+						t.Fatalf("%s: missing or misshapen in the full state dict", k)
+					}
+					if !tensor.AllClose(got, w, 1e-4, 1e-6) {
+						t.Errorf("%s: differs from DDP's after %d steps", k, steps)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestShards: each rank holds 1/world of every flat parameter (padded),
+// and between steps the module's own parameters hold no memory.
+func TestShards(t *testing.T) {
+	disttest.Spawn(t, 3, func(g *dist.Group) error {
+		net := gpt(0)
+		total := nn.NumParameters(net)
+		m, err := fsdp.New(context.Background(), net, g, fsdp.Options{Wrap: isBlock})
+		if err != nil {
+			return err
+		}
+		held := 0
+		for _, p := range m.Parameters() {
+			held += p.Value().Numel()
+		}
+		if held < total/3 || held > total/3+3*len(m.Parameters()) {
+			return fmt.Errorf("rank %d holds %d of %d parameters, want about a third", g.Rank(), held, total)
+		}
+		if len(m.Units()) != cfg.Layers+1 {
+			return fmt.Errorf("%d units, want a block each and the root: %v", len(m.Units()), m.Units())
+		}
+		for _, p := range nn.Parameters(net) {
+			if p.Value().IsWholeStorage() && p.Value().Numel() > 1 {
+				return errors.New("a module parameter keeps its own memory between steps")
+			}
+		}
+		return nil
+	})
+}
+
+// TestPeerDeath: a rank that dies in the middle of training makes every
+// other rank's Backward fail with an error naming it, no panic.
+func TestPeerDeath(t *testing.T) {
+	disttest.SpawnWith(t, 3, disttest.Options{Timeout: 20 * time.Second}, func(j *disttest.Job, g *dist.Group) error {
+		ctx := context.Background()
+		m, err := fsdp.New(ctx, gpt(0), g, fsdp.Options{Wrap: isBlock})
+		if err != nil {
+			return err
+		}
+		for step := range 3 {
+			if step == 1 && g.Rank() == 2 {
+				j.Kill(2)
+				return nil
+			}
+			x, y := tokens(g.Rank(), step)
+			start := time.Now()
+			err := m.Backward(ctx, models.Loss(nn.Call(m, autograd.Const(x)), y))
+			if step == 0 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			var re *dist.RankError
+			if !errors.As(err, &re) || re.Rank != 2 {
+				return fmt.Errorf("step %d: %v, want a *dist.RankError naming rank 2", step, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				return fmt.Errorf("the error took %v", d)
+			}
+			return nil
+		}
+		return errors.New("no step failed")
+	})
+}
+
+// TestUnitNotCalled: a unit whose module its parent does not call through
+// nn.Call (the GPT reads its token embedding's weight directly, for the
+// tied head too) is never gathered; Backward says so instead of training
+// on placeholders.
+func TestUnitNotCalled(t *testing.T) {
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		ctx := context.Background()
+		m, err := fsdp.New(ctx, gpt(0), g, fsdp.Options{MinParams: 3000})
+		if err != nil {
+			return err
+		}
+		x, y := tokens(g.Rank(), 0)
+		err = m.Backward(ctx, models.Loss(nn.Call(m, autograd.Const(x)), y))
+		if err == nil || !strings.Contains(err.Error(), "unit wte was never called through nn.Call") {
+			return fmt.Errorf("Backward: %v, want the error naming unit wte", err)
+		}
+		return nil
+	})
+}
+
+// unitsOf counts the units opt makes of the test GPT (for test names).
+func unitsOf(opt fsdp.Options) int {
+	n := 1
+	for _, m := range nn.NamedModules(gpt(0)) {
+		if opt.Wrap != nil && opt.Wrap(m.Name, m.Value) {
+			n++
+		}
+	}
+	return n
+}

@@ -53,6 +53,11 @@ const (
 	// NoShard keeps every parameter whole on every rank and all-reduces
 	// the gradients, as DDP.
 	NoShard
+	// HybridShard is FullShard within groups of Options.ShardSize ranks
+	// (a node's) and replication across them: parameters are gathered and
+	// gradients reduce-scattered within a group, then the gradient shards
+	// all-reduced across the groups.
+	HybridShard
 )
 
 func (s Strategy) String() string {
@@ -63,6 +68,8 @@ func (s Strategy) String() string {
 		return "ShardGradOp"
 	case NoShard:
 		return "NoShard"
+	case HybridShard:
+		return "HybridShard"
 	}
 	return fmt.Sprintf("Strategy(%d)", int(s))
 }
@@ -70,6 +77,9 @@ func (s Strategy) String() string {
 // Options configure FSDP.
 type Options struct {
 	Strategy Strategy
+	// ShardSize is, for HybridShard, the number of consecutive ranks that
+	// shard among themselves (ranks per node); it must divide the world.
+	ShardSize int
 	// Wrap, if set, makes a unit of every module for which it returns
 	// true (PyTorch's ModuleWrapPolicy, e.g. every transformer block).
 	Wrap func(name string, m nn.Module) bool
@@ -88,9 +98,12 @@ type FSDP struct {
 	nn.Base
 	Module nn.Layer
 	group  *dist.Group
-	opt    Options
-	units  []*unit // wrapped units, then the root (last)
-	root   *unit
+	shards *dist.Group // the ranks a flat parameter is sharded over
+	// replicas, for HybridShard, are the ranks holding the same shard.
+	replicas *dist.Group
+	opt      Options
+	units    []*unit // wrapped units, then the root (last)
+	root     *unit
 
 	mu struct {
 		sync.Mutex
@@ -125,8 +138,21 @@ type unit struct {
 // New wraps module for training over group. Every member must call it
 // with the same architecture and options.
 func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (*FSDP, error) {
-	f := &FSDP{Module: module, group: group, opt: opt}
+	f := &FSDP{Module: module, group: group, shards: group, opt: opt}
 	f.RegisterModule("module", module)
+	if opt.Strategy == HybridShard {
+		s, world := opt.ShardSize, group.Size()
+		if s < 1 || world%s != 0 {
+			return nil, fmt.Errorf("fsdp: HybridShard with ShardSize %d in a group of %d ranks: the shard size must divide the group", s, world)
+		}
+		var err error
+		if f.shards, err = group.Split(ctx, group.Rank()/s, group.Rank()); err != nil {
+			return nil, fmt.Errorf("fsdp: shard groups: %w", err)
+		}
+		if f.replicas, err = group.Split(ctx, group.Rank()%s, group.Rank()); err != nil {
+			return nil, fmt.Errorf("fsdp: replica groups: %w", err)
+		}
+	}
 	if err := f.planUnits(); err != nil {
 		return nil, err
 	}
@@ -215,7 +241,7 @@ func (u *unit) add(name string, p *autograd.Var) {
 // shardUnit flattens u's parameters, keeps this rank's shard and hooks the
 // unit's forward and its parameters' gradients.
 func (f *FSDP) shardUnit(u *unit) {
-	world, rank := f.group.Size(), f.group.Rank()
+	world, rank := f.shards.Size(), f.shards.Rank()
 	u.padded = (u.numel + world - 1) / world * world
 	flat := tensor.New(tensor.Float32, u.padded)
 	for i, p := range u.params {
@@ -239,10 +265,11 @@ func (f *FSDP) shardUnit(u *unit) {
 			return nil
 		})
 		h.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
-			if f.opt.Strategy == FullShard {
-				u.free()
+			if !f.reshardAfterForward() {
+				return nil
 			}
-			if y.RequiresGrad() && f.opt.Strategy == FullShard {
+			u.free()
+			if y.RequiresGrad() {
 				// Gather again when backward reaches the unit's output.
 				y.RegisterHook(func(*tensor.Tensor) *tensor.Tensor {
 					f.gather(u)
@@ -259,6 +286,12 @@ func (f *FSDP) shardUnit(u *unit) {
 type hookable interface {
 	RegisterForwardPreHook(nn.PreHook) (remove func())
 	RegisterForwardHook(nn.PostHook) (remove func())
+}
+
+// reshardAfterForward reports whether units free their parameters after
+// forward (and gather them again for backward).
+func (f *FSDP) reshardAfterForward() bool {
+	return f.opt.Strategy == FullShard || f.opt.Strategy == HybridShard
 }
 
 // viewParams points every parameter of u at its piece of u.full.
@@ -296,7 +329,7 @@ func (f *FSDP) gather(u *unit) {
 		return
 	}
 	full := tensor.New(tensor.Float32, u.padded)
-	if err := f.group.AllGatherIntoTensor(context.Background(), full, u.shard.Value()); err != nil {
+	if err := f.shards.AllGatherIntoTensor(context.Background(), full, u.shard.Value()); err != nil {
 		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
 	}
 	u.full = full
@@ -345,8 +378,8 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 	if f.opt.Strategy == NoShard {
 		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg)}
 	} else {
-		grad := tensor.New(tensor.Float32, u.padded/f.group.Size())
-		pr = pendingReduce{u: u, grad: grad, work: f.group.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
+		grad := tensor.New(tensor.Float32, u.padded/f.shards.Size())
+		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
 		u.free()
 	}
 	f.mu.Lock()
@@ -394,7 +427,13 @@ func (f *FSDP) Wait(ctx context.Context) error {
 		}
 	}
 	for _, pr := range pending {
-		if err := pr.work.Wait(ctx); err != nil {
+		err := pr.work.Wait(ctx)
+		if err == nil && f.replicas != nil {
+			// Every member waits in the same order, so these all-reduces
+			// are issued in the same order too.
+			err = f.replicas.AllReduce(ctx, pr.grad, dist.Avg)
+		}
+		if err != nil {
 			f.setErr(err)
 			return fmt.Errorf("fsdp: reduce the gradients of unit %s: %w", pr.u.name, err)
 		}
@@ -442,7 +481,8 @@ func (f *FSDP) Units() [][]string {
 func (f *FSDP) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
 	sq := tensor.FromFloat64([]float64{nn.GradNormSquared(f.Parameters())})
 	if f.opt.Strategy != NoShard {
-		if err := f.group.AllReduce(ctx, sq, dist.Sum); err != nil {
+		// The shard group's shards make up every parameter once.
+		if err := f.shards.AllReduce(ctx, sq, dist.Sum); err != nil {
 			return 0, fmt.Errorf("fsdp: gradient norm: %w", err)
 		}
 	}
@@ -465,7 +505,7 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 		return err
 	}
 	ferr := fn()
-	world, rank := f.group.Size(), f.group.Rank()
+	world, rank := f.shards.Size(), f.shards.Rank()
 	for _, u := range f.units {
 		// Parameters fn replaced or changed are copied back into the flat
 		// vector before this rank keeps its shard of it.

@@ -143,20 +143,25 @@ func run(t *testing.T, world int, tr trainer) ([]float64, map[string]*tensor.Ten
 // TestEquivalentToDDP: every strategy and wrapping trains the tied GPT to
 // the losses and weights DDP reaches on the same data (SGD with momentum
 // and weight decay, clipping by the global norm), worlds 2 and 3 (3 pads
-// every flat parameter).
+// every flat parameter), and 4 with HybridShard over two "nodes" of two.
 func TestEquivalentToDDP(t *testing.T) {
-	for _, world := range []int{2, 3} {
+	for _, world := range []int{2, 3, 4} {
 		wantLoss, wantSD := run(t, world, withDDP)
 		if wantLoss == nil {
 			t.FailNow()
 		}
-		for _, opt := range []fsdp.Options{
+		opts := []fsdp.Options{
 			{Strategy: fsdp.FullShard, Wrap: isBlock},
 			{Strategy: fsdp.ShardGradOp, Wrap: isBlock},
 			{Strategy: fsdp.NoShard, Wrap: isBlock},
 			{Strategy: fsdp.FullShard, Wrap: blockAndMLP},
 			{Strategy: fsdp.FullShard},
-		} {
+		}
+		if world == 4 {
+			// Two "nodes" of two ranks: sharded within, replicated across.
+			opts = []fsdp.Options{{Strategy: fsdp.FullShard, Wrap: isBlock}, {Strategy: fsdp.HybridShard, ShardSize: 2, Wrap: isBlock}}
+		}
+		for _, opt := range opts {
 			t.Run(fmt.Sprintf("world%d/%v/units=%d", world, opt.Strategy, unitsOf(opt)), func(t *testing.T) {
 				losses, sd := run(t, world, withFSDP(opt))
 				if losses == nil {

@@ -39,8 +39,8 @@ func TestPartition(t *testing.T) {
 }
 
 // shapes are the test's parameters: sizes unlike each other and not
-// divisible by the world sizes, a scalar-like one.
-var shapes = [][]int{{7, 5}, {5}, {3, 4}, {4}, {11}, {2, 2}, {1}, {6, 3}}
+// divisible by the world sizes, a one-element and an empty one.
+var shapes = [][]int{{7, 5}, {5}, {3, 4}, {4}, {11}, {2, 2}, {1}, {6, 3}, {0}}
 
 func newParams(seed uint64) []*autograd.Var {
 	rng := tensor.NewRNG(seed)

@@ -1,0 +1,39 @@
+// Package zero is ZeroRedundancyOptimizer (ZeRO stage 1): data-parallel
+// training in which each rank keeps optimizer state (momentum, Adam's
+// moments) for its share of the parameters only, so that state takes
+// about 1/world of the memory it takes under plain DDP.
+//
+//	model, _ := ddp.New(ctx, net, g, ddp.Options{})
+//	opt, err := zero.New(nn.Parameters(net), func(ps []*autograd.Var) optim.Optimizer {
+//		return optim.NewAdam(ps, optim.AdamOptions{LR: 1e-3})
+//	}, g, zero.Options{})
+//	if err != nil { ... }
+//	sched := optim.NewWarmupCosine(opt, 100, 5000, 0.1) // the same on every rank
+//	for batch := range loader.Batches() {
+//		opt.ZeroGrad(true)
+//		if err := model.Backward(ctx, loss(batch)); err != nil { ... }
+//		if err := opt.StepContext(ctx); err != nil { ... } // a *dist.RankError if a peer died
+//		sched.Step()
+//	}
+//	if err := opt.ConsolidateStateDict(ctx, 0); err != nil { ... }
+//	if g.Rank() == 0 {
+//		save(opt.StateDict()) // as an unsharded optimizer's over all parameters
+//	}
+//
+// New splits the parameters as PyTorch 1.13 does (Partition: largest
+// first, each to the rank with the fewest elements so far) and makes
+// this rank's optimizer over its share. StepContext steps that share and
+// broadcasts every parameter from the rank that owns it (or, with
+// Options.ParametersAsBucketView, one flat buffer from each rank), so
+// that every rank ends the step with the same parameters an unsharded
+// optimizer would have given. Gradients must already be the same on
+// every rank (DDP's all-reduce); ZeRO does not reduce them.
+//
+// ZeRO is an optim.Optimizer and has optim.Groups, so schedulers work on
+// it; its Step keeps an error for Err instead of returning it, so call
+// StepContext where you can. StateDict is the state consolidated to this
+// rank by ConsolidateStateDict (nil elsewhere), indexed by position in
+// the parameters given to New; LoadStateDict takes such a dict on every
+// rank and keeps each rank's share. newOpt makes one optimizer over a
+// plain list; optimizers over several parameter groups are not supported.
+package zero

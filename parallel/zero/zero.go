@@ -1,0 +1,365 @@
+package zero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/dist"
+	"github.com/godist/godist/optim"
+	"github.com/godist/godist/tensor"
+)
+
+// Options configure a ZeRO optimizer.
+type Options struct {
+	// ParametersAsBucketView sends the updated parameters of each rank as
+	// one flat buffer (one broadcast from each rank) instead of one
+	// broadcast a parameter. Every parameter must then have the same
+	// dtype. The parameters are copied into and out of the buffer; they
+	// are not views of it as in PyTorch, so the model's tensors stay its
+	// own.
+	ParametersAsBucketView bool
+}
+
+// ZeRO is a ZeroRedundancyOptimizer: every rank holds optimizer state
+// for its partition of the parameters only, steps that partition, and
+// broadcasts the result to the others.
+type ZeRO struct {
+	group  *dist.Group
+	opt    Options
+	params []*autograd.Var // all, in the caller's order: the global index
+	per    [][]int         // per[r]: global indices of rank r's partition, in local order
+	local  optim.Optimizer // over params of per[rank]
+	// buckets[r] is rank r's flat buffer (ParametersAsBucketView only);
+	// nil for a rank without parameters.
+	buckets []*tensor.Tensor
+	// full is the state dict consolidated to this rank, nil if none.
+	full map[string]*tensor.Tensor
+	err  error // the first error of Step
+}
+
+var (
+	_ optim.Optimizer = (*ZeRO)(nil)
+	_ optim.Groups    = (*ZeRO)(nil)
+)
+
+// New partitions params over the members of group (see Partition) and
+// makes this rank's optimizer with newOpt over its partition, in the
+// partition's order. Every member must call New with the same parameter
+// shapes in the same order and an equivalent newOpt; nothing is sent.
+// newOpt may be called with no parameters (more ranks than parameters)
+// and must then still return an optimizer.
+//
+// It returns an error if params is empty or holds nil, or if
+// ParametersAsBucketView is set and the parameters' dtypes differ.
+func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optimizer, group *dist.Group, opt Options) (*ZeRO, error) {
+	if len(params) == 0 {
+		return nil, errors.New("zero: New without parameters")
+	}
+	sizes := make([]int, len(params))
+	for i, p := range params {
+		if p == nil || p.Value() == nil {
+			return nil, fmt.Errorf("zero: parameter %d is nil", i)
+		}
+		sizes[i] = p.Value().Numel()
+		if opt.ParametersAsBucketView && p.DType() != params[0].DType() {
+			return nil, fmt.Errorf("zero: ParametersAsBucketView with parameters of dtypes %v (parameter 0) and %v (parameter %d); use one dtype or leave it off", params[0].DType(), p.DType(), i)
+		}
+	}
+	z := &ZeRO{group: group, opt: opt, params: slices.Clone(params), per: Partition(sizes, group.Size())}
+	mine := make([]*autograd.Var, len(z.per[group.Rank()]))
+	for j, i := range z.per[group.Rank()] {
+		mine[j] = params[i]
+	}
+	z.local = newOpt(mine)
+	if opt.ParametersAsBucketView {
+		z.buckets = make([]*tensor.Tensor, group.Size())
+		for r, idx := range z.per {
+			n := 0
+			for _, i := range idx {
+				n += sizes[i]
+			}
+			if n > 0 {
+				z.buckets[r] = tensor.New(params[0].DType(), n)
+			}
+		}
+	}
+	return z, nil
+}
+
+// Partition returns, for each rank, the global indices (positions in the
+// parameters given to New) of the parameters it updates, in the order of
+// its local optimizer. The caller may not modify it.
+func (z *ZeRO) Partition() [][]int { return z.per }
+
+// Local returns this rank's optimizer over its partition.
+func (z *ZeRO) Local() optim.Optimizer { return z.local }
+
+// Params returns every parameter, this rank's and the others'.
+func (z *ZeRO) Params() []*autograd.Var { return z.params }
+
+// StateBytes returns the bytes of optimizer state this rank holds (its
+// local optimizer's state tensors; hyper-parameters not counted).
+func (z *ZeRO) StateBytes() int {
+	n := 0
+	for k, t := range z.local.StateDict() {
+		if strings.HasPrefix(k, "state.") {
+			n += t.Numel() * t.DType().Size()
+		}
+	}
+	return n
+}
+
+// StepContext updates this rank's partition with the local optimizer and
+// then brings every rank's updated parameters to every other rank: by
+// default one broadcast a parameter from its owner, in rank order and
+// within a rank in partition order (as PyTorch); with
+// ParametersAsBucketView one broadcast of each rank's flat buffer. It is a
+// collective: every member calls it, in the same order as the group's
+// other calls. It blocks until all parameters have arrived.
+//
+// An error of the group (a *dist.RankError for a peer that died, a
+// *dist.TimeoutError, the context's error) is returned as is; the
+// parameters other ranks own may then be stale, and the group has failed.
+func (z *ZeRO) StepContext(ctx context.Context) error {
+	z.local.Step()
+	var works []*dist.Work
+	if z.opt.ParametersAsBucketView {
+		me := z.group.Rank()
+		if z.buckets[me] != nil {
+			z.copyBucket(me, true)
+		}
+		for r, b := range z.buckets {
+			if b != nil {
+				works = append(works, z.group.BroadcastAsync(b, r))
+			}
+		}
+	} else {
+		for r, idx := range z.per {
+			for _, i := range idx {
+				works = append(works, z.group.BroadcastAsync(z.params[i].Value(), r))
+			}
+		}
+	}
+	var first error
+	for _, w := range works {
+		if err := w.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if z.opt.ParametersAsBucketView {
+		for r, b := range z.buckets {
+			if b != nil && r != z.group.Rank() {
+				z.copyBucket(r, false)
+			}
+		}
+	}
+	return nil
+}
+
+// copyBucket copies rank r's parameters into its bucket (in) or out of it.
+func (z *ZeRO) copyBucket(r int, in bool) {
+	off := 0
+	for _, i := range z.per[r] {
+		v := z.params[i].Value()
+		n := v.Numel()
+		view := z.buckets[r].Narrow(0, off, n).Reshape(v.Shape()...)
+		if in {
+			view.Copy(v)
+		} else {
+			v.Copy(view)
+		}
+		off += n
+	}
+}
+
+// Step is StepContext without a deadline, for code that takes an
+// optim.Optimizer. An error is kept and returned by Err; once there is
+// one, Step does nothing. Prefer StepContext, which returns it.
+func (z *ZeRO) Step() {
+	if z.err != nil {
+		return
+	}
+	z.err = z.StepContext(context.Background())
+}
+
+// Err returns the first error of Step, or nil.
+func (z *ZeRO) Err() error { return z.err }
+
+// ZeroGrad clears the gradients of every parameter, this rank's and the
+// others' (as PyTorch's zero_grad over all param_groups).
+func (z *ZeRO) ZeroGrad(setToNone bool) {
+	for _, p := range z.params {
+		p.ZeroGrad(setToNone)
+	}
+}
+
+// LR returns the local optimizer's (first group's) learning rate; SetLR
+// sets it. Every rank must set the same rate, as a scheduler stepped on
+// every rank does.
+func (z *ZeRO) LR() float64      { return z.local.LR() }
+func (z *ZeRO) SetLR(lr float64) { z.local.SetLR(lr) }
+
+// NumGroups, GroupLR and SetGroupLR are the local optimizer's groups
+// (one if it has no Groups), so that schedulers such as
+// optim.NewWarmupCosine scale them as they would an unsharded optimizer's.
+func (z *ZeRO) NumGroups() int {
+	if g, ok := z.local.(optim.Groups); ok {
+		return g.NumGroups()
+	}
+	return 1
+}
+
+func (z *ZeRO) GroupLR(g int) float64 {
+	if gs, ok := z.local.(optim.Groups); ok {
+		return gs.GroupLR(g)
+	}
+	if g != 0 {
+		panic(fmt.Sprintf("zero: group %d of 1", g))
+	}
+	return z.local.LR()
+}
+
+func (z *ZeRO) SetGroupLR(g int, lr float64) {
+	if gs, ok := z.local.(optim.Groups); ok {
+		gs.SetGroupLR(g, lr)
+		return
+	}
+	if g != 0 {
+		panic(fmt.Sprintf("zero: group %d of 1", g))
+	}
+	z.local.SetLR(lr)
+}
+
+// entry is one state tensor on the wire: a global state-dict key and the
+// tensor's dtype, shape and bytes.
+type entry struct {
+	Key   string
+	DType tensor.DType
+	Shape []int
+	Data  []byte
+}
+
+// globalState returns the local optimizer's state dict with global
+// parameter indices ("state.I.name", I a position in Params).
+func (z *ZeRO) globalState() (map[string]*tensor.Tensor, error) {
+	mine := z.per[z.group.Rank()]
+	out := map[string]*tensor.Tensor{}
+	for k, t := range z.local.StateDict() {
+		if rest, ok := strings.CutPrefix(k, "state."); ok {
+			idx, name, _ := strings.Cut(rest, ".")
+			j, err := strconv.Atoi(idx)
+			if err != nil || j < 0 || j >= len(mine) {
+				return nil, fmt.Errorf("zero: local optimizer's state dict has key %q for %d parameters", k, len(mine))
+			}
+			k = fmt.Sprintf("state.%d.%s", mine[j], name)
+		} else if strings.HasSuffix(k, ".params") {
+			// Group membership in local indices; not meaningful globally.
+			continue
+		}
+		out[k] = t
+	}
+	return out, nil
+}
+
+// ConsolidateStateDict gathers every rank's optimizer state to rank to,
+// where StateDict then returns it. It is a collective (one gather); every
+// member calls it. The other ranks' consolidated state, if any, is
+// dropped. It returns the group's errors as they are.
+func (z *ZeRO) ConsolidateStateDict(ctx context.Context, to int) error {
+	if to < 0 || to >= z.group.Size() {
+		return fmt.Errorf("zero: consolidate state dict to rank %d of a group of %d", to, z.group.Size())
+	}
+	sd, err := z.globalState()
+	if err != nil {
+		return err
+	}
+	var mine []entry
+	for _, k := range slices.Sorted(maps.Keys(sd)) {
+		t := sd[k]
+		if !t.IsContiguous() {
+			t = t.Clone()
+		}
+		mine = append(mine, entry{Key: k, DType: t.DType(), Shape: t.Shape(), Data: slices.Clone(t.Bytes())})
+	}
+	all, err := dist.GatherObject(ctx, z.group, mine, to)
+	if err != nil {
+		return err
+	}
+	z.full = nil
+	if z.group.Rank() != to {
+		return nil
+	}
+	full := map[string]*tensor.Tensor{}
+	for r, es := range all {
+		for _, e := range es {
+			t := tensor.New(e.DType, e.Shape...)
+			if len(t.Bytes()) != len(e.Data) {
+				return fmt.Errorf("zero: rank %d sent %d bytes for %s of shape %v", r, len(e.Data), e.Key, e.Shape)
+			}
+			copy(t.Bytes(), e.Data)
+			if _, dup := full[e.Key]; dup && strings.HasPrefix(e.Key, "state.") {
+				return fmt.Errorf("zero: rank %d sent state %s that another rank sent too (partitions differ across ranks?)", r, e.Key)
+			}
+			full[e.Key] = t
+		}
+	}
+	z.full = full
+	return nil
+}
+
+// StateDict returns the state dict consolidated to this rank by the last
+// ConsolidateStateDict, laid out as an unsharded optimizer over all
+// parameters would lay it out ("state.I.name" with I the position in
+// Params, and the hyper-parameters "param_groups.G.name" as they were
+// then). It is nil on a rank that has none. The map is the caller's; its
+// tensors are shared with later calls.
+func (z *ZeRO) StateDict() map[string]*tensor.Tensor {
+	if z.full == nil {
+		return nil
+	}
+	return maps.Clone(z.full)
+}
+
+// LoadStateDict takes a full state dict (StateDict's layout, or that of
+// an unsharded optimizer made by the same newOpt over all parameters) and
+// loads into the local optimizer the state of this rank's partition and
+// the hyper-parameters. Every rank calls it with the same dict; nothing is
+// sent. On error nothing changes.
+func (z *ZeRO) LoadStateDict(sd map[string]*tensor.Tensor) error {
+	local := map[int]int{}
+	for j, i := range z.per[z.group.Rank()] {
+		local[i] = j
+	}
+	out := map[string]*tensor.Tensor{}
+	for k, t := range sd {
+		rest, ok := strings.CutPrefix(k, "state.")
+		if !ok {
+			if strings.HasPrefix(k, "param_groups.") && strings.HasSuffix(k, ".params") {
+				continue // global membership; the local optimizer has its own
+			}
+			out[k] = t
+			continue
+		}
+		idx, name, _ := strings.Cut(rest, ".")
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 0 || i >= len(z.params) || name == "" {
+			return fmt.Errorf("zero: load state dict: bad key %q for %d parameters", k, len(z.params))
+		}
+		if j, ok := local[i]; ok {
+			out[fmt.Sprintf("state.%d.%s", j, name)] = t
+		}
+	}
+	if err := z.local.LoadStateDict(out); err != nil {
+		return fmt.Errorf("zero: load state dict on rank %d: %w", z.group.Rank(), err)
+	}
+	return nil
+}

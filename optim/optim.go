@@ -515,3 +515,16 @@ func adam32(w, g, m, v, vmax []float32, b1, b2, eps, bc2sqrt, stepSize float32) 
 		w[i] -= stepSize * m[i] / denom
 	}
 }
+
+// StateBytes returns the bytes of o's per-parameter state (the "state."
+// entries of its state dict: momentum buffers, Adam's moments and steps),
+// for memory accounting.
+func StateBytes(o Optimizer) int {
+	n := 0
+	for k, t := range o.StateDict() {
+		if strings.HasPrefix(k, "state.") {
+			n += t.Numel() * t.DType().Size()
+		}
+	}
+	return n
+}

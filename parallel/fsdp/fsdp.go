@@ -110,6 +110,7 @@ type FSDP struct {
 		pending []pendingReduce
 		err     error
 	}
+	gathered, peak int // elements of gathered flat parameters, now and at most
 }
 
 // pendingReduce is a unit's gradient reduction in flight.
@@ -254,7 +255,7 @@ func (f *FSDP) shardUnit(u *unit) {
 	} else {
 		n := u.padded / world
 		u.shard = autograd.Param(flat.Narrow(0, rank*n, n).Clone())
-		u.free()
+		f.free(u)
 	}
 	for i, p := range u.params {
 		p.RegisterGradReadyHook(func(*autograd.Var) { f.onGradReady(u, i) })
@@ -268,7 +269,7 @@ func (f *FSDP) shardUnit(u *unit) {
 			if !f.reshardAfterForward() {
 				return nil
 			}
-			u.free()
+			f.free(u)
 			if y.RequiresGrad() {
 				// Gather again when backward reaches the unit's output.
 				y.RegisterHook(func(*tensor.Tensor) *tensor.Tensor {
@@ -302,9 +303,12 @@ func (u *unit) viewParams() {
 	}
 }
 
-// free drops the gathered parameters: each parameter's value becomes a
+// free drops u's gathered parameters: each parameter's value becomes a
 // placeholder of its shape that holds no memory.
-func (u *unit) free() {
+func (f *FSDP) free(u *unit) {
+	if u.full != nil && f.opt.Strategy != NoShard {
+		f.gathered -= u.padded
+	}
 	u.full = nil
 	zero := tensor.New(tensor.Float32, 1)
 	for _, p := range u.params {
@@ -329,6 +333,8 @@ func (f *FSDP) gather(u *unit) {
 		return
 	}
 	full := tensor.New(tensor.Float32, u.padded)
+	f.gathered += u.padded
+	f.peak = max(f.peak, f.gathered)
 	if err := f.shards.AllGatherIntoTensor(context.Background(), full, u.shard.Value()); err != nil {
 		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
 	}
@@ -380,7 +386,7 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 	} else {
 		grad := tensor.New(tensor.Float32, u.padded/f.shards.Size())
 		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
-		u.free()
+		f.free(u)
 	}
 	f.mu.Lock()
 	f.mu.pending = append(f.mu.pending, pr)
@@ -521,7 +527,7 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 		}
 		n := u.padded / world
 		u.shard.Value().Copy(u.full.Narrow(0, rank*n, n))
-		u.free()
+		f.free(u)
 	}
 	return ferr
 }
@@ -540,3 +546,31 @@ func (f *FSDP) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, er
 	})
 	return sd, err
 }
+
+// Memory is a rank's memory for parameters and gradients under FSDP, in
+// bytes.
+type Memory struct {
+	Params   int // the shards this rank holds (whole flat parameters with NoShard)
+	Grads    int // the shards' gradients
+	Gathered int // full parameters gathered now
+	// PeakGathered is the most gathered at once since New or ResetPeak:
+	// what FullShard saves over ShardGradOp.
+	PeakGathered int
+}
+
+// Memory returns this rank's parameter and gradient memory. The
+// optimizer's state is optim.StateBytes of the optimizer over Parameters.
+func (f *FSDP) Memory() Memory {
+	var m Memory
+	for _, u := range f.units {
+		m.Params += u.shard.Value().Numel() * 4
+		if g := u.shard.Grad(); g != nil {
+			m.Grads += g.Numel() * 4
+		}
+	}
+	m.Gathered, m.PeakGathered = f.gathered*4, f.peak*4
+	return m
+}
+
+// ResetPeak starts a new measure of Memory's PeakGathered.
+func (f *FSDP) ResetPeak() { f.peak = f.gathered }

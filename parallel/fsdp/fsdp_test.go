@@ -284,3 +284,49 @@ func unitsOf(opt fsdp.Options) int {
 	}
 	return n
 }
+
+// TestMemory: FullShard holds at most the root and one block gathered at
+// once; ShardGradOp holds every unit from forward to backward; the shards
+// and their gradients are a world's share.
+func TestMemory(t *testing.T) {
+	peaks := map[fsdp.Strategy]int{}
+	var mu sync.Mutex
+	for _, s := range []fsdp.Strategy{fsdp.FullShard, fsdp.ShardGradOp} {
+		disttest.Spawn(t, 2, func(g *dist.Group) error {
+			ctx := context.Background()
+			net := gpt(0)
+			m, err := fsdp.New(ctx, net, g, fsdp.Options{Strategy: s, Wrap: isBlock})
+			if err != nil {
+				return err
+			}
+			x, y := tokens(g.Rank(), 0)
+			if err := m.Backward(ctx, models.Loss(nn.Call(m, autograd.Const(x)), y)); err != nil {
+				return err
+			}
+			mem := m.Memory()
+			total := 4 * nn.NumParameters(net)
+			if mem.Gathered != 0 {
+				return fmt.Errorf("%v: %d bytes still gathered after the step", s, mem.Gathered)
+			}
+			if mem.Params < total/2 || mem.Params > total/2+64 || mem.Grads != mem.Params {
+				return fmt.Errorf("%v: shards %d bytes and gradients %d of %d", s, mem.Params, mem.Grads, total)
+			}
+			if g.Rank() == 0 {
+				mu.Lock()
+				peaks[s] = mem.PeakGathered
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	units := nn.NumParameters(gpt(0)) * 4
+	block := 4 * nn.NumParameters(nn.NewTransformerBlock(tensor.NewRNG(0), cfg.Dim, cfg.Heads, 4*cfg.Dim, 0, true))
+	root := units - cfg.Layers*block
+	t.Logf("peak gathered: FullShard %d bytes, ShardGradOp %d (root %d, a block %d)", peaks[fsdp.FullShard], peaks[fsdp.ShardGradOp], root, block)
+	if peaks[fsdp.FullShard] > root+block+64 {
+		t.Errorf("FullShard gathered up to %d bytes, more than the root and one block (%d)", peaks[fsdp.FullShard], root+block)
+	}
+	if peaks[fsdp.ShardGradOp] < units {
+		t.Errorf("ShardGradOp gathered at most %d bytes, less than the whole model (%d)", peaks[fsdp.ShardGradOp], units)
+	}
+}

@@ -105,15 +105,7 @@ func (z *ZeRO) Params() []*autograd.Var { return z.params }
 
 // StateBytes returns the bytes of optimizer state this rank holds (its
 // local optimizer's state tensors; hyper-parameters not counted).
-func (z *ZeRO) StateBytes() int {
-	n := 0
-	for k, t := range z.local.StateDict() {
-		if strings.HasPrefix(k, "state.") {
-			n += t.Numel() * t.DType().Size()
-		}
-	}
-	return n
-}
+func (z *ZeRO) StateBytes() int { return optim.StateBytes(z.local) }
 
 // StepContext updates this rank's partition with the local optimizer and
 // then brings every rank's updated parameters to every other rank: by

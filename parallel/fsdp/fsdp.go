@@ -87,6 +87,11 @@ type Options struct {
 	// at least this many parameters that no smaller unit holds
 	// (PyTorch's size_based_auto_wrap_policy).
 	MinParams int
+	// Group, if set, puts each parameter (by its name in the module) in a
+	// parameter group, 0, 1, ...: a unit keeps one flat parameter per
+	// group, so that an optimizer can treat the groups apart (weight
+	// decay on matrices only, say; ParamGroups lists them).
+	Group func(name string, p *autograd.Var) int
 	// NoSyncModuleStates keeps each rank's initial parameters instead of
 	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
 	// default).
@@ -102,8 +107,8 @@ type FSDP struct {
 	// replicas, for HybridShard, are the ranks holding the same shard.
 	replicas *dist.Group
 	opt      Options
-	units    []*unit // wrapped units, then the root (last)
-	root     *unit
+	units    []*unit // wrapped units, then the root's (last)
+	roots    []*unit // the root's units, one per parameter group
 
 	mu struct {
 		sync.Mutex
@@ -124,6 +129,7 @@ type pendingReduce struct {
 // lies in the flat vector, this rank's shard, and the gathered whole.
 type unit struct {
 	name    string
+	group   int      // the parameter group of all its parameters
 	layer   nn.Layer // nil for the root
 	params  []*autograd.Var
 	names   []string
@@ -207,21 +213,35 @@ func (f *FSDP) planUnits() error {
 		if len(free) == 0 {
 			continue
 		}
-		u := &unit{name: m.Name, layer: l}
+		var names []string
 		for _, p := range free {
-			u.add(m.Name+"."+p.Name, p.Value)
-			owner[p.Value] = u
+			names = append(names, m.Name+"."+p.Name)
 		}
-		f.units = append([]*unit{u}, f.units...) // registration order
+		us, err := f.split(m.Name, l, names, free)
+		if err != nil {
+			return err
+		}
+		for _, u := range us {
+			for _, p := range u.params {
+				owner[p] = u
+			}
+		}
+		f.units = append(us, f.units...) // registration order
 	}
-	root := &unit{name: "(root)"}
+	var rest []nn.Named[*autograd.Var]
+	var names []string
 	for _, p := range nn.NamedParameters(f.Module) {
 		if owner[p.Value] == nil && p.Value.RequiresGrad() {
-			root.add(p.Name, p.Value)
+			rest = append(rest, p)
+			names = append(names, p.Name)
 		}
 	}
-	f.units = append(f.units, root)
-	f.root = root
+	roots, err := f.split("(root)", nil, names, rest)
+	if err != nil {
+		return err
+	}
+	f.units = append(f.units, roots...)
+	f.roots = roots
 	for _, u := range f.units {
 		for _, p := range u.params {
 			if p.DType() != tensor.Float32 {
@@ -230,6 +250,32 @@ func (f *FSDP) planUnits() error {
 		}
 	}
 	return nil
+}
+
+// split makes the units of one module: one per parameter group.
+func (f *FSDP) split(name string, l nn.Layer, names []string, ps []nn.Named[*autograd.Var]) ([]*unit, error) {
+	var us []*unit
+	byGroup := map[int]*unit{}
+	for i, p := range ps {
+		g := 0
+		if f.opt.Group != nil {
+			g = f.opt.Group(names[i], p.Value)
+		}
+		if g < 0 {
+			return nil, fmt.Errorf("fsdp: Group put parameter %s in group %d; groups are 0, 1, ...", names[i], g)
+		}
+		u := byGroup[g]
+		if u == nil {
+			u = &unit{name: name, layer: l, group: g}
+			if f.opt.Group != nil {
+				u.name = fmt.Sprintf("%s[group %d]", name, g)
+			}
+			byGroup[g] = u
+			us = append(us, u)
+		}
+		u.add(names[i], p.Value)
+	}
+	return us, nil
 }
 
 func (u *unit) add(name string, p *autograd.Var) {
@@ -355,8 +401,9 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 	for _, u := range f.units {
 		u.called, u.ready = false, 0
 	}
-	f.gather(f.root)
-	f.root.called = true
+	for _, u := range f.roots {
+		f.gather(u)
+	}
 	y := nn.Call(f.Module, x)
 	for _, u := range f.units {
 		if !u.called {
@@ -467,6 +514,19 @@ func (f *FSDP) Parameters() []*autograd.Var {
 	out := make([]*autograd.Var, len(f.units))
 	for i, u := range f.units {
 		out[i] = u.shard
+	}
+	return out
+}
+
+// ParamGroups returns the shards of each parameter group (Options.Group),
+// for an optimizer's groups: group g's shards are ParamGroups()[g].
+func (f *FSDP) ParamGroups() [][]*autograd.Var {
+	var out [][]*autograd.Var
+	for _, u := range f.units {
+		for len(out) <= u.group {
+			out = append(out, nil)
+		}
+		out[u.group] = append(out[u.group], u.shard)
 	}
 	return out
 }

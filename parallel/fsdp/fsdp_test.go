@@ -330,3 +330,66 @@ func TestMemory(t *testing.T) {
 		t.Errorf("ShardGradOp gathered at most %d bytes, less than the whole model (%d)", peaks[fsdp.ShardGradOp], units)
 	}
 }
+
+// decays is the GPT's weight-decay rule: matrices but the embeddings.
+func decays(name string, p *autograd.Var) bool {
+	return p.Value().Dim() >= 2 && name != "wte.weight" && name != "wpe.weight"
+}
+
+// TestParamGroups: with Options.Group each unit keeps a flat parameter
+// per group, so AdamW can decay the matrices alone; the losses follow
+// DDP's with the same groups (optim.DecayGroups) step for step.
+func TestParamGroups(t *testing.T) {
+	adamW := func(decay, rest []*autograd.Var) optim.Optimizer {
+		return optim.NewAdamWGroups([]optim.ParamGroup{{Params: decay, WeightDecay: 0.1}, {Params: rest}}, optim.AdamOptions{LR: 1e-2})
+	}
+	step := func(ctx context.Context, g *dist.Group, m nn.Layer, backward func(*autograd.Var) error, o optim.Optimizer) ([]float64, error) {
+		var losses []float64
+		for s := range steps {
+			x, y := tokens(g.Rank(), s)
+			o.ZeroGrad(true)
+			loss := models.Loss(nn.Call(m, autograd.Const(x)), y)
+			if err := backward(loss); err != nil {
+				return nil, err
+			}
+			o.Step()
+			losses = append(losses, loss.Value().Item())
+		}
+		return losses, nil
+	}
+	want, _ := run(t, 2, func(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error) {
+		net := gpt(uint64(g.Rank()))
+		m, err := ddp.New(ctx, net, g, ddp.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		gs := optim.DecayGroups(nn.NamedParameters(net), 0.1, func(n string) bool { return n == "wte.weight" || n == "wpe.weight" })
+		l, err := step(ctx, g, m, func(l *autograd.Var) error { return m.Backward(ctx, l) }, adamW(gs[0].Params, gs[1].Params))
+		return l, nil, err
+	})
+	got, _ := run(t, 2, func(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error) {
+		m, err := fsdp.New(ctx, gpt(uint64(g.Rank())), g, fsdp.Options{Wrap: isBlock, Group: func(name string, p *autograd.Var) int {
+			if decays(name, p) {
+				return 0
+			}
+			return 1
+		}})
+		if err != nil {
+			return nil, nil, err
+		}
+		groups := m.ParamGroups()
+		if len(groups) != 2 || len(groups[0]) != cfg.Layers || len(groups[1]) != cfg.Layers+1 {
+			return nil, nil, fmt.Errorf("parameter groups %d: want 2, the blocks' matrices and everything else", len(groups))
+		}
+		l, err := step(ctx, g, m, func(l *autograd.Var) error { return m.Backward(ctx, l) }, adamW(groups[0], groups[1]))
+		return l, nil, err
+	})
+	if want == nil || got == nil {
+		t.FailNow()
+	}
+	for i := range want {
+		if d := math.Abs(got[i] - want[i]); d > 1e-5*math.Abs(want[i]) {
+			t.Errorf("step %d: loss %.8f, DDP %.8f", i, got[i], want[i])
+		}
+	}
+}

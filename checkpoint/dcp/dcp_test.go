@@ -12,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/godist/godist/checkpoint"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
+	"github.com/godist/godist/internal/crc32c"
 	"github.com/godist/godist/tensor"
 )
 
@@ -525,6 +527,50 @@ func TestAsyncSaveWritesSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := sameState(got, want); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A shard file that is not safetensors at all, with a record that vouches
+// for its size and checksum, fails in the decoder, naming file and tensor.
+func TestUndecodableShard(t *testing.T) {
+	dir := saveWhole(t, model(10))
+	meta, err := readMetadata(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := shardFile(0, meta.SaveID)
+	junk := bytes.Repeat([]byte{0xff}, 64)
+	if err := os.WriteFile(filepath.Join(dir, f), junk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meta.Files[f] = fileMeta{Rank: 0, Size: int64(len(junk)), CRC32C: crc32c.Checksum(junk)}
+	if err := writeMetadata(dir, meta); err != nil {
+		t.Fatal(err)
+	}
+	err = Load(context.Background(), dir, State{"b": Whole(tensor.New(tensor.Float64, 13))}, nil)
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, checkpoint.ErrFormat) || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("got %v, want ErrCorrupt and checkpoint.ErrFormat naming %s and \"b\"", err, f)
+	}
+	t.Log(err)
+}
+
+// Save creates the directory, also when rank 0 has nothing to write.
+func TestSaveCreatesDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	m := model(11)
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		st := State{}
+		if g.Rank() == 1 {
+			st["b"] = Whole(m["b"])
+		}
+		return Save(context.Background(), dir, st, g)
+	})
+	got := State{"b": Whole(tensor.New(tensor.Float64, 13))}
+	if err := Load(context.Background(), dir, got, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sameState(got, State{"b": Whole(m["b"])}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -109,7 +109,9 @@ func Save(ctx context.Context, dir string, state State, g *dist.Group) error {
 			mineToWrite[name] = state[name].Local
 		}
 	}
-	if len(mineToWrite) > 0 {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Err = err.Error()
+	} else if len(mineToWrite) > 0 {
 		res.File = shardFile(rank, saveID)
 		res.Size, res.CRC32C, err = writeShard(dir, res.File, mineToWrite, saveID, rank)
 		if err != nil {
@@ -264,9 +266,6 @@ func mergePlans(plans []plan) (map[string]entryMeta, map[string][]int, error) {
 // writeShard writes tensors to dir/file (through a temporary file, synced
 // and renamed) and returns its size and CRC-32C.
 func writeShard(dir, file string, tensors map[string]*tensor.Tensor, saveID string, rank int) (size int64, crc uint32, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, 0, err
-	}
 	f, err := os.CreateTemp(dir, "."+file+".tmp*")
 	if err != nil {
 		return 0, 0, err

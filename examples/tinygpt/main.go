@@ -56,6 +56,7 @@ import (
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/parallel/ddp"
+	"github.com/godist/godist/parallel/fsdp"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
@@ -78,6 +79,9 @@ type config struct {
 	EvalBatches int     `json:"eval_batches"`
 	Seed        uint64  `json:"seed"`
 	World       int     `json:"world"`
+
+	Strategy  string `json:"strategy"`
+	ShardSize int    `json:"shard_size,omitempty"`
 
 	data, ckpt, plotPath, dump string
 	resume                     bool
@@ -134,6 +138,8 @@ func main() {
 	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
 	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
 	flag.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
+	flag.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
+	flag.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
 	flag.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
 	flag.Parse()
 	ctx := context.Background()
@@ -243,21 +249,21 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	// One process trains the model itself; several wrap it in DDP, which
 	// starts every rank from rank 0's weights.
-	model := nn.Layer(gpt)
-	var dp *ddp.DDP
-	if g.Size() > 1 {
-		if dp, err = ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true}); err != nil {
-			return nil, err
-		}
-		model = dp
+	rep, err := replicate(ctx, gpt, g, c)
+	if err != nil {
+		return nil, err
 	}
-	opt := optim.NewAdamWGroups(optim.DecayGroups(nn.NamedParameters(gpt), c.WeightDecay, noDecay),
+	model := rep.model
+	opt := optim.NewAdamWGroups([]optim.ParamGroup{{Params: rep.groups[0], WeightDecay: c.WeightDecay}, {Params: rep.groups[1]}},
 		optim.AdamOptions{LR: c.LR, Beta1: 0.9, Beta2: c.Beta2, Eps: 1e-8})
 	sched := optim.NewWarmupCosine(opt, c.Warmup, c.Steps, c.MinLR/c.LR)
 
 	start := 0
 	var hist history
 	if _, statErr := os.Stat(c.ckpt); c.resume && c.ckpt != "" && statErr == nil {
+		if rep.fsdp != nil {
+			return nil, fmt.Errorf("--resume with --strategy %s: the checkpoint holds the whole optimizer state, FSDP's is sharded; resume with --strategy ddp", c.Strategy)
+		}
 		if start, hist, err = load(c.ckpt, gpt, opt); err != nil {
 			return nil, fmt.Errorf("resume from %s: %w", c.ckpt, err)
 		}
@@ -289,18 +295,13 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		nn.Train(gpt)
 		opt.ZeroGrad(true)
 		loss := models.Loss(nn.Call(model, autograd.Const(x)), y)
-		if dp != nil {
-			err = dp.Backward(ctx, loss)
-		} else {
-			err = loss.Backward(nil)
-		}
-		if err != nil {
+		if err := rep.backward(ctx, loss); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		// Under DDP the gradients are already the same on every rank:
-		// the local norm is the global one.
 		if c.Clip > 0 {
-			nn.ClipGradNorm(params, c.Clip)
+			if err := rep.clip(ctx, c.Clip); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
 		}
 		opt.Step()
 		sched.Step()
@@ -313,7 +314,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		stop := step+1 == c.stopAt
 		if (step+1)%c.EvalEvery == 0 || step+1 == c.Steps || stop {
-			vl, err := evaluate(ctx, g, gpt, evals)
+			vl, err := evaluate(ctx, g, gpt, rep.eval, evals)
 			if err != nil {
 				return nil, err
 			}
@@ -324,7 +325,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				fmt.Fprintf(log, "step %d: train loss %.4f, validation loss %.4f (%.3f bits per byte), lr %.2e\n",
 					step+1, res.TrainLoss, vl, res.ValBitsPerByte, opt.LR())
 			}
-			if err := save(ctx, g, c, gpt, opt, step+1, hist); err != nil {
+			if err := save(ctx, g, c, rep, opt, step+1, hist); err != nil {
 				return nil, err
 			}
 		}
@@ -341,13 +342,103 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
 		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()
 	}
-	if rank0 && c.sample > 0 {
-		s := generate(gpt, []byte(c.prompt), c.sample, c.temperature, c.topK, tensor.NewRNG(c.Seed+1))
-		res.Sample = s
-		fmt.Fprintf(log, "sample (temperature %.2f, top-k %d):\n%s\n", c.temperature, c.topK, s)
+	if c.sample > 0 {
+		// Under FSDP every rank takes part in gathering the weights; rank
+		// 0 alone generates.
+		err := rep.full(ctx, func() error {
+			if rank0 {
+				res.Sample = generate(gpt, []byte(c.prompt), c.sample, c.temperature, c.topK, tensor.NewRNG(c.Seed+1))
+				fmt.Fprintf(log, "sample (temperature %.2f, top-k %d):\n%s\n", c.temperature, c.topK, res.Sample)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sample: %w", err)
+		}
 	}
 	res.Config = c
 	return res, nil
+}
+
+// replica is how this rank trains the model: alone, under DDP or under
+// FSDP.
+type replica struct {
+	model    nn.Layer           // what a training step calls
+	eval     nn.Layer           // what evaluation calls
+	groups   [2][]*autograd.Var // the optimizer's: decayed, not decayed
+	fsdp     *fsdp.FSDP         // nil unless sharded
+	backward func(ctx context.Context, loss *autograd.Var) error
+	// clip clips the gradients to a global L2 norm (after DDP's
+	// all-reduce, or over every rank's shards).
+	clip func(ctx context.Context, max float64) error
+	// full runs fn with the whole weights in the GPT (a collective).
+	full func(ctx context.Context, fn func() error) error
+	// stateDict returns the whole model's weights (a collective).
+	stateDict func(ctx context.Context) (map[string]*tensor.Tensor, error)
+}
+
+// replicate wraps gpt for c.Strategy.
+func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*replica, error) {
+	r := &replica{model: gpt, eval: gpt,
+		full:      func(_ context.Context, fn func() error) error { return fn() },
+		stateDict: func(context.Context) (map[string]*tensor.Tensor, error) { return nn.StateDict(gpt), nil },
+	}
+	isBlock := func(_ string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok }
+	var strategy fsdp.Strategy
+	switch c.Strategy {
+	case "", "ddp":
+		for _, gr := range optim.DecayGroups(nn.NamedParameters(gpt), c.WeightDecay, noDecay)[:2] {
+			if gr.WeightDecay != 0 {
+				r.groups[0] = gr.Params
+			} else {
+				r.groups[1] = gr.Params
+			}
+		}
+		params := nn.Parameters(gpt)
+		r.backward = func(_ context.Context, loss *autograd.Var) error { return loss.Backward(nil) }
+		r.clip = func(_ context.Context, max float64) error { nn.ClipGradNorm(params, max); return nil }
+		if g.Size() == 1 {
+			return r, nil
+		}
+		d, err := ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true})
+		if err != nil {
+			return nil, err
+		}
+		// The gradients are the same on every rank after the
+		// all-reduce: the local norm is the global one.
+		r.model, r.backward = d, d.Backward
+		return r, nil
+	case "fsdp":
+		strategy = fsdp.FullShard
+	case "fsdp-grad-op":
+		strategy = fsdp.ShardGradOp
+	case "no-shard":
+		strategy = fsdp.NoShard
+	case "hybrid":
+		strategy = fsdp.HybridShard
+		if c.ShardSize == 0 {
+			c.ShardSize, _ = strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
+		}
+	default:
+		return nil, fmt.Errorf("--strategy %q: want ddp, fsdp, fsdp-grad-op, no-shard or hybrid", c.Strategy)
+	}
+	f, err := fsdp.New(ctx, gpt, g, fsdp.Options{Strategy: strategy, ShardSize: c.ShardSize, Wrap: isBlock,
+		Group: func(name string, p *autograd.Var) int {
+			if p.Value().Dim() >= 2 && !noDecay(name) {
+				return 0
+			}
+			return 1
+		}})
+	if err != nil {
+		return nil, err
+	}
+	groups := f.ParamGroups()
+	copy(r.groups[:], groups)
+	r.model, r.eval, r.fsdp, r.backward = f, f, f, f.Backward
+	r.clip = func(ctx context.Context, max float64) error { _, err := f.ClipGradNorm(ctx, max); return err }
+	r.full = f.SummonFullParams
+	r.stateDict = f.FullStateDict
+	return r, nil
 }
 
 // noDecay names the parameters besides biases and LayerNorms (which have
@@ -356,14 +447,14 @@ func noDecay(name string) bool { return name == "wte.weight" || name == "wpe.wei
 
 // evaluate returns the mean validation loss over evals, the ranks' shares
 // averaged.
-func evaluate(ctx context.Context, g *dist.Group, m *models.GPT, evals *data.EvalWindows) (float64, error) {
+func evaluate(ctx context.Context, g *dist.Group, m *models.GPT, run nn.Layer, evals *data.EvalWindows) (float64, error) {
 	nn.Eval(m)
 	defer nn.Train(m)
 	var sum float64
 	autograd.NoGrad(func() {
 		for i := range evals.Len() {
 			x, y := evals.Batch(i)
-			sum += models.Loss(nn.Call(m, autograd.Const(x)), y).Value().Item()
+			sum += models.Loss(nn.Call(run, autograd.Const(x)), y).Value().Item()
 		}
 	})
 	t := tensor.FromFloat64([]float64{sum, float64(evals.Len())})
@@ -443,14 +534,24 @@ type history struct {
 // save writes the checkpoint on rank 0 (the model under its PyTorch
 // names, the optimizer, the step and the history) and the plot, then a
 // barrier, so that no rank reads a half-written file.
-func save(ctx context.Context, g *dist.Group, c config, m *models.GPT, opt optim.Optimizer, step int, h history) error {
-	if g.Rank() == 0 && c.ckpt != "" {
+func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.Optimizer, step int, h history) error {
+	if c.ckpt == "" {
+		return g.Barrier(ctx)
+	}
+	weights, err := rep.stateDict(ctx) // a collective under FSDP
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if g.Rank() == 0 {
 		ts := map[string]*tensor.Tensor{}
-		for k, v := range nn.StateDict(m) {
+		for k, v := range weights {
 			ts[k] = v
 		}
-		for k, v := range opt.StateDict() {
-			ts["optim."+k] = v
+		if rep.fsdp == nil {
+			// FSDP's optimizer state is sharded, and not in this file.
+			for k, v := range opt.StateDict() {
+				ts["optim."+k] = v
+			}
 		}
 		ts["history.loss"] = tensor.FromFloat64(append([]float64{}, h.Loss...))
 		val := make([]float64, 0, 2*len(h.Val))

@@ -240,3 +240,68 @@ func TestSample(t *testing.T) {
 		t.Fatalf("temperature 0: %v", err)
 	}
 }
+
+// TestStrategies: FSDP in each of its forms trains what DDP trains (the
+// validation loss after 8 steps of AdamW, decay on the matrices alone,
+// within 1e-4), writes a checkpoint of the whole weights under PyTorch's
+// names, and generates a sample; an unknown strategy is an error.
+func TestStrategies(t *testing.T) {
+	trainWorld := func(c config, world int) *result {
+		var res *result
+		disttest.SpawnWith(t, world, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+			// Every rank takes part in gathering the checkpoint's
+			// weights; rank 0 alone writes it.
+			r, err := train(context.Background(), g, c, io.Discard)
+			if g.Rank() == 0 {
+				res = r
+			}
+			return err
+		})
+		if res == nil {
+			t.FailNow()
+		}
+		return res
+	}
+	base := parityConfig(t)
+	base.Steps, base.EvalEvery, base.sample, base.temperature, base.topK, base.prompt = 8, 8, 20, 0.8, 20, "func"
+	base.Strategy = "ddp"
+	want := trainWorld(base, 2)
+	for _, s := range []struct {
+		name  string
+		world int
+		size  int
+	}{{"fsdp", 2, 0}, {"fsdp-grad-op", 2, 0}, {"no-shard", 2, 0}, {"hybrid", 4, 2}} {
+		t.Run(s.name, func(t *testing.T) {
+			c := base
+			c.Strategy, c.ShardSize = s.name, s.size
+			c.ckpt = filepath.Join(t.TempDir(), "tinygpt.safetensors")
+			ref := want
+			if s.world != 2 {
+				d := base
+				d.Batch = base.Batch * 2 / s.world
+				d.ckpt = ""
+				c.Batch = d.Batch
+				ref = trainWorld(d, s.world)
+			}
+			got := trainWorld(c, s.world)
+			if d := math.Abs(got.ValLoss - ref.ValLoss); d > 1e-4*ref.ValLoss {
+				t.Errorf("validation loss %.7f, DDP %.7f", got.ValLoss, ref.ValLoss)
+			}
+			if len(got.Sample) != len(c.prompt)+c.sample {
+				t.Errorf("sample %q", got.Sample)
+			}
+			ts, _, err := checkpoint.LoadFile(c.ckpt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := ts["wte.weight"]; w == nil || !tensor.SameShape(w, tensor.New(tensor.Float32, 256, c.Dim)) {
+				t.Fatalf("checkpoint's wte.weight: %v", w)
+			}
+		})
+	}
+	c := base
+	c.Strategy = "zero-inf"
+	if _, err := train(context.Background(), solo(t), c, io.Discard); err == nil || !strings.Contains(err.Error(), "--strategy") {
+		t.Fatalf("unknown strategy: %v", err)
+	}
+}

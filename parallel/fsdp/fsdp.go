@@ -116,6 +116,9 @@ type FSDP struct {
 		err     error
 	}
 	gathered, peak int // elements of gathered flat parameters, now and at most
+	// summoned is set inside SummonFullParams: the module may be run
+	// there (on one rank alone), and units stay gathered.
+	summoned bool
 }
 
 // pendingReduce is a unit's gradient reduction in flight.
@@ -312,7 +315,7 @@ func (f *FSDP) shardUnit(u *unit) {
 			return nil
 		})
 		h.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
-			if !f.reshardAfterForward() {
+			if !f.reshardAfterForward() || f.summoned {
 				return nil
 			}
 			f.free(u)
@@ -560,6 +563,8 @@ func (f *FSDP) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, erro
 // SummonFullParams gathers every unit's parameters, runs fn (the module's
 // parameters hold their full values: read or change them there; changes
 // are kept), then writes them back into the shards and frees them again.
+// It is a collective; fn may run the module without its wrapper, on one
+// rank alone (to generate text, say): the units stay gathered meanwhile.
 func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 	if err := f.takeErr(); err != nil {
 		return err
@@ -570,7 +575,9 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 	if err := f.takeErr(); err != nil {
 		return err
 	}
+	f.summoned = true
 	ferr := fn()
+	f.summoned = false
 	world, rank := f.shards.Size(), f.shards.Rank()
 	for _, u := range f.units {
 		// Parameters fn replaced or changed are copied back into the flat

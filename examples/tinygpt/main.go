@@ -107,6 +107,7 @@ type result struct {
 	ValBytes        int     `json:"val_bytes"`
 	Sample          string  `json:"sample,omitempty"`
 	ResumedFromStep int     `json:"resumed_from_step,omitempty"`
+	Memory          memory  `json:"memory"`
 
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
@@ -338,6 +339,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	res.Steps = start + steps
 	res.losses = hist.Loss
+	res.Memory = rep.memory(opt)
 	if steps > 0 {
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
 		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()
@@ -375,6 +377,33 @@ type replica struct {
 	full func(ctx context.Context, fn func() error) error
 	// stateDict returns the whole model's weights (a collective).
 	stateDict func(ctx context.Context) (map[string]*tensor.Tensor, error)
+}
+
+// memory is rank 0's training memory in bytes, after the last step.
+type memory struct {
+	Params     int `json:"params"`      // parameters held (FSDP: the shards)
+	Grads      int `json:"grads"`       // their gradients
+	OptimState int `json:"optim_state"` // the optimizer's state
+	// PeakGathered is FSDP's most full parameters gathered at once.
+	PeakGathered int `json:"peak_gathered,omitempty"`
+}
+
+func (r *replica) memory(opt optim.Optimizer) memory {
+	m := memory{OptimState: optim.StateBytes(opt)}
+	if r.fsdp != nil {
+		fm := r.fsdp.Memory()
+		m.Params, m.Grads, m.PeakGathered = fm.Params, fm.Grads, fm.PeakGathered
+		return m
+	}
+	for _, gr := range r.groups {
+		for _, p := range gr {
+			m.Params += p.Value().Numel() * p.DType().Size()
+			if g := p.Grad(); g != nil {
+				m.Grads += g.Numel() * g.DType().Size()
+			}
+		}
+	}
+	return m
 }
 
 // replicate wraps gpt for c.Strategy.

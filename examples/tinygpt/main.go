@@ -48,6 +48,7 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
+	"github.com/godist/godist/checkpoint/dcp"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/examples/internal/progress"
@@ -83,13 +84,13 @@ type config struct {
 	Strategy  string `json:"strategy"`
 	ShardSize int    `json:"shard_size,omitempty"`
 
-	data, ckpt, plotPath, dump string
-	resume                     bool
-	stopAt                     int
-	sample                     int
-	prompt                     string
-	temperature                float64
-	topK                       int
+	data, ckpt, ckptDir, plotPath, dump string
+	resume                              bool
+	stopAt                              int
+	sample                              int
+	prompt                              string
+	temperature                         float64
+	topK                                int
 }
 
 type result struct {
@@ -133,7 +134,8 @@ func main() {
 	flag.StringVar(&c.data, "data", "", "directory whose *.go files are the corpus (default: $(go env GOROOT)/src)")
 	flag.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
 	flag.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
-	flag.BoolVar(&c.resume, "resume", false, "continue from --checkpoint if it exists")
+	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "also write a distributed checkpoint (checkpoint/dcp: each rank its shards) to this directory at every evaluation; --resume prefers it, and it loads under any strategy and world size")
+	flag.BoolVar(&c.resume, "resume", false, "continue from --checkpoint-dir, else --checkpoint, if it exists")
 	flag.IntVar(&c.stopAt, "stop-at", 0, "stop after this step, writing a checkpoint, as a preempted job would (0: run to --steps)")
 	flag.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
 	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
@@ -261,7 +263,17 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 
 	start := 0
 	var hist history
-	if _, statErr := os.Stat(c.ckpt); c.resume && c.ckpt != "" && statErr == nil {
+	_, dirErr := dcp.Entries(c.ckptDir)
+	if _, statErr := os.Stat(c.ckpt); c.resume && c.ckptDir != "" && dirErr == nil {
+		if start, hist, err = loadDistributed(ctx, g, c.ckptDir, gpt, rep, opt); err != nil {
+			return nil, fmt.Errorf("resume from %s: %w", c.ckptDir, err)
+		}
+		sched.SetEpoch(start)
+		res.ResumedFromStep = start
+		if rank0 {
+			fmt.Fprintf(log, "resumed from the distributed checkpoint %s at step %d\n", c.ckptDir, start)
+		}
+	} else if c.resume && c.ckpt != "" && statErr == nil {
 		if rep.fsdp != nil {
 			return nil, fmt.Errorf("--resume with --strategy %s: the checkpoint holds the whole optimizer state, FSDP's is sharded; resume with --strategy ddp", c.Strategy)
 		}
@@ -365,6 +377,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 // replica is how this rank trains the model: alone, under DDP or under
 // FSDP.
 type replica struct {
+	gpt      *models.GPT
 	model    nn.Layer           // what a training step calls
 	eval     nn.Layer           // what evaluation calls
 	groups   [2][]*autograd.Var // the optimizer's: decayed, not decayed
@@ -408,7 +421,7 @@ func (r *replica) memory(opt optim.Optimizer) memory {
 
 // replicate wraps gpt for c.Strategy.
 func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*replica, error) {
-	r := &replica{model: gpt, eval: gpt,
+	r := &replica{gpt: gpt, model: gpt, eval: gpt,
 		full:      func(_ context.Context, fn func() error) error { return fn() },
 		stateDict: func(context.Context) (map[string]*tensor.Tensor, error) { return nn.StateDict(gpt), nil },
 	}
@@ -564,6 +577,11 @@ type history struct {
 // names, the optimizer, the step and the history) and the plot, then a
 // barrier, so that no rank reads a half-written file.
 func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.Optimizer, step int, h history) error {
+	if c.ckptDir != "" {
+		if err := saveDistributed(ctx, g, c.ckptDir, rep, opt, step, h); err != nil {
+			return fmt.Errorf("distributed checkpoint: %w", err)
+		}
+	}
 	if c.ckpt == "" {
 		return g.Barrier(ctx)
 	}
@@ -582,12 +600,8 @@ func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.
 				ts["optim."+k] = v
 			}
 		}
-		ts["history.loss"] = tensor.FromFloat64(append([]float64{}, h.Loss...))
-		val := make([]float64, 0, 2*len(h.Val))
-		for _, v := range h.Val {
-			val = append(val, v[0], v[1])
-		}
-		ts["history.val"] = tensor.FromFloat64(val)
+		hs := h.tensors(step)
+		ts["history.loss"], ts["history.val"] = hs["history.loss"], hs["history.val"]
 		cfg, _ := json.Marshal(c)
 		meta := map[string]string{"step": strconv.Itoa(step), "config": string(cfg)}
 		if err := checkpoint.SaveFile(c.ckpt, ts, meta); err != nil {
@@ -600,6 +614,86 @@ func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.
 		}
 	}
 	return g.Barrier(ctx)
+}
+
+// saveDistributed writes a distributed checkpoint: every rank its pieces
+// of the model and the optimizer's state (dcp's names, whatever the
+// strategy), the step and the history whole.
+func saveDistributed(ctx context.Context, g *dist.Group, dir string, rep *replica, opt optim.Optimizer, step int, h history) error {
+	var st dcp.State
+	var err error
+	if rep.fsdp != nil {
+		st, err = rep.fsdp.CheckpointState(opt)
+	} else {
+		st, err = dcp.ModuleState(rep.gpt, opt)
+	}
+	if err != nil {
+		return err
+	}
+	for k, t := range h.tensors(step) {
+		st[k] = dcp.Whole(t)
+	}
+	return dcp.Save(ctx, dir, st, g)
+}
+
+// loadDistributed restores the model, the optimizer, the step and the
+// history from a distributed checkpoint written under any strategy and
+// world size.
+func loadDistributed(ctx context.Context, g *dist.Group, dir string, m *models.GPT, rep *replica, opt optim.Optimizer) (int, history, error) {
+	var err error
+	if rep.fsdp != nil {
+		err = rep.fsdp.LoadCheckpoint(ctx, dir, opt)
+	} else {
+		err = dcp.LoadModule(ctx, dir, m, opt, g)
+	}
+	if err != nil {
+		return 0, history{}, err
+	}
+	entries, err := dcp.Entries(dir)
+	if err != nil {
+		return 0, history{}, err
+	}
+	st, ts := dcp.State{}, map[string]*tensor.Tensor{}
+	for _, k := range []string{"meta.step", "history.loss", "history.val"} {
+		e, ok := entries[k]
+		if !ok {
+			return 0, history{}, fmt.Errorf("%s holds no %s: not a tinygpt checkpoint", dir, k)
+		}
+		ts[k] = tensor.New(e.DType, e.Shape...)
+		st[k] = dcp.Whole(ts[k])
+	}
+	if err := dcp.Load(ctx, dir, st, g); err != nil {
+		return 0, history{}, err
+	}
+	return int(ts["meta.step"].Item()), historyOf(ts), nil
+}
+
+// tensors is h as checkpoint tensors, with the step.
+func (h history) tensors(step int) map[string]*tensor.Tensor {
+	val := make([]float64, 0, 2*len(h.Val))
+	for _, v := range h.Val {
+		val = append(val, v[0], v[1])
+	}
+	return map[string]*tensor.Tensor{
+		"meta.step":    tensor.FromInt64([]int64{int64(step)}).Reshape(),
+		"history.loss": tensor.FromFloat64(append([]float64{}, h.Loss...)),
+		"history.val":  tensor.FromFloat64(val),
+	}
+}
+
+// historyOf reads a history back from its tensors.
+func historyOf(ts map[string]*tensor.Tensor) history {
+	var h history
+	if t := ts["history.loss"]; t != nil {
+		h.Loss = t.Values()
+	}
+	if t := ts["history.val"]; t != nil {
+		v := t.Values()
+		for i := 0; i+1 < len(v); i += 2 {
+			h.Val = append(h.Val, [2]float64{v[i], v[i+1]})
+		}
+	}
+	return h
 }
 
 // load restores the model, the optimizer and the history from a
@@ -636,17 +730,7 @@ func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error)
 	if err != nil {
 		return 0, history{}, fmt.Errorf("checkpoint %s has no step", path)
 	}
-	var h history
-	if t := ts["history.loss"]; t != nil {
-		h.Loss = t.Values()
-	}
-	if t := ts["history.val"]; t != nil {
-		v := t.Values()
-		for i := 0; i+1 < len(v); i += 2 {
-			h.Val = append(h.Val, [2]float64{v[i], v[i+1]})
-		}
-	}
-	return step, h, nil
+	return step, historyOf(ts), nil
 }
 
 func (h history) plot(path string) error {

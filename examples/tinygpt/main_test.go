@@ -305,3 +305,45 @@ func TestStrategies(t *testing.T) {
 		t.Fatalf("unknown strategy: %v", err)
 	}
 }
+
+// TestResumeAcrossStrategies: a run under FSDP at world 4, stopped after
+// step 4 with a distributed checkpoint, resumes under DDP at world 2 (the
+// same global batch: 2 ranks of twice the rows) and ends where a run
+// under DDP at world 2 that never stopped ends.
+func TestResumeAcrossStrategies(t *testing.T) {
+	spawn := func(c config, world int) *result {
+		var res *result
+		disttest.SpawnWith(t, world, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+			r, err := train(context.Background(), g, c, io.Discard)
+			if g.Rank() == 0 {
+				res = r
+			}
+			return err
+		})
+		if res == nil {
+			t.FailNow()
+		}
+		return res
+	}
+	base := parityConfig(t)
+	base.Steps, base.EvalEvery, base.ckpt = 8, 100, ""
+	whole := base
+	whole.Batch = 2 * base.Batch
+	want := spawn(whole, 2)
+
+	stopped := base
+	stopped.Strategy, stopped.stopAt, stopped.ckptDir = "fsdp", 4, filepath.Join(t.TempDir(), "dcp")
+	spawn(stopped, 4)
+	resumed := whole
+	resumed.ckptDir, resumed.resume = stopped.ckptDir, true
+	got := spawn(resumed, 2)
+	if got.ResumedFromStep != 4 {
+		t.Fatalf("resumed from step %d, want 4", got.ResumedFromStep)
+	}
+	if d := math.Abs(got.ValLoss - want.ValLoss); d > 1e-4*want.ValLoss {
+		t.Errorf("validation loss %.7f after resuming, %.7f without stopping", got.ValLoss, want.ValLoss)
+	}
+	if len(got.losses) != 8 {
+		t.Errorf("the resumed history has %d losses, want 8", len(got.losses))
+	}
+}

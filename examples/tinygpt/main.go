@@ -83,6 +83,9 @@ type config struct {
 
 	Strategy  string `json:"strategy"`
 	ShardSize int    `json:"shard_size,omitempty"`
+	// FSDP's prefetching (PyTorch's defaults: backward on, forward off).
+	ForwardPrefetch    bool `json:"forward_prefetch,omitempty"`
+	NoBackwardPrefetch bool `json:"no_backward_prefetch,omitempty"`
 
 	data, ckpt, ckptDir, plotPath, dump string
 	resume                              bool
@@ -142,6 +145,8 @@ func main() {
 	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
 	flag.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
 	flag.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
+	flag.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
+	flag.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	flag.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
 	flag.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
 	flag.Parse()
@@ -465,6 +470,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 		return nil, fmt.Errorf("--strategy %q: want ddp, fsdp, fsdp-grad-op, no-shard or hybrid", c.Strategy)
 	}
 	f, err := fsdp.New(ctx, gpt, g, fsdp.Options{Strategy: strategy, ShardSize: c.ShardSize, Wrap: isBlock,
+		ForwardPrefetch: c.ForwardPrefetch, NoBackwardPrefetch: c.NoBackwardPrefetch,
 		Group: func(name string, p *autograd.Var) int {
 			if p.Value().Dim() >= 2 && !noDecay(name) {
 				return 0

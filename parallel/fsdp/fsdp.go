@@ -92,6 +92,12 @@ type Options struct {
 	// group, so that an optimizer can treat the groups apart (weight
 	// decay on matrices only, say; ParamGroups lists them).
 	Group func(name string, p *autograd.Var) int
+	// ForwardPrefetch starts gathering the next unit (in the order of the
+	// last forward pass) when a unit's forward begins; NoBackwardPrefetch
+	// turns off gathering the next unit of backward when a unit's
+	// backward begins (PyTorch's BACKWARD_PRE, on by default). Either
+	// way a gather overlaps the computation before it.
+	ForwardPrefetch, NoBackwardPrefetch bool
 	// NoSyncModuleStates keeps each rank's initial parameters instead of
 	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
 	// default).
@@ -116,6 +122,9 @@ type FSDP struct {
 		err     error
 	}
 	gathered, peak int // elements of gathered flat parameters, now and at most
+	// order is the order in which the wrapped units ran forward in the
+	// last pass (recorded in this one, as next), for prefetching.
+	order, next []*unit
 	// summoned is set inside SummonFullParams: the module may be run
 	// there (on one rank alone), and units stay gathered.
 	summoned bool
@@ -143,6 +152,9 @@ type unit struct {
 	full    *tensor.Tensor // the gathered flat parameters, nil when freed
 	ready   int            // parameters whose gradient is ready this pass
 	called  bool           // gathered in this forward pass
+	// A prefetch in flight: the gather's work and where it lands.
+	inflight *dist.Work
+	landing  *tensor.Tensor
 }
 
 // New wraps module for training over group. Every member must call it
@@ -311,7 +323,13 @@ func (f *FSDP) shardUnit(u *unit) {
 	}
 	if h, ok := u.layer.(hookable); ok {
 		h.RegisterForwardPreHook(func(nn.Module, *autograd.Var) *autograd.Var {
+			if !f.summoned {
+				f.next = append(f.next, u)
+			}
 			f.gather(u)
+			if f.opt.ForwardPrefetch && !f.summoned {
+				f.prefetch(u, 1)
+			}
 			return nil
 		})
 		h.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
@@ -323,6 +341,9 @@ func (f *FSDP) shardUnit(u *unit) {
 				// Gather again when backward reaches the unit's output.
 				y.RegisterHook(func(*tensor.Tensor) *tensor.Tensor {
 					f.gather(u)
+					if !f.opt.NoBackwardPrefetch {
+						f.prefetch(u, -1)
+					}
 					return nil
 				})
 			}
@@ -381,14 +402,37 @@ func (f *FSDP) gather(u *unit) {
 	if u.full != nil {
 		return
 	}
-	full := tensor.New(tensor.Float32, u.padded)
-	f.gathered += u.padded
-	f.peak = max(f.peak, f.gathered)
-	if err := f.shards.AllGatherIntoTensor(context.Background(), full, u.shard.Value()); err != nil {
+	f.startGather(u)
+	if err := u.inflight.Wait(context.Background()); err != nil {
 		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
 	}
-	u.full = full
+	u.full, u.inflight, u.landing = u.landing, nil, nil
 	u.viewParams()
+}
+
+// startGather starts gathering u's shards, unless they are gathered or
+// on their way.
+func (f *FSDP) startGather(u *unit) {
+	if u == nil || u.full != nil || u.inflight != nil {
+		return
+	}
+	u.landing = tensor.New(tensor.Float32, u.padded)
+	f.gathered += u.padded
+	f.peak = max(f.peak, f.gathered)
+	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, u.shard.Value())
+}
+
+// prefetch starts gathering the unit d places after u in the last forward
+// pass's order (d = -1: the one before, next in backward).
+func (f *FSDP) prefetch(u *unit, d int) {
+	for i, v := range f.order {
+		if v == u {
+			if j := i + d; j >= 0 && j < len(f.order) {
+				f.startGather(f.order[j])
+			}
+			return
+		}
+	}
 }
 
 func (f *FSDP) setErr(err error) {
@@ -404,10 +448,15 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 	for _, u := range f.units {
 		u.called, u.ready = false, 0
 	}
+	f.next = f.next[:0]
 	for _, u := range f.roots {
 		f.gather(u)
 	}
+	if f.opt.ForwardPrefetch && len(f.order) > 0 {
+		f.startGather(f.order[0])
+	}
 	y := nn.Call(f.Module, x)
+	f.order = append(f.order[:0], f.next...)
 	for _, u := range f.units {
 		if !u.called {
 			f.setErr(fmt.Errorf("fsdp: unit %s was never called through nn.Call in the forward pass, so it was never gathered; choose units its parent calls through nn.Call", u.name))
@@ -506,6 +555,16 @@ func (f *FSDP) Wait(ctx context.Context) error {
 	}
 	for _, u := range f.units {
 		u.ready = 0
+		// A prefetch no backward consumed would hand the next forward
+		// these (old) parameters: drop it.
+		if u.inflight != nil {
+			if err := u.inflight.Wait(ctx); err != nil {
+				f.setErr(err)
+				return fmt.Errorf("fsdp: gather unit %s: %w", u.name, err)
+			}
+			u.inflight, u.landing = nil, nil
+			f.gathered -= u.padded
+		}
 	}
 	return nil
 }

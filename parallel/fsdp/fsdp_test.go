@@ -156,13 +156,14 @@ func TestEquivalentToDDP(t *testing.T) {
 			{Strategy: fsdp.NoShard, Wrap: isBlock},
 			{Strategy: fsdp.FullShard, Wrap: blockAndMLP},
 			{Strategy: fsdp.FullShard},
+			{Strategy: fsdp.FullShard, Wrap: isBlock, ForwardPrefetch: true, NoBackwardPrefetch: true},
 		}
 		if world == 4 {
 			// Two "nodes" of two ranks: sharded within, replicated across.
 			opts = []fsdp.Options{{Strategy: fsdp.FullShard, Wrap: isBlock}, {Strategy: fsdp.HybridShard, ShardSize: 2, Wrap: isBlock}}
 		}
 		for _, opt := range opts {
-			t.Run(fmt.Sprintf("world%d/%v/units=%d", world, opt.Strategy, unitsOf(opt)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("world%d/%v/units=%d/prefetch=%v,%v", world, opt.Strategy, unitsOf(opt), opt.ForwardPrefetch, !opt.NoBackwardPrefetch), func(t *testing.T) {
 				losses, sd := run(t, world, withFSDP(opt))
 				if losses == nil {
 					t.FailNow()
@@ -286,35 +287,40 @@ func unitsOf(opt fsdp.Options) int {
 }
 
 // TestMemory: FullShard holds at most the root and one block gathered at
-// once; ShardGradOp holds every unit from forward to backward; the shards
+// once, or two with backward prefetch (the next block of backward on its
+// way); ShardGradOp holds every unit from forward to backward; the shards
 // and their gradients are a world's share.
 func TestMemory(t *testing.T) {
-	peaks := map[fsdp.Strategy]int{}
-	var mu sync.Mutex
-	for _, s := range []fsdp.Strategy{fsdp.FullShard, fsdp.ShardGradOp} {
+	cases := []fsdp.Options{
+		{Strategy: fsdp.FullShard, Wrap: isBlock, NoBackwardPrefetch: true},
+		{Strategy: fsdp.FullShard, Wrap: isBlock},
+		{Strategy: fsdp.ShardGradOp, Wrap: isBlock},
+	}
+	peaks := make([]int, len(cases))
+	for i, opt := range cases {
 		disttest.Spawn(t, 2, func(g *dist.Group) error {
 			ctx := context.Background()
 			net := gpt(0)
-			m, err := fsdp.New(ctx, net, g, fsdp.Options{Strategy: s, Wrap: isBlock})
+			m, err := fsdp.New(ctx, net, g, opt)
 			if err != nil {
 				return err
 			}
-			x, y := tokens(g.Rank(), 0)
-			if err := m.Backward(ctx, models.Loss(nn.Call(m, autograd.Const(x)), y)); err != nil {
-				return err
+			for step := range 2 {
+				x, y := tokens(g.Rank(), step)
+				if err := m.Backward(ctx, models.Loss(nn.Call(m, autograd.Const(x)), y)); err != nil {
+					return err
+				}
 			}
 			mem := m.Memory()
 			total := 4 * nn.NumParameters(net)
 			if mem.Gathered != 0 {
-				return fmt.Errorf("%v: %d bytes still gathered after the step", s, mem.Gathered)
+				return fmt.Errorf("%+v: %d bytes still gathered after the step", opt, mem.Gathered)
 			}
 			if mem.Params < total/2 || mem.Params > total/2+64 || mem.Grads != mem.Params {
-				return fmt.Errorf("%v: shards %d bytes and gradients %d of %d", s, mem.Params, mem.Grads, total)
+				return fmt.Errorf("%+v: shards %d bytes and gradients %d of %d", opt, mem.Params, mem.Grads, total)
 			}
 			if g.Rank() == 0 {
-				mu.Lock()
-				peaks[s] = mem.PeakGathered
-				mu.Unlock()
+				peaks[i] = mem.PeakGathered
 			}
 			return nil
 		})
@@ -322,12 +328,15 @@ func TestMemory(t *testing.T) {
 	units := nn.NumParameters(gpt(0)) * 4
 	block := 4 * nn.NumParameters(nn.NewTransformerBlock(tensor.NewRNG(0), cfg.Dim, cfg.Heads, 4*cfg.Dim, 0, true))
 	root := units - cfg.Layers*block
-	t.Logf("peak gathered: FullShard %d bytes, ShardGradOp %d (root %d, a block %d)", peaks[fsdp.FullShard], peaks[fsdp.ShardGradOp], root, block)
-	if peaks[fsdp.FullShard] > root+block+64 {
-		t.Errorf("FullShard gathered up to %d bytes, more than the root and one block (%d)", peaks[fsdp.FullShard], root+block)
+	t.Logf("peak gathered: FullShard %d bytes (%d with backward prefetch), ShardGradOp %d (root %d, a block %d)", peaks[0], peaks[1], peaks[2], root, block)
+	if peaks[0] > root+block+64 {
+		t.Errorf("FullShard gathered up to %d bytes, more than the root and one block (%d)", peaks[0], root+block)
 	}
-	if peaks[fsdp.ShardGradOp] < units {
-		t.Errorf("ShardGradOp gathered at most %d bytes, less than the whole model (%d)", peaks[fsdp.ShardGradOp], units)
+	if peaks[1] > root+2*block+64 {
+		t.Errorf("FullShard with prefetch gathered up to %d bytes, more than the root and two blocks (%d)", peaks[1], root+2*block)
+	}
+	if peaks[2] < units {
+		t.Errorf("ShardGradOp gathered at most %d bytes, less than the whole model (%d)", peaks[2], units)
 	}
 }
 

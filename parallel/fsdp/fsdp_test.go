@@ -240,6 +240,11 @@ func TestPeerDeath(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				// Every rank's reductions of step 0 are done before rank
+				// 2 dies.
+				if err := g.Barrier(ctx); err != nil {
+					return err
+				}
 				continue
 			}
 			var re *dist.RankError

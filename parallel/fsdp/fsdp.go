@@ -31,6 +31,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -422,16 +423,20 @@ func (f *FSDP) startGather(u *unit) {
 	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, u.shard.Value())
 }
 
-// prefetch starts gathering the unit d places after u in the last forward
-// pass's order (d = -1: the one before, next in backward).
+// prefetch starts gathering the units of the module next to u's in the
+// last forward pass's order: after it (d = 1) or before it (d = -1, the
+// next in backward). A module's units (one per parameter group) are
+// adjacent in that order and are prefetched together.
 func (f *FSDP) prefetch(u *unit, d int) {
-	for i, v := range f.order {
-		if v == u {
-			if j := i + d; j >= 0 && j < len(f.order) {
-				f.startGather(f.order[j])
-			}
-			return
-		}
+	i := slices.Index(f.order, u)
+	if i < 0 {
+		return
+	}
+	for i >= 0 && i < len(f.order) && f.order[i].layer == u.layer {
+		i += d
+	}
+	for j := i; j >= 0 && j < len(f.order) && f.order[j].layer == f.order[i].layer; j += d {
+		f.startGather(f.order[j])
 	}
 }
 

@@ -301,10 +301,18 @@ func unitsOf(opt fsdp.Options) int {
 // way); ShardGradOp holds every unit from forward to backward; the shards
 // and their gradients are a world's share.
 func TestMemory(t *testing.T) {
+	byDecay := func(name string, p *autograd.Var) int {
+		if decays(name, p) {
+			return 0
+		}
+		return 1
+	}
 	cases := []fsdp.Options{
 		{Strategy: fsdp.FullShard, Wrap: isBlock, NoBackwardPrefetch: true},
 		{Strategy: fsdp.FullShard, Wrap: isBlock},
 		{Strategy: fsdp.ShardGradOp, Wrap: isBlock},
+		// Two units a block: the prefetch takes both.
+		{Strategy: fsdp.FullShard, Wrap: isBlock, Group: byDecay},
 	}
 	peaks := make([]int, len(cases))
 	for i, opt := range cases {
@@ -342,8 +350,10 @@ func TestMemory(t *testing.T) {
 	if peaks[0] > root+block+64 {
 		t.Errorf("FullShard gathered up to %d bytes, more than the root and one block (%d)", peaks[0], root+block)
 	}
-	if peaks[1] > root+2*block+64 {
-		t.Errorf("FullShard with prefetch gathered up to %d bytes, more than the root and two blocks (%d)", peaks[1], root+2*block)
+	for _, i := range []int{1, 3} {
+		if peaks[i] > root+2*block+64 || peaks[i] < root+2*block-64 {
+			t.Errorf("%+v gathered up to %d bytes, want the root and two blocks (%d): the one running backward and the next, prefetched", cases[i], peaks[i], root+2*block)
+		}
 	}
 	if peaks[2] < units {
 		t.Errorf("ShardGradOp gathered at most %d bytes, less than the whole model (%d)", peaks[2], units)

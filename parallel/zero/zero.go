@@ -35,6 +35,10 @@ type ZeRO struct {
 	params []*autograd.Var // all, in the caller's order: the global index
 	per    [][]int         // per[r]: global indices of rank r's partition, in local order
 	local  optim.Optimizer // over params of per[rank]
+	// global[j] is the global index of the local optimizer's parameter j
+	// (its Params order, which a constructor with parameter groups may
+	// change from per[rank]'s).
+	global []int
 	// buckets[r] is rank r's flat buffer (ParametersAsBucketView only);
 	// nil for a rank without parameters.
 	buckets []*tensor.Tensor
@@ -49,9 +53,11 @@ var (
 )
 
 // New partitions params over the members of group (see Partition) and
-// makes this rank's optimizer with newOpt over its partition, in the
-// partition's order. Every member must call New with the same parameter
-// shapes in the same order and an equivalent newOpt; nothing is sent.
+// makes this rank's optimizer with newOpt over its partition, given in the
+// partition's order; the optimizer may order them its own way (a
+// constructor that splits them into parameter groups, decayed and not,
+// does). Every member must call New with the same parameter shapes in the
+// same order and an equivalent newOpt; nothing is sent.
 // newOpt may be called with no parameters (more ranks than parameters)
 // and must then still return an optimizer.
 //
@@ -77,6 +83,22 @@ func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optim
 		mine[j] = params[i]
 	}
 	z.local = newOpt(mine)
+	at := map[*autograd.Var]int{}
+	for _, i := range z.per[group.Rank()] {
+		at[params[i]] = i
+	}
+	lp := z.local.Params()
+	if len(lp) != len(mine) {
+		return nil, fmt.Errorf("zero: newOpt made an optimizer over %d parameters, given %d", len(lp), len(mine))
+	}
+	z.global = make([]int, len(lp))
+	for j, p := range lp {
+		i, ok := at[p]
+		if !ok {
+			return nil, fmt.Errorf("zero: newOpt's optimizer steps a parameter (its %d) it was not given", j)
+		}
+		z.global[j] = i
+	}
 	if opt.ParametersAsBucketView {
 		z.buckets = make([]*tensor.Tensor, group.Size())
 		for r, idx := range z.per {
@@ -243,16 +265,15 @@ type entry struct {
 // globalState returns the local optimizer's state dict with global
 // parameter indices ("state.I.name", I a position in Params).
 func (z *ZeRO) globalState() (map[string]*tensor.Tensor, error) {
-	mine := z.per[z.group.Rank()]
 	out := map[string]*tensor.Tensor{}
 	for k, t := range z.local.StateDict() {
 		if rest, ok := strings.CutPrefix(k, "state."); ok {
 			idx, name, _ := strings.Cut(rest, ".")
 			j, err := strconv.Atoi(idx)
-			if err != nil || j < 0 || j >= len(mine) {
-				return nil, fmt.Errorf("zero: local optimizer's state dict has key %q for %d parameters", k, len(mine))
+			if err != nil || j < 0 || j >= len(z.global) {
+				return nil, fmt.Errorf("zero: local optimizer's state dict has key %q for %d parameters", k, len(z.global))
 			}
-			k = fmt.Sprintf("state.%d.%s", mine[j], name)
+			k = fmt.Sprintf("state.%d.%s", z.global[j], name)
 		} else if strings.HasSuffix(k, ".params") {
 			// Group membership in local indices; not meaningful globally.
 			continue
@@ -328,7 +349,7 @@ func (z *ZeRO) StateDict() map[string]*tensor.Tensor {
 // sent. On error nothing changes.
 func (z *ZeRO) LoadStateDict(sd map[string]*tensor.Tensor) error {
 	local := map[int]int{}
-	for j, i := range z.per[z.group.Rank()] {
+	for j, i := range z.global {
 		local[i] = j
 	}
 	out := map[string]*tensor.Tensor{}

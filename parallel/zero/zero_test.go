@@ -309,3 +309,91 @@ func TestNewErrors(t *testing.T) {
 		return nil
 	})
 }
+
+// grouped is AdamW with weight decay on the matrices alone: a constructor
+// that reorders its parameters into groups.
+func grouped(ps []*autograd.Var) optim.Optimizer {
+	var decay, rest []*autograd.Var
+	for _, p := range ps {
+		if p.Value().Dim() >= 2 {
+			decay = append(decay, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return optim.NewAdamWGroups([]optim.ParamGroup{{Params: decay, WeightDecay: 0.1}, {Params: rest}}, optim.AdamOptions{LR: 0.01})
+}
+
+// TestGroupedOptimizer: with a local optimizer that orders its parameters
+// into groups, ZeRO still steps every parameter as the unsharded grouped
+// optimizer does (bit for bit), and its consolidated state dict, loaded
+// into new ZeRO optimizers, goes on exactly as the original.
+func TestGroupedOptimizer(t *testing.T) {
+	const steps = 4
+	for _, world := range []int{2, 3} {
+		ref := newParams(1)
+		refOpt := grouped(ref)
+		for s := range 2 * steps {
+			setGrads(ref, s)
+			refOpt.Step()
+		}
+		var mu sync.Mutex
+		var full map[string]*tensor.Tensor
+		disttest.Spawn(t, world, func(g *dist.Group) error {
+			ctx := context.Background()
+			ps := newParams(1)
+			z, err := zero.New(ps, grouped, g, zero.Options{})
+			if err != nil {
+				return err
+			}
+			for s := range steps {
+				setGrads(ps, s)
+				if err := z.StepContext(ctx); err != nil {
+					return err
+				}
+			}
+			if err := z.ConsolidateStateDict(ctx, 0); err != nil {
+				return err
+			}
+			if g.Rank() == 0 {
+				mu.Lock()
+				full = z.StateDict()
+				mu.Unlock()
+				// Every state sits under its parameter's own index.
+				for i, p := range ps {
+					if m, ok := full[fmt.Sprintf("state.%d.exp_avg", i)]; !ok || !slices.Equal(m.Shape(), p.Shape()) {
+						return fmt.Errorf("state.%d.exp_avg: %v, want the shape of parameter %d, %v", i, m, i, p.Shape())
+					}
+				}
+			}
+			if err := g.Barrier(ctx); err != nil {
+				return err
+			}
+			// New optimizers over copies of the parameters, loaded from the
+			// consolidated state, take the remaining steps.
+			mu.Lock()
+			sd := full
+			mu.Unlock()
+			qs := cloneParams(ps)
+			z2, err := zero.New(qs, grouped, g, zero.Options{})
+			if err != nil {
+				return err
+			}
+			if err := z2.LoadStateDict(sd); err != nil {
+				return err
+			}
+			for s := steps; s < 2*steps; s++ {
+				setGrads(qs, s)
+				if err := z2.StepContext(ctx); err != nil {
+					return err
+				}
+			}
+			for i := range qs {
+				if err := equalValues(fmt.Sprintf("world %d rank %d parameter %d", world, g.Rank(), i), qs[i].Value(), ref[i].Value()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -58,6 +58,7 @@ import (
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/parallel/ddp"
 	"github.com/godist/godist/parallel/fsdp"
+	"github.com/godist/godist/parallel/zero"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
@@ -144,7 +145,7 @@ func main() {
 	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
 	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
 	flag.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
-	flag.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
+	flag.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, zero (DDP with a ZeroRedundancyOptimizer), fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
 	flag.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
 	flag.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	flag.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
@@ -262,8 +263,10 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		return nil, err
 	}
 	model := rep.model
-	opt := optim.NewAdamWGroups([]optim.ParamGroup{{Params: rep.groups[0], WeightDecay: c.WeightDecay}, {Params: rep.groups[1]}},
-		optim.AdamOptions{LR: c.LR, Beta1: 0.9, Beta2: c.Beta2, Eps: 1e-8})
+	opt, err := rep.optimizer(g, c)
+	if err != nil {
+		return nil, err
+	}
 	sched := optim.NewWarmupCosine(opt, c.Warmup, c.Steps, c.MinLR/c.LR)
 
 	start := 0
@@ -321,7 +324,14 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
-		opt.Step()
+		if z, ok := opt.(*zero.ZeRO); ok {
+			err = z.StepContext(ctx) // its broadcasts can meet a dead peer
+		} else {
+			opt.Step()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
 		sched.Step()
 		trainTime += time.Since(ts)
 		steps++
@@ -408,6 +418,9 @@ type memory struct {
 
 func (r *replica) memory(opt optim.Optimizer) memory {
 	m := memory{OptimState: optim.StateBytes(opt)}
+	if z, ok := opt.(*zero.ZeRO); ok {
+		m.OptimState = z.StateBytes() // this rank's share
+	}
 	if r.fsdp != nil {
 		fm := r.fsdp.Memory()
 		m.Params, m.Grads, m.PeakGathered = fm.Params, fm.Grads, fm.PeakGathered
@@ -433,7 +446,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	isBlock := func(_ string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok }
 	var strategy fsdp.Strategy
 	switch c.Strategy {
-	case "", "ddp":
+	case "", "ddp", "zero":
 		for _, gr := range optim.DecayGroups(nn.NamedParameters(gpt), c.WeightDecay, noDecay)[:2] {
 			if gr.WeightDecay != 0 {
 				r.groups[0] = gr.Params
@@ -467,7 +480,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 			c.ShardSize, _ = strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
 		}
 	default:
-		return nil, fmt.Errorf("--strategy %q: want ddp, fsdp, fsdp-grad-op, no-shard or hybrid", c.Strategy)
+		return nil, fmt.Errorf("--strategy %q: want ddp, zero, fsdp, fsdp-grad-op, no-shard or hybrid", c.Strategy)
 	}
 	f, err := fsdp.New(ctx, gpt, g, fsdp.Options{Strategy: strategy, ShardSize: c.ShardSize, Wrap: isBlock,
 		ForwardPrefetch: c.ForwardPrefetch, NoBackwardPrefetch: c.NoBackwardPrefetch,
@@ -487,6 +500,45 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	r.full = f.SummonFullParams
 	r.stateDict = f.FullStateDict
 	return r, nil
+}
+
+// optimizer is AdamW over the two groups, decayed and not; with --strategy
+// zero a ZeroRedundancyOptimizer whose ranks each keep the state of their
+// share of the parameters, taken in the groups' order so that its state
+// dict is laid out as the plain optimizer's.
+func (r *replica) optimizer(g *dist.Group, c config) (optim.Optimizer, error) {
+	adamW := func(decay, rest []*autograd.Var) *optim.Adam {
+		return optim.NewAdamWGroups([]optim.ParamGroup{{Params: decay, WeightDecay: c.WeightDecay}, {Params: rest}},
+			optim.AdamOptions{LR: c.LR, Beta1: 0.9, Beta2: c.Beta2, Eps: 1e-8})
+	}
+	if c.Strategy != "zero" {
+		return adamW(r.groups[0], r.groups[1]), nil
+	}
+	decays := map[*autograd.Var]bool{}
+	for _, p := range r.groups[0] {
+		decays[p] = true
+	}
+	all := append(slices.Clone(r.groups[0]), r.groups[1]...)
+	return zero.New(all, func(ps []*autograd.Var) optim.Optimizer {
+		var decay, rest []*autograd.Var
+		for _, p := range ps {
+			if decays[p] {
+				decay = append(decay, p)
+			} else {
+				rest = append(rest, p)
+			}
+		}
+		return adamW(decay, rest)
+	}, g, zero.Options{})
+}
+
+// consolidate brings a ZeroRedundancyOptimizer's state to rank 0, where
+// StateDict then has it (a collective; nothing for other optimizers).
+func consolidate(ctx context.Context, opt optim.Optimizer) error {
+	if z, ok := opt.(*zero.ZeRO); ok {
+		return z.ConsolidateStateDict(ctx, 0)
+	}
+	return nil
 }
 
 // noDecay names the parameters besides biases and LayerNorms (which have
@@ -595,6 +647,10 @@ func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	err = consolidate(ctx, opt)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
 	if g.Rank() == 0 {
 		ts := map[string]*tensor.Tensor{}
 		for k, v := range weights {
@@ -630,7 +686,8 @@ func saveDistributed(ctx context.Context, g *dist.Group, dir string, rep *replic
 	var err error
 	if rep.fsdp != nil {
 		st, err = rep.fsdp.CheckpointState(opt)
-	} else {
+	} else if err = consolidate(ctx, opt); err == nil {
+		// ZeRO's state is on rank 0 now, whose file holds it.
 		st, err = dcp.ModuleState(rep.gpt, opt)
 	}
 	if err != nil {

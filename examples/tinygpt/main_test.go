@@ -241,7 +241,7 @@ func TestSample(t *testing.T) {
 	}
 }
 
-// TestStrategies: FSDP in each of its forms trains what DDP trains (the
+// TestStrategies: ZeRO and FSDP in each of its forms train what DDP trains (the
 // validation loss after 8 steps of AdamW, decay on the matrices alone,
 // within 1e-4), writes a checkpoint of the whole weights under PyTorch's
 // names, and generates a sample; an unknown strategy is an error.
@@ -270,7 +270,7 @@ func TestStrategies(t *testing.T) {
 		name  string
 		world int
 		size  int
-	}{{"fsdp", 2, 0}, {"fsdp-grad-op", 2, 0}, {"no-shard", 2, 0}, {"hybrid", 4, 2}} {
+	}{{"zero", 2, 0}, {"fsdp", 2, 0}, {"fsdp-grad-op", 2, 0}, {"no-shard", 2, 0}, {"hybrid", 4, 2}} {
 		t.Run(s.name, func(t *testing.T) {
 			c := base
 			c.Strategy, c.ShardSize = s.name, s.size
@@ -306,10 +306,10 @@ func TestStrategies(t *testing.T) {
 	}
 }
 
-// TestResumeAcrossStrategies: a run under FSDP at world 4, stopped after
-// step 4 with a distributed checkpoint, resumes under DDP at world 2 (the
-// same global batch: 2 ranks of twice the rows) and ends where a run
-// under DDP at world 2 that never stopped ends.
+// TestResumeAcrossStrategies: a run under FSDP, or under DDP with ZeRO,
+// at world 4, stopped after step 4 with a distributed checkpoint, resumes
+// under DDP at world 2 (the same global batch: 2 ranks of twice the rows)
+// and ends where a run under DDP at world 2 that never stopped ends.
 func TestResumeAcrossStrategies(t *testing.T) {
 	spawn := func(c config, world int) *result {
 		var res *result
@@ -331,19 +331,23 @@ func TestResumeAcrossStrategies(t *testing.T) {
 	whole.Batch = 2 * base.Batch
 	want := spawn(whole, 2)
 
-	stopped := base
-	stopped.Strategy, stopped.stopAt, stopped.ckptDir = "fsdp", 4, filepath.Join(t.TempDir(), "dcp")
-	spawn(stopped, 4)
-	resumed := whole
-	resumed.ckptDir, resumed.resume = stopped.ckptDir, true
-	got := spawn(resumed, 2)
-	if got.ResumedFromStep != 4 {
-		t.Fatalf("resumed from step %d, want 4", got.ResumedFromStep)
-	}
-	if d := math.Abs(got.ValLoss - want.ValLoss); d > 1e-4*want.ValLoss {
-		t.Errorf("validation loss %.7f after resuming, %.7f without stopping", got.ValLoss, want.ValLoss)
-	}
-	if len(got.losses) != 8 {
-		t.Errorf("the resumed history has %d losses, want 8", len(got.losses))
+	for _, from := range []string{"fsdp", "zero"} {
+		t.Run(from, func(t *testing.T) {
+			stopped := base
+			stopped.Strategy, stopped.stopAt, stopped.ckptDir = from, 4, filepath.Join(t.TempDir(), "dcp")
+			spawn(stopped, 4)
+			resumed := whole
+			resumed.ckptDir, resumed.resume = stopped.ckptDir, true
+			got := spawn(resumed, 2)
+			if got.ResumedFromStep != 4 {
+				t.Fatalf("resumed from step %d, want 4", got.ResumedFromStep)
+			}
+			if d := math.Abs(got.ValLoss - want.ValLoss); d > 1e-4*want.ValLoss {
+				t.Errorf("validation loss %.7f after resuming, %.7f without stopping", got.ValLoss, want.ValLoss)
+			}
+			if len(got.losses) != 8 {
+				t.Errorf("the resumed history has %d losses, want 8", len(got.losses))
+			}
+		})
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"image/color"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -30,8 +29,6 @@ import (
 	"syscall"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/godist/godist/autograd"
@@ -387,36 +384,11 @@ func load(path string, model *ddp.DDP, opt optim.Optimizer) (int, history, error
 }
 
 func (h history) plot(path string) error {
-	p := plot.New()
-	p.Title.Text = "DDP on Fashion-MNIST (rank 0)"
-	p.X.Label.Text = "step"
-	p.Y.Label.Text = "loss / test accuracy"
-	p.Legend.Top = true
-	loss := make(plotter.XYs, len(h.Loss))
-	for i, v := range h.Loss {
-		loss[i] = plotter.XY{X: float64(i + 1), Y: v}
+	per := float64(len(h.Loss)) / float64(max(len(h.Acc), 1))
+	acc := make([][2]float64, len(h.Acc))
+	for i, v := range h.Acc {
+		acc[i] = [2]float64{per * float64(i+1), v}
 	}
-	l, err := plotter.NewLine(loss)
-	if err != nil {
-		return err
-	}
-	l.Color = color.RGBA{R: 200, A: 255}
-	p.Add(l)
-	p.Legend.Add("training loss", l)
-	if len(h.Acc) > 0 {
-		per := float64(len(h.Loss)) / float64(len(h.Acc))
-		acc := make(plotter.XYs, len(h.Acc))
-		for i, v := range h.Acc {
-			acc[i] = plotter.XY{X: per * float64(i+1), Y: v}
-		}
-		s, pts, err := plotter.NewLinePoints(acc)
-		if err != nil {
-			return err
-		}
-		s.Color = color.RGBA{B: 200, A: 255}
-		pts.Color = s.Color
-		p.Add(s, pts)
-		p.Legend.Add("test accuracy", s)
-	}
-	return p.Save(8*vg.Inch, 4*vg.Inch, path)
+	return progress.Curves{Title: "DDP on Fashion-MNIST (rank 0)", YLabel: "loss / test accuracy",
+		StepLabel: "training loss", Steps: h.Loss, EvalLabel: "test accuracy", Evals: acc}.Save(path, 4*vg.Inch)
 }

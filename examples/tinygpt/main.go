@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"image/color"
 	"io"
 	"maps"
 	"math"
@@ -42,8 +41,6 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/godist/godist/autograd"
@@ -640,15 +637,27 @@ func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.
 			return fmt.Errorf("distributed checkpoint: %w", err)
 		}
 	}
-	if c.ckpt == "" {
-		return g.Barrier(ctx)
+	if c.ckpt != "" {
+		if err := saveFile(ctx, g, c, rep, opt, step, h); err != nil {
+			return err
+		}
 	}
+	if g.Rank() == 0 && c.plotPath != "" {
+		if err := h.plot(c.plotPath); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return g.Barrier(ctx)
+}
+
+// saveFile writes the single-file checkpoint on rank 0 (every rank takes
+// part in gathering what it holds).
+func saveFile(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.Optimizer, step int, h history) error {
 	weights, err := rep.stateDict(ctx) // a collective under FSDP
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	err = consolidate(ctx, opt)
-	if err != nil {
+	if err := consolidate(ctx, opt); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if g.Rank() == 0 {
@@ -670,12 +679,7 @@ func save(ctx context.Context, g *dist.Group, c config, rep *replica, opt optim.
 			return err
 		}
 	}
-	if g.Rank() == 0 && c.plotPath != "" {
-		if err := h.plot(c.plotPath); err != nil {
-			return fmt.Errorf("plot: %w", err)
-		}
-	}
-	return g.Barrier(ctx)
+	return nil
 }
 
 // saveDistributed writes a distributed checkpoint: every rank its pieces
@@ -797,37 +801,12 @@ func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error)
 }
 
 func (h history) plot(path string) error {
-	p := plot.New()
-	p.Title.Text = "tiny GPT on the Go source tree"
-	p.X.Label.Text = "step"
-	p.Y.Label.Text = "bits per byte"
-	p.Legend.Top = true
-	train := make(plotter.XYs, len(h.Loss))
+	bits := make([]float64, len(h.Loss))
 	for i, v := range h.Loss {
-		train[i] = plotter.XY{X: float64(i + 1), Y: v / math.Ln2}
+		bits[i] = v / math.Ln2
 	}
-	l, err := plotter.NewLine(train)
-	if err != nil {
-		return err
-	}
-	l.Color = color.RGBA{R: 200, A: 255}
-	p.Add(l)
-	p.Legend.Add("training (rank 0's batch)", l)
-	if len(h.Val) > 0 {
-		val := make(plotter.XYs, len(h.Val))
-		for i, v := range h.Val {
-			val[i] = plotter.XY{X: v[0], Y: v[1]}
-		}
-		s, pts, err := plotter.NewLinePoints(val)
-		if err != nil {
-			return err
-		}
-		s.Color = color.RGBA{B: 200, A: 255}
-		pts.Color = s.Color
-		p.Add(s, pts)
-		p.Legend.Add("validation", s)
-	}
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	return progress.Curves{Title: "tiny GPT on the Go source tree", YLabel: "bits per byte",
+		StepLabel: "training (rank 0's batch)", Steps: bits, EvalLabel: "validation", Evals: h.Val}.Save(path, 5*vg.Inch)
 }
 
 // dump writes, for internal/tools/gpttwin: the two splits (train.bin,

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
@@ -113,7 +114,15 @@ func TestSharedTensorRelease(t *testing.T) {
 		}
 		return nil
 	})
-	if after := regionMappings(t); after != before {
-		t.Errorf("%d shared-memory regions mapped after the job, %d before", after, before)
+	// The connections' readers unmap the peers' regions as they see the
+	// connections end, a moment after the job returns: wait for them, a
+	// bounded time.
+	after := regionMappings(t)
+	for deadline := time.Now().Add(5 * time.Second); after != before && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		after = regionMappings(t)
+	}
+	if after != before {
+		t.Errorf("%d shared-memory regions mapped 5 s after the job, %d before", after, before)
 	}
 }

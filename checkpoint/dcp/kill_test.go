@@ -11,16 +11,10 @@ package dcp_test
 // or have committed.
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +22,7 @@ import (
 
 	"github.com/godist/godist/checkpoint/dcp"
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
 	"github.com/godist/godist/tensor"
 )
 
@@ -87,48 +82,11 @@ func TestKillDuringAsyncSave(t *testing.T) {
 		t.Skip("starts 2 processes")
 	}
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ps := disttest.StartProcs(t, 2, "TestKillDuringSaveWorker", "dcp-kill", killDirEnv+"="+dir)
+	if err := disttest.WaitProcs(t, ps, 60*time.Second)[0]; err != nil {
+		t.Fatalf("rank 0: %v\nstdout:\n%s\nstderr:\n%s", err, ps[0].Stdout.String(), ps[0].Stderr.String())
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	type proc struct {
-		cmd            *exec.Cmd
-		stdout, stderr bytes.Buffer
-		done           chan error
-	}
-	ps := make([]*proc, 2)
-	for r := range ps {
-		p := &proc{done: make(chan error, 1)}
-		p.cmd = exec.Command(os.Args[0], "-test.run=^TestKillDuringSaveWorker$", "-test.count=1", "-test.timeout=90s")
-		p.cmd.Env = append(os.Environ(), killDirEnv+"="+dir,
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(r),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GODIST_TOKEN="+hex.EncodeToString(tok), "GODIST_RUN_ID=dcp-kill", "GODIST_HOST=127.0.0.1")
-		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { p.done <- p.cmd.Wait() }()
-		ps[r] = p
-	}
-	for r, p := range ps {
-		select {
-		case err := <-p.done:
-			if r == 0 && err != nil {
-				t.Fatalf("rank 0: %v\nstdout:\n%s\nstderr:\n%s", err, p.stdout.String(), p.stderr.String())
-			}
-		case <-time.After(60 * time.Second):
-			for _, p := range ps {
-				p.cmd.Process.Kill()
-			}
-			t.Fatalf("rank %d did not exit within 60 s\nstderr:\n%s", r, p.stderr.String())
-		}
-	}
-	t.Logf("rank 0: %s", strings.TrimSpace(ps[0].stdout.String()))
+	t.Logf("rank 0: %s", strings.TrimSpace(ps[0].Stdout.String()))
 	// Whatever happened, the directory holds one whole checkpoint.
 	got := tensor.New(tensor.Float32, 2*killElems)
 	if err := dcp.Load(context.Background(), dir, dcp.State{"w": dcp.Whole(got)}, nil); err != nil {
@@ -144,9 +102,9 @@ func TestKillDuringAsyncSave(t *testing.T) {
 			t.Fatalf("element %d is %v, element 0 %v: a mixture of two checkpoints", i, x, want)
 		}
 	}
-	committed := strings.Contains(ps[0].stdout.String(), "SAVE-2 COMMITTED")
+	committed := strings.Contains(ps[0].Stdout.String(), "SAVE-2 COMMITTED")
 	if committed != (want == 2) {
-		t.Fatalf("rank 0 said %q, and the checkpoint holds checkpoint %v", strings.TrimSpace(ps[0].stdout.String()), want)
+		t.Fatalf("rank 0 said %q, and the checkpoint holds checkpoint %v", strings.TrimSpace(ps[0].Stdout.String()), want)
 	}
 	t.Logf("the checkpoint that loads is checkpoint %v", want)
 }

@@ -7,13 +7,9 @@ package ddp_test
 // from DDP.Backward as an error naming rank 1, with no panic.
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -24,6 +20,7 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/parallel/ddp"
 	"github.com/godist/godist/tensor"
@@ -103,47 +100,11 @@ func TestKillMidBackward(t *testing.T) {
 }
 
 func killMidBackward(t *testing.T, mode string) {
-	const world = 3
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	type worker struct {
-		cmd            *exec.Cmd
-		stdout, stderr bytes.Buffer
-		done           chan error
-	}
-	ws := make([]*worker, world)
-	for r := range world {
-		w := &worker{done: make(chan error, 1)}
-		w.cmd = exec.Command(os.Args[0], "-test.run=^TestKillWorker$", "-test.count=1", "-test.timeout=90s")
-		w.cmd.Env = append(os.Environ(), killModeEnv+"="+mode,
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world), "LOCAL_RANK="+strconv.Itoa(r),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"GODIST_TOKEN="+hex.EncodeToString(tok), "GODIST_RUN_ID=ddp-kill-"+mode, "GODIST_HOST=127.0.0.1")
-		w.cmd.Stdout, w.cmd.Stderr = &w.stdout, &w.stderr
-		if err := w.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { w.done <- w.cmd.Wait() }()
-		ws[r] = w
-	}
-	deadline := time.After(60 * time.Second)
+	ws := disttest.StartProcs(t, 3, "TestKillWorker", "ddp-kill-"+mode, killModeEnv+"="+mode)
+	errs := disttest.WaitProcs(t, ws, 60*time.Second)
 	for r, w := range ws {
-		var err error
-		select {
-		case err = <-w.done:
-		case <-deadline:
-			for _, w := range ws {
-				w.cmd.Process.Kill()
-			}
-			t.Fatalf("rank %d did not exit within 60s\nstdout:\n%s\nstderr:\n%s", r, w.stdout.String(), w.stderr.String())
-		}
-		out, serr := w.stdout.String(), w.stderr.String()
+		err := errs[r]
+		out, serr := w.Stdout.String(), w.Stderr.String()
 		if strings.Contains(serr, "panic") {
 			t.Errorf("rank %d panicked:\n%s", r, serr)
 		}

@@ -154,6 +154,17 @@ func (g *Group) GlobalRank(r int) int { return g.ranks[r] }
 // Backend names the transport ("tcp" or "inproc").
 func (g *Group) Backend() string { return g.world.backend }
 
+// Endpoint returns the job's transport endpoint, which every group of the
+// job shares: for a layer that sends messages of its own beside the
+// collectives (package rpc).
+func (g *Group) Endpoint() *transport.Endpoint { return g.world.ep }
+
+// WorldRank is the rank of this process in the whole job.
+func (g *Group) WorldRank() int { return g.world.rank }
+
+// WorldSize is the number of processes in the whole job.
+func (g *Group) WorldSize() int { return g.world.size }
+
 // Err returns the error that failed the group, or nil.
 func (g *Group) Err() error {
 	g.mu.Lock()

@@ -136,6 +136,37 @@ func FromBytes(d DType, b []byte, shape ...int) *Tensor {
 	return t
 }
 
+// Alias returns a contiguous tensor of dtype d and the given shape whose
+// storage is b itself, without a copy: what a decoder uses to hand out the
+// tensors inside a received message. b must hold exactly the elements and
+// start 8-byte aligned; the tensor keeps all of b's array alive. It
+// returns an error, never panics, so that hostile input cannot crash the
+// caller.
+func Alias(d DType, b []byte, shape ...int) (*Tensor, error) {
+	if d == Invalid || d.Size() == 0 {
+		return nil, fmt.Errorf("tensor: invalid dtype %v", d)
+	}
+	n := 1
+	for _, s := range shape {
+		if s < 0 || (s > 0 && n > math.MaxInt/s) {
+			return nil, fmt.Errorf("tensor: bad shape %v", shape)
+		}
+		n *= s
+	}
+	if n > math.MaxInt/d.Size() || n*d.Size() != len(b) {
+		return nil, fmt.Errorf("tensor: %d bytes for %v%v", len(b), d, shape)
+	}
+	if len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		return nil, fmt.Errorf("tensor: storage for %v%v is not 8-byte aligned", d, shape)
+	}
+	if len(b) == 0 {
+		b = []byte{}
+	}
+	t := &Tensor{dtype: d, shape: append([]int(nil), shape...), off: 0, buf: b[:len(b):len(b)]}
+	t.strides = contiguousStrides(t.shape)
+	return t, nil
+}
+
 func shapeOrNil(s []int) []int {
 	if len(s) == 0 {
 		return nil

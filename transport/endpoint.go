@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/godist/godist/internal/crc32c"
 )
@@ -141,6 +142,11 @@ type Endpoint struct {
 		down       map[int]*PeerError
 		closed     bool
 		handlers   Handlers
+		message    MessageHandler
+		msgLimit   int64
+		backlog    []*message               // messages that came before a handler
+		watchers   map[int]func(*PeerError) // WatchPeers, by id
+		nextWatch  int
 		nextRegion int                  // regions made (region.go)
 		regions    map[regionKey][]byte // peers' regions mapped here
 	}
@@ -191,6 +197,76 @@ func (e *Endpoint) SetHandlers(h Handlers) {
 	e.mu.Lock()
 	e.mu.handlers = h
 	e.mu.Unlock()
+}
+
+// MessageHandler receives a KindMessage frame from src: its key,
+// fingerprint and payload, which is the handler's to keep (8-byte
+// aligned). A payload longer than the handler's limit is not read whole:
+// msg holds its first MessagePrefix bytes (unchecked) and size says how
+// long it was, so that the handler can refuse it by name. The handler
+// runs on the connection's reader and must not block.
+type MessageHandler func(src int, key Key, fp uint64, msg []byte, size int64)
+
+// MessagePrefix is how much of an over-limit message its handler sees.
+const MessagePrefix = 4 << 10
+
+// SetMessageHandler installs the handler of KindMessage frames and the
+// most bytes one may carry (a larger one is skipped, its prefix handed
+// over). Messages that arrive while no handler is installed are kept,
+// up to MessageBacklog of them (a peer may be ready before this rank
+// is), and handed to the handler when it is installed; later ones are
+// dropped.
+func (e *Endpoint) SetMessageHandler(limit int64, fn MessageHandler) {
+	e.mu.Lock()
+	e.mu.message, e.mu.msgLimit = fn, limit
+	backlog := e.mu.backlog
+	e.mu.backlog = nil
+	e.mu.Unlock()
+	if fn == nil {
+		return
+	}
+	for _, m := range backlog {
+		b := m.buf
+		if m.h.Len > limit && len(b) > MessagePrefix {
+			b = b[:MessagePrefix]
+		}
+		fn(m.src, m.h.Key, m.h.FP, b, m.h.Len)
+	}
+}
+
+func (e *Endpoint) msgLimit() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mu.msgLimit
+}
+
+// MessageBacklog bounds the messages kept while no handler is installed.
+const MessageBacklog = 1024
+
+// SendMessage sends the parts as one KindMessage frame to peer: the
+// message handler there receives it whole.
+func (e *Endpoint) SendMessage(ctx context.Context, peer int, key Key, fp uint64, parts ...[]byte) error {
+	return e.sendKind(ctx, KindMessage, peer, key, fp, parts)
+}
+
+// WatchPeers adds fn to the listeners that hear, once per peer, that its
+// connection failed or closed (as Handlers.PeerDown does, for a second
+// layer over the same endpoint); stop removes it. Peers already down are
+// not replayed: ask PeerErr.
+func (e *Endpoint) WatchPeers(fn func(*PeerError)) (stop func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.watchers == nil {
+		e.mu.watchers = map[int]func(*PeerError){}
+	}
+	id := e.mu.nextWatch
+	e.mu.nextWatch++
+	e.mu.watchers[id] = fn
+	return func() {
+		e.mu.Lock()
+		delete(e.mu.watchers, id)
+		e.mu.Unlock()
+	}
 }
 
 // PeerErr returns the error that ended the connection to rank, or nil.
@@ -514,6 +590,8 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 			fn(src, h.Key, msg)
 		}
 		return nil
+	case KindMessage:
+		return e.deliverMessage(src, h, in)
 	case KindBye:
 		if err := in.read(make([]byte, min(h.Len, 1<<10))); err != nil {
 			return err
@@ -668,6 +746,10 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	}
 	e.mu.posted = kept
 	fn := e.mu.handlers.PeerDown
+	watchers := make([]func(*PeerError), 0, len(e.mu.watchers))
+	for _, w := range e.mu.watchers {
+		watchers = append(watchers, w)
+	}
 	e.mu.Unlock()
 	for _, p := range failed {
 		p.finish(rank, perr)
@@ -675,6 +757,78 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	if fn != nil {
 		fn(perr)
 	}
+	for _, w := range watchers {
+		w(perr)
+	}
+}
+
+// deliverMessage reads a KindMessage frame's payload and hands it to the
+// message handler.
+func (e *Endpoint) deliverMessage(src int, h *Header, in payload) error {
+	e.mu.Lock()
+	fn, limit := e.mu.message, e.mu.msgLimit
+	e.mu.Unlock()
+	var buf []byte
+	if fn != nil && h.Len > limit || fn == nil && h.Len > MessagePrefix {
+		// Too long for the handler (or for the backlog): only its prefix
+		// is kept.
+		buf = make([]byte, min(h.Len, MessagePrefix))
+		if err := in.read(buf); err != nil {
+			return err
+		}
+		if err := skip(in, h.Len-int64(len(buf))); err != nil {
+			return err
+		}
+	} else {
+		buf = alloc8(int(h.Len))
+		sum, err := readSum(in, buf)
+		if err != nil {
+			return err
+		}
+		if sum != h.CRC {
+			return fmt.Errorf("%w: payload checksum mismatch on message %v from rank %d", ErrFrame, h.Key, src)
+		}
+	}
+	if fn == nil {
+		e.mu.Lock()
+		if fn = e.mu.message; fn == nil {
+			if len(e.mu.backlog) < MessageBacklog {
+				e.mu.backlog = append(e.mu.backlog, &message{src: src, h: *h, buf: buf})
+			} else {
+				e.log.Warn("transport: message dropped: no handler and the backlog is full", "from", src, "bytes", h.Len)
+			}
+			e.mu.Unlock()
+			return nil
+		}
+		e.mu.Unlock()
+		if h.Len > e.msgLimit() && int64(len(buf)) > MessagePrefix {
+			buf = buf[:MessagePrefix]
+		}
+	}
+	fn(src, h.Key, h.FP, buf, h.Len)
+	return nil
+}
+
+// skip reads and drops n bytes of in.
+func skip(in payload, n int64) error {
+	for n > 0 {
+		k := min(n, viewMax)
+		if err := in.view(int(k), func([]byte) {}); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// alloc8 returns n bytes whose start is 8-byte aligned, so that the
+// elements of tensors inside them can be used in place.
+func alloc8(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	w := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
 }
 
 // Close says goodbye to every peer, closes the connections and fails every

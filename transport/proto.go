@@ -16,7 +16,7 @@ import (
 //	  0    4 magic "GDTF"
 //	  4    1 version
 //	  5    1 kind
-//	  6    1 shared-memory slot (KindShmData), else zero
+//	  6    1 shared-memory slot (KindShmData, KindShmMessage), else zero
 //	  7    1 reserved (zero)
 //	  8    4 group id
 //	 12    4 tag
@@ -56,6 +56,15 @@ const (
 	// in the shared-memory slot the header names (same-host peers).
 	KindShmData Kind = 4
 	// Kind 5 was a lent payload (removed; see region.go): refused.
+
+	// KindMessage carries a message of a layer that keeps its own state
+	// per message instead of posting receives (package rpc's requests,
+	// replies and reference counting): delivered whole to
+	// Endpoint.SetMessageHandler's handler, never matched to a receive.
+	KindMessage Kind = 6
+	// KindShmMessage is a KindMessage whose payload is in the
+	// shared-memory slot the header names.
+	KindShmMessage Kind = 7
 )
 
 func (k Kind) String() string {
@@ -68,6 +77,10 @@ func (k Kind) String() string {
 		return "bye"
 	case KindShmData:
 		return "shm-data"
+	case KindMessage:
+		return "message"
+	case KindShmMessage:
+		return "shm-message"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -160,7 +173,7 @@ func decodeHeader(b []byte) (Header, error) {
 	}
 	h.Len = int64(n)
 	switch h.Kind {
-	case KindData, KindControl, KindBye, KindShmData:
+	case KindData, KindControl, KindBye, KindShmData, KindMessage, KindShmMessage:
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
 	}

@@ -258,7 +258,7 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	if err := ctx.Err(); err != nil {
 		return notSent{err}
 	}
-	if l.shm != nil && h.Kind == KindData {
+	if l.shm != nil && (h.Kind == KindData || h.Kind == KindMessage) {
 		var n int
 		for _, p := range payload {
 			n += len(p)
@@ -275,7 +275,12 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 			}
 			h.CRC = copySum(l.shm.seg.slot(i), payload)
 			l.shm.seg.state(i).Store(1)
-			h.Kind, h.Slot = KindShmData, uint8(i)
+			h.Slot = uint8(i)
+			if h.Kind == KindData {
+				h.Kind = KindShmData
+			} else {
+				h.Kind = KindShmMessage
+			}
 			payload = nil
 			defer func() {
 				if _, ok := err.(notSent); ok {
@@ -284,7 +289,7 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 			}()
 		}
 	}
-	if h.Kind != KindShmData {
+	if h.Kind != KindShmData && h.Kind != KindShmMessage {
 		h.CRC = Checksum(payload...)
 	}
 	h.encode(l.hdr[:])
@@ -419,13 +424,17 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			conn.Close()
 			return
 		}
-		if h.Kind == KindShmData {
+		if h.Kind == KindShmData || h.Kind == KindShmMessage {
 			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
 				e.peerDown(r, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a connection without a segment for it", ErrFrame, h.Slot, h.Len))
 				conn.Close()
 				return
 			}
-			h.Kind = KindData
+			if h.Kind == KindShmData {
+				h.Kind = KindData
+			} else {
+				h.Kind = KindMessage
+			}
 			err := e.deliver(r, &h, &memPayload{shm.slot(int(h.Slot))[:h.Len]})
 			shm.state(int(h.Slot)).Store(0) // the sender may reuse it
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/godist/godist/transport"
 )
@@ -51,6 +52,7 @@ func Run(t *testing.T, newMesh NewMesh) {
 	t.Run("SendCancelledBeforeStart", func(t *testing.T) { testSendCancelled(t, newMesh) })
 	t.Run("Control", func(t *testing.T) { testControl(t, newMesh) })
 	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, newMesh) })
+	t.Run("Messages", func(t *testing.T) { testMessages(t, newMesh) })
 	t.Run("BadPeer", func(t *testing.T) {
 		m := newMesh(t, 2)
 		defer m.Close()
@@ -385,5 +387,86 @@ func testPeerDeath(t *testing.T, newMesh NewMesh) {
 	buf := make([]byte, 1)
 	if _, err := m.Endpoints[0].Recv(ctx, 1, transport.ExactMatch(1, transport.Key{Seq: 5}), 0, buf); err != nil || buf[0] != 5 {
 		t.Fatalf("survivors: %v %v", buf, err)
+	}
+}
+
+// testMessages: KindMessage frames reach the message handler whole (small,
+// large enough for shared memory, empty), in 8-byte aligned buffers;
+// messages that come before a handler wait for it; one over the limit
+// gives the handler its prefix and length only, and the connection goes
+// on; WatchPeers hears a death.
+func testMessages(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 3)
+	defer m.Close()
+	ctx := ctxT(t, 20*time.Second)
+	type msg struct {
+		src  int
+		seq  uint64
+		fp   uint64
+		b    []byte
+		size int64
+	}
+	got := make(chan msg, 16)
+	// Sent before rank 1 has a handler: kept for it.
+	early := payload(0, 1, 0, 100)
+	if err := m.Endpoints[0].SendMessage(ctx, 1, transport.Key{Seq: 1}, 11, early[:40], early[40:]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	const limit = 1 << 20
+	m.Endpoints[1].SetMessageHandler(limit, func(src int, k transport.Key, fp uint64, b []byte, size int64) {
+		got <- msg{src, k.Seq, fp, b, size}
+	})
+	big := payload(2, 1, 1, 600<<10)
+	huge := payload(0, 1, 2, limit+1)
+	sends := []struct {
+		src  int
+		seq  uint64
+		data []byte
+	}{{2, 2, big}, {0, 3, nil}, {0, 4, huge}, {2, 5, payload(2, 1, 5, 9)}}
+	for _, s := range sends {
+		if err := m.Endpoints[s.src].SendMessage(ctx, 1, transport.Key{Seq: s.seq}, s.seq, s.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint64]msg{}
+	for len(seen) < 5 {
+		select {
+		case x := <-got:
+			seen[x.seq] = x
+		case <-ctx.Done():
+			t.Fatalf("only %d of 5 messages arrived", len(seen))
+		}
+	}
+	check := func(seq uint64, src int, want []byte) {
+		x := seen[seq]
+		if x.src != src || !bytes.Equal(x.b, want) || x.size != int64(len(want)) {
+			t.Errorf("message %d: from %d, %d bytes of %d, want from %d, %d bytes", seq, x.src, len(x.b), x.size, src, len(want))
+		}
+		if len(x.b) > 0 && uintptr(unsafe.Pointer(&x.b[0]))%8 != 0 {
+			t.Errorf("message %d is not 8-byte aligned", seq)
+		}
+	}
+	check(1, 0, early)
+	check(2, 2, big)
+	check(3, 0, []byte{})
+	check(5, 2, payload(2, 1, 5, 9))
+	if x := seen[4]; x.size != limit+1 || len(x.b) != transport.MessagePrefix || !bytes.Equal(x.b, huge[:transport.MessagePrefix]) {
+		t.Errorf("over-limit message: %d bytes of %d", len(x.b), x.size)
+	}
+	if seen[1].fp != 11 || seen[2].fp != 2 {
+		t.Errorf("fingerprints: %d %d", seen[1].fp, seen[2].fp)
+	}
+	down := make(chan int, 2)
+	stop := m.Endpoints[1].WatchPeers(func(e *transport.PeerError) { down <- e.Rank })
+	defer stop()
+	m.Kill(2)
+	select {
+	case r := <-down:
+		if r != 2 {
+			t.Fatalf("WatchPeers heard rank %d", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchPeers heard nothing")
 	}
 }

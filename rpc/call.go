@@ -1,0 +1,157 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"unsafe"
+
+	"github.com/godist/godist/rpc/internal/wire"
+)
+
+// Fn is a typed handle on a registered function: it calls the function
+// of that name on any worker, with arguments of type A and a result of
+// type R. Register returns one; Func makes one for a function registered
+// only on other workers.
+type Fn[A, R any] struct{ name string }
+
+// Func returns the handle of the function registered as name elsewhere.
+func Func[A, R any](name string) Fn[A, R] { return Fn[A, R]{name} }
+
+// Name returns the function's name.
+func (f Fn[A, R]) Name() string { return f.name }
+
+// Call runs the function on worker to and returns its result
+// (rpc_sync). ctx bounds the whole call; without a deadline, the agent's
+// Options.Timeout does.
+func (f Fn[A, R]) Call(ctx context.Context, a *Agent, to string, args A) (R, error) {
+	return f.Go(ctx, a, to, args).Wait(ctx)
+}
+
+// Go starts the function on worker to and returns a future of its result
+// (rpc_async). ctx's deadline (or the agent's Options.Timeout) bounds
+// the call.
+func (f Fn[A, R]) Go(ctx context.Context, a *Agent, to string, args A) *Future[R] {
+	return start[A, R](ctx, a, to, head{op: opCall, name: f.name}, args)
+}
+
+// Method is a typed handle on a method registered with RegisterMethod:
+// it runs on the owner of an RRef[T], on the value the RRef refers to.
+type Method[T, A, R any] struct{ name string }
+
+// MethodOf returns the handle of a method registered as name elsewhere.
+func MethodOf[T, A, R any](name string) Method[T, A, R] { return Method[T, A, R]{name} }
+
+// Name returns the method's name.
+func (m Method[T, A, R]) Name() string { return m.name }
+
+// Call runs the method on ref's value at its owner and returns the result
+// (rref.rpc_sync().method(args)).
+func (m Method[T, A, R]) Call(ctx context.Context, a *Agent, ref *RRef[T], args A) (R, error) {
+	return m.Go(ctx, a, ref, args).Wait(ctx)
+}
+
+// Go starts the method on ref's value at its owner (rref.rpc_async()).
+func (m Method[T, A, R]) Go(ctx context.Context, a *Agent, ref *RRef[T], args A) *Future[R] {
+	if ref == nil || ref.r == nil {
+		return Done(*new(R), &CallError{Function: m.name, Err: fmt.Errorf("a nil RRef")})
+	}
+	return start[A, R](ctx, a, a.name(int(ref.r.owner)), head{op: opMethod, name: m.name, rref: ref.r.id}, args)
+}
+
+// start encodes args, sends the request and returns the future its reply
+// completes.
+func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *Future[R] {
+	f := NewFuture[R]()
+	fail := func(err error) {
+		var zero R
+		f.Set(zero, &CallError{Worker: to, Function: h.name, Err: err})
+	}
+	dst, ok := a.byName[to]
+	if !ok {
+		fail(fmt.Errorf("%w %q (the job's workers: %v)", ErrUnknownWorker, to, a.workerNames()))
+		return f
+	}
+	argFP, resFP, err := fingerprints[A, R](h.name)
+	if err != nil {
+		fail(err)
+		return f
+	}
+	h.resultFP = resFP
+	e := encoders.Get().(*wire.Encoder)
+	defer putEncoder(e)
+	e.Reset()
+	e.Ctx = &encodeCtx{agent: a, dst: dst}
+	if err := e.Encode(args); err != nil {
+		fail(fmt.Errorf("encoding the arguments: %w", err))
+		return f
+	}
+	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, complete: func(body []byte, err error) {
+		if err != nil {
+			fail(err)
+			return
+		}
+		r, err := decodeResult[R](a, dst, body)
+		if err != nil {
+			fail(err)
+			return
+		}
+		f.Set(r, nil)
+	}})
+	return f
+}
+
+func decodeResult[R any](a *Agent, src int, body []byte) (R, error) {
+	var r R
+	d, err := wire.NewDecoder(body, &decodeCtx{agent: a, src: src})
+	if err == nil {
+		if err = d.Decode(&r); err == nil {
+			err = d.Finish()
+		}
+	}
+	if err != nil {
+		return r, fmt.Errorf("%w: the reply: %v", ErrMalformed, err)
+	}
+	return r, nil
+}
+
+var encoders = sync.Pool{New: func() any { return new(wire.Encoder) }}
+
+func putEncoder(e *wire.Encoder) {
+	e.Ctx = nil
+	e.Reset()
+	encoders.Put(e)
+}
+
+func (a *Agent) workerNames() []string {
+	out := make([]string, len(a.workers))
+	for i, w := range a.workers {
+		out[i] = w.Name
+	}
+	return out
+}
+
+// encodeCtx is the encoder's context: the agent and the worker the
+// message goes to (RRefs fork as they are encoded).
+type encodeCtx struct {
+	agent *Agent
+	dst   int
+}
+
+// decodeCtx is the decoder's: the agent and the worker the message came
+// from.
+type decodeCtx struct {
+	agent *Agent
+	src   int
+}
+
+func unsafeBytes(w []uint64, n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+}
+
+// typeName names T in messages.
+func typeName[T any]() string { return reflect.TypeFor[T]().String() }

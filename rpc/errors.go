@@ -1,0 +1,71 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The causes a *CallError wraps; test for them with errors.Is.
+var (
+	// ErrUnknownWorker: no worker of the job has the name called.
+	ErrUnknownWorker = errors.New("no worker of that name")
+	// ErrUnknownFunction: the callee has no function of that name
+	// registered. Nothing ran.
+	ErrUnknownFunction = errors.New("no function of that name is registered there")
+	// ErrTypeMismatch: caller and callee disagree on the function's
+	// argument or result type. Nothing ran.
+	ErrTypeMismatch = errors.New("argument or result type differs between caller and callee")
+	// ErrTooLarge: the request or reply is longer than the receiver
+	// accepts (Options.MaxMessage). Nothing ran, for a request.
+	ErrTooLarge = errors.New("message larger than the receiver accepts")
+	// ErrShutdown: the agent was shut down.
+	ErrShutdown = errors.New("rpc agent shut down")
+	// ErrMalformed: a message did not decode.
+	ErrMalformed = errors.New("malformed message")
+)
+
+// CallError is the error of one call: the worker and function it named,
+// and what went wrong (a *RemoteError, a *WorkerDownError, a context's
+// error, or one of the sentinel errors above, with details).
+type CallError struct {
+	Worker   string
+	Function string
+	Err      error
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("rpc: %s on %s: %v", e.Function, e.Worker, e.Err)
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// RemoteError is an error the called function returned (or a panic it
+// raised) on the worker that ran it. Its type does not cross the wire;
+// its message does.
+type RemoteError struct {
+	Worker   string
+	Function string
+	Message  string
+	Panic    bool // the function panicked; Message holds the value and stack
+}
+
+func (e *RemoteError) Error() string {
+	if e.Panic {
+		return fmt.Sprintf("%s panicked on %s: %s", e.Function, e.Worker, e.Message)
+	}
+	return fmt.Sprintf("%s failed on %s: %s", e.Function, e.Worker, e.Message)
+}
+
+// WorkerDownError says that the worker a call was waiting on died or
+// left before it answered.
+type WorkerDownError struct {
+	Worker string
+	Rank   int
+	Err    error
+}
+
+func (e *WorkerDownError) Error() string {
+	return fmt.Sprintf("worker %s (rank %d) is gone: %v; every call pending on it failed (restart the job, or let the launcher do it with --max-restarts)", e.Worker, e.Rank, e.Err)
+}
+
+func (e *WorkerDownError) Unwrap() error { return e.Err }

@@ -1,0 +1,193 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/godist/godist/rpc/internal/wire"
+)
+
+// Registry holds the functions a worker serves, by name. Only registered
+// functions ever run on behalf of a caller: nothing that arrives is
+// executed as code.
+type Registry struct {
+	mu    sync.RWMutex
+	funcs map[string]*handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{funcs: map[string]*handler{}} }
+
+// Registrar is where functions are registered: a *Registry, or an *Agent
+// (its registry).
+type Registrar interface{ registry() *Registry }
+
+func (r *Registry) registry() *Registry { return r }
+
+// handler is a registered function with its types erased.
+type handler struct {
+	name         string
+	argFP, resFP uint64
+	// recv is the type of the object a method is called on (nil for a
+	// function).
+	recv reflect.Type
+	// run decodes the arguments and calls the function; done receives the
+	// result exactly once (at once for a plain function, later for one
+	// registered with RegisterAsync).
+	run func(ctx context.Context, self any, d *wire.Decoder, done func(res any, err error))
+}
+
+func (r *Registry) add(h *handler) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.funcs == nil {
+		r.funcs = map[string]*handler{}
+	}
+	if _, ok := r.funcs[h.name]; ok {
+		return fmt.Errorf("rpc: %q is already registered", h.name)
+	}
+	r.funcs[h.name] = h
+	return nil
+}
+
+func (r *Registry) lookup(name string) *handler {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.funcs[name]
+}
+
+// fingerprints returns the wire fingerprints of A and R, or why they
+// cannot travel.
+func fingerprints[A, R any](name string) (uint64, uint64, error) {
+	af, err := wire.Fingerprint(reflect.TypeFor[A]())
+	if err != nil {
+		return 0, 0, fmt.Errorf("rpc: %s's argument type: %w", name, err)
+	}
+	rf, err := wire.Fingerprint(reflect.TypeFor[R]())
+	if err != nil {
+		return 0, 0, fmt.Errorf("rpc: %s's result type: %w", name, err)
+	}
+	return af, rf, nil
+}
+
+func decodeArgs[A any](d *wire.Decoder) (A, error) {
+	var a A
+	if err := d.Decode(&a); err != nil {
+		return a, err
+	}
+	return a, d.Finish()
+}
+
+// Register registers fn under name and returns the typed handle that
+// calls it. A and R are data: numbers, strings, slices, maps, structs of
+// those, *tensor.Tensor and *RRef values (see package wire); they are
+// checked here, so that a type that cannot travel fails at registration,
+// not at the first call.
+func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, args A) (R, error)) (Fn[A, R], error) {
+	af, rf, err := fingerprints[A, R](name)
+	if err != nil {
+		return Fn[A, R]{}, err
+	}
+	h := &handler{name: name, argFP: af, resFP: rf,
+		run: func(ctx context.Context, _ any, d *wire.Decoder, done func(any, error)) {
+			a, err := decodeArgs[A](d)
+			if err != nil {
+				done(nil, decodeError(err))
+				return
+			}
+			res, err := fn(ctx, a)
+			done(res, err)
+		}}
+	return Fn[A, R]{name}, r.registry().add(h)
+}
+
+// RegisterAsync registers a function that returns a future instead of a
+// value (PyTorch's @rpc.functions.async_execution): the reply goes out
+// when the future completes, and no goroutine waits for it meanwhile.
+// This is what batching needs: the function parks the request's future
+// and returns; whoever completes the batch sets every future.
+func RegisterAsync[A, R any](r Registrar, name string, fn func(ctx context.Context, args A) *Future[R]) (Fn[A, R], error) {
+	af, rf, err := fingerprints[A, R](name)
+	if err != nil {
+		return Fn[A, R]{}, err
+	}
+	h := &handler{name: name, argFP: af, resFP: rf,
+		run: func(ctx context.Context, _ any, d *wire.Decoder, done func(any, error)) {
+			a, err := decodeArgs[A](d)
+			if err != nil {
+				done(nil, decodeError(err))
+				return
+			}
+			f := fn(ctx, a)
+			if f == nil {
+				done(nil, fmt.Errorf("rpc: %s returned a nil future", name))
+				return
+			}
+			f.Then(func(v R, err error) { done(v, err) })
+		}}
+	return Fn[A, R]{name}, r.registry().add(h)
+}
+
+// RegisterMethod registers a method of the objects of type T that RRefs
+// refer to: the owner runs fn on the referenced value (PyTorch's
+// rref.rpc_sync().method(...)). Call it with Method.Call and friends.
+func RegisterMethod[T, A, R any](r Registrar, name string, fn func(ctx context.Context, self T, args A) (R, error)) (Method[T, A, R], error) {
+	af, rf, err := fingerprints[A, R](name)
+	if err != nil {
+		return Method[T, A, R]{}, err
+	}
+	h := &handler{name: name, argFP: af, resFP: rf, recv: reflect.TypeFor[T](),
+		run: func(ctx context.Context, self any, d *wire.Decoder, done func(any, error)) {
+			obj, ok := self.(T)
+			if !ok {
+				done(nil, fmt.Errorf("rpc: method %s wants a %v, the RRef holds a %T", name, reflect.TypeFor[T](), self))
+				return
+			}
+			a, err := decodeArgs[A](d)
+			if err != nil {
+				done(nil, decodeError(err))
+				return
+			}
+			res, err := fn(ctx, obj, a)
+			done(res, err)
+		}}
+	return Method[T, A, R]{name}, r.registry().add(h)
+}
+
+// RegisterMethodAsync is RegisterMethod for a method that returns a
+// future (see RegisterAsync).
+func RegisterMethodAsync[T, A, R any](r Registrar, name string, fn func(ctx context.Context, self T, args A) *Future[R]) (Method[T, A, R], error) {
+	af, rf, err := fingerprints[A, R](name)
+	if err != nil {
+		return Method[T, A, R]{}, err
+	}
+	h := &handler{name: name, argFP: af, resFP: rf, recv: reflect.TypeFor[T](),
+		run: func(ctx context.Context, self any, d *wire.Decoder, done func(any, error)) {
+			obj, ok := self.(T)
+			if !ok {
+				done(nil, fmt.Errorf("rpc: method %s wants a %v, the RRef holds a %T", name, reflect.TypeFor[T](), self))
+				return
+			}
+			a, err := decodeArgs[A](d)
+			if err != nil {
+				done(nil, decodeError(err))
+				return
+			}
+			f := fn(ctx, obj, a)
+			if f == nil {
+				done(nil, fmt.Errorf("rpc: %s returned a nil future", name))
+				return
+			}
+			f.Then(func(v R, err error) { done(v, err) })
+		}}
+	return Method[T, A, R]{name}, r.registry().add(h)
+}
+
+// decodeErr marks an argument that did not decode.
+type decodeErr struct{ err error }
+
+func (e decodeErr) Error() string { return e.err.Error() }
+
+func decodeError(err error) error { return decodeErr{err} }

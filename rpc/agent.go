@@ -93,6 +93,7 @@ type Agent struct {
 		hellos   []*hello
 		helloIn  chan struct{} // closed when every hello is in
 		shutdown *shutdownState
+		stopping bool // Shutdown was called
 	}
 }
 
@@ -648,9 +649,10 @@ func (a *Agent) pendingCalls() []string {
 	return out
 }
 
-// detach stops the agent's use of the endpoint.
+// detach stops the agent's use of the endpoint. Requests that still come
+// are answered with ErrShutdown.
 func (a *Agent) detach() {
-	a.ep.SetMessageHandler(0, nil)
+	a.ep.SetMessageHandler(messageHeadLimit, a.onMessageClosed)
 	if a.stopWatch != nil {
 		a.stopWatch()
 	}
@@ -660,4 +662,23 @@ func (a *Agent) detach() {
 	default:
 		close(a.stopSweep)
 	}
+}
+
+// messageHeadLimit is how much of a message a shut-down agent reads: a
+// request's head, to answer it.
+const messageHeadLimit = headSize + maxName
+
+// onMessageClosed answers requests after shutdown.
+func (a *Agent) onMessageClosed(src int, k transport.Key, fp uint64, msg []byte, size int64) {
+	if k.Group != rpcGroup || k.Tag != tagRequest || src == a.self.ID {
+		return
+	}
+	h, _, _ := decodeHead(msg)
+	var e wire.Encoder
+	e.Encode(wireError{Kind: errShutdown, Worker: a.self.Name, Function: h.name, Message: a.self.Name + " has shut its RPC agent down"})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		a.ep.SendMessage(ctx, src, key(tagReply, k.Seq), 0, append([][]byte{{replyError, 0, 0, 0, 0, 0, 0, 0}}, e.Parts()...)...)
+	}()
 }

@@ -33,6 +33,7 @@ type funcs struct {
 	sleep   rpc.Fn[time.Duration, string]
 	whoami  rpc.Fn[struct{}, string]
 	echo    rpc.Fn[[]byte, []byte]
+	echoT   rpc.Fn[*tensor.Tensor, *tensor.Tensor]
 	slowAdd rpc.Fn[addArgs, int] // async: completes on another goroutine
 }
 
@@ -71,6 +72,8 @@ func register(t testing.TB, reg *rpc.Registry, self *string) funcs {
 	f.whoami, e = rpc.Register(reg, "whoami", func(context.Context, struct{}) (string, error) { return *self, nil })
 	must(e)
 	f.echo, e = rpc.Register(reg, "echo", func(_ context.Context, b []byte) ([]byte, error) { return b, nil })
+	must(e)
+	f.echoT, e = rpc.Register(reg, "echoT", func(_ context.Context, t *tensor.Tensor) (*tensor.Tensor, error) { return t, nil })
 	must(e)
 	f.slowAdd, e = rpc.RegisterAsync(reg, "slowAdd", func(_ context.Context, a addArgs) *rpc.Future[int] {
 		fut := rpc.NewFuture[int]()
@@ -264,4 +267,90 @@ func TestWorkerDeath(t *testing.T) {
 	if got, err := c.f.add.Call(ctx, a, "worker1", addArgs{3, 4}); err != nil || got != 7 {
 		t.Fatalf("call to a living worker: %d %v", got, err)
 	}
+}
+
+// TestGracefulShutdown: workers that call Shutdown early keep serving
+// until the last worker's calls are done; then all stop together.
+func TestGracefulShutdown(t *testing.T) {
+	c := start(t, 3, transport.Faults{Seed: 3, MaxDelay: 500 * time.Microsecond}, rpc.Options{})
+	ctx := ctx(t)
+	errs := make([]error, 3)
+	calls := 0
+	var wg sync.WaitGroup
+	for r, a := range c.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r == 1 {
+				// Still working while the others are already in Shutdown.
+				end := time.Now().Add(100 * time.Millisecond)
+				for time.Now().Before(end) {
+					if got, err := c.f.slowAdd.Call(ctx, a, "worker2", addArgs{calls, 1}); err != nil || got != calls+1 {
+						errs[r] = fmt.Errorf("call %d during the others' shutdown: %d, %v", calls, got, err)
+						return
+					}
+					calls++
+				}
+			}
+			errs[r] = a.Shutdown(ctx, true)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("worker %d: %v", r, err)
+		}
+	}
+	if calls < 5 {
+		t.Errorf("only %d calls made during the others' shutdown", calls)
+	}
+	// After shutdown, calls fail with ErrShutdown.
+	if _, err := c.f.add.Call(ctx, c.agents[1], "worker2", addArgs{}); !errors.Is(err, rpc.ErrShutdown) {
+		t.Fatalf("call after shutdown: %v", err)
+	}
+}
+
+func TestShutdownFailures(t *testing.T) {
+	t.Run("worker-never-comes", func(t *testing.T) {
+		c := start(t, 2, transport.Faults{}, rpc.Options{})
+		short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err := c.agents[0].Shutdown(short, true)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not all reach Shutdown") {
+			t.Fatalf("graceful shutdown without the other worker: %v", err)
+		}
+	})
+	t.Run("worker-dies", func(t *testing.T) {
+		c := start(t, 3, transport.Faults{}, rpc.Options{})
+		ctx := ctx(t)
+		errc := make(chan error, 1)
+		go func() { errc <- c.agents[0].Shutdown(ctx, true) }()
+		time.Sleep(20 * time.Millisecond)
+		c.mesh.Kill(2)
+		select {
+		case err := <-errc:
+			var wd *rpc.WorkerDownError
+			if !errors.As(err, &wd) || wd.Worker != "worker2" {
+				t.Fatalf("graceful shutdown when a worker dies: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("graceful shutdown hangs after a worker died")
+		}
+	})
+	t.Run("not-graceful", func(t *testing.T) {
+		c := start(t, 2, transport.Faults{}, rpc.Options{})
+		ctx := ctx(t)
+		f := c.f.sleep.Go(ctx, c.agents[0], "worker1", time.Hour)
+		time.Sleep(10 * time.Millisecond)
+		if err := c.agents[0].Shutdown(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Wait(ctx); !errors.Is(err, rpc.ErrShutdown) {
+			t.Fatalf("pending call at shutdown: %v", err)
+		}
+		// The other worker's calls to it are refused, not left hanging.
+		if _, err := c.f.add.Call(ctx, c.agents[1], "worker0", addArgs{}); !errors.Is(err, rpc.ErrShutdown) {
+			t.Fatalf("call to a shut-down worker: %v", err)
+		}
+	})
 }

@@ -260,8 +260,9 @@ func (t *Table) CancelFork(id RRefID, child ForkID) []Msg {
 //
 // When this worker is the owner and the RRef's remote call has not arrived
 // yet, the handle refers to a value that does not exist yet (the agent
-// waits for it). ErrGone, ErrPeerDown and ErrMalformed mean no handle was
-// created: fail the RPC that carried the RRef.
+// waits for it). Any error means no handle was created: fail the RPC that
+// carried the RRef (ErrDuplicate: ignore the duplicate delivery). Send the
+// returned messages even when the error is not nil.
 func (t *Table) ReceiveFork(from, owner WorkerID, id RRefID, child ForkID) ([]Msg, error) {
 	if id.IsZero() || child.IsZero() || child.Creator != from {
 		return nil, fmt.Errorf("%w: %v received %v %v from %v, which did not mint that fork", ErrMalformed, t.self, id, child, from)
@@ -273,7 +274,12 @@ func (t *Table) ReceiveFork(from, owner WorkerID, id RRefID, child ForkID) ([]Ms
 		e := t.owned[id]
 		if e == nil {
 			if t.isGone(id) {
-				return nil, fmt.Errorf("%w: %v received %v %v from %v", ErrGone, t.self, id, child, from)
+				// Only when its creator died before the remote call
+				// arrived. The sender still waits to hear the owner knows.
+				if from != t.self {
+					t.send(ChildAccept, from, id, child)
+				}
+				return t.flush(), fmt.Errorf("%w: %v received %v %v from %v", ErrGone, t.self, id, child, from)
 			}
 			e = t.newEntry(id)
 		}
@@ -573,10 +579,14 @@ func (t *Table) newEntry(id RRefID) *ownerEntry {
 	return e
 }
 
-// isGone reports whether an RRef not in owned was deleted here.
+// isGone reports whether an RRef not in owned was deleted here, or can
+// never be created here.
 func (t *Table) isGone(id RRefID) bool {
 	if id.Creator == t.self {
 		return true // every RRef this worker created was in owned at birth
+	}
+	if t.isDown(id.Creator) {
+		return true // its remote call will not be handled now
 	}
 	_, ok := t.gone[id]
 	return ok

@@ -1,0 +1,5 @@
+//go:build !race
+
+package reinforce
+
+const raceEnabled = false

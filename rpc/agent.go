@@ -74,6 +74,10 @@ type Agent struct {
 	log     *slog.Logger
 
 	nextID    atomic.Uint64
+	// ready is closed when Init has learned every worker (requests that
+	// arrive earlier wait for it); isReady says the same without waiting.
+	ready     chan struct{}
+	isReady   atomic.Bool
 	serveCtx  context.Context
 	stopServe context.CancelFunc
 	stopWatch func()
@@ -105,6 +109,9 @@ type call struct {
 	// complete receives the reply's body (nil on failure) or the error,
 	// exactly once.
 	complete func(body []byte, err error)
+	// unsent, when set, runs when the request is known never to have
+	// left (the RRefs forked into it are unforked).
+	unsent func()
 }
 
 // Init starts this worker's agent and waits until every worker of the
@@ -143,7 +150,7 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 	a := &Agent{
 		self: WorkerInfo{Name: name, ID: rank}, ep: g.Endpoint(), group: g, ownG: own,
 		reg: opt.Functions, timeout: opt.Timeout, limit: opt.MaxMessage, log: log,
-		stopSweep: make(chan struct{}),
+		stopSweep: make(chan struct{}), ready: make(chan struct{}),
 	}
 	a.serveCtx, a.stopServe = context.WithCancel(context.Background())
 	a.mu.pending = map[uint64]*call{}
@@ -159,6 +166,10 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 	a.ep.SetMessageHandler(opt.MaxMessage, a.onMessage)
 
 	fail := func(err error) (*Agent, error) {
+		a.mu.Lock()
+		a.mu.closed = true
+		a.mu.Unlock()
+		close(a.ready) // waiting requests are answered: shut down
 		a.detach()
 		if own {
 			g.Destroy()
@@ -208,6 +219,8 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 		a.byName[h.Name] = r
 		a.limits[r] = h.MaxMessage
 	}
+	a.isReady.Store(true)
+	close(a.ready)
 	go a.sweep()
 	return a, nil
 }
@@ -241,7 +254,7 @@ func (a *Agent) Group() *dist.Group { return a.group }
 func (a *Agent) registry() *Registry { return a.reg }
 
 func (a *Agent) name(rank int) string {
-	if rank >= 0 && rank < len(a.workers) && a.workers[rank].Name != "" {
+	if a.isReady.Load() && rank >= 0 && rank < len(a.workers) && a.workers[rank].Name != "" {
 		return a.workers[rank].Name
 	}
 	return fmt.Sprintf("rank %d", rank)
@@ -359,20 +372,26 @@ func (a *Agent) send(ctx context.Context, dst int, h *head, argFP uint64, body [
 	for _, p := range body {
 		size += int64(len(p))
 	}
+	unsent := func(err error) {
+		if c.unsent != nil {
+			c.unsent()
+		}
+		c.complete(nil, err)
+	}
 	if dst >= 0 && dst < len(a.limits) && size > a.limits[dst] {
-		c.complete(nil, fmt.Errorf("%w: a request of %d bytes, %s accepts at most %d (its Options.MaxMessage)", ErrTooLarge, size, a.name(dst), a.limits[dst]))
+		unsent(fmt.Errorf("%w: a request of %d bytes, %s accepts at most %d (its Options.MaxMessage)", ErrTooLarge, size, a.name(dst), a.limits[dst]))
 		return
 	}
 	id := a.nextID.Add(1)
 	a.mu.Lock()
 	if a.mu.closed {
 		a.mu.Unlock()
-		c.complete(nil, ErrShutdown)
+		unsent(ErrShutdown)
 		return
 	}
 	if err := a.mu.down[dst]; err != nil {
 		a.mu.Unlock()
-		c.complete(nil, err)
+		c.complete(nil, err) // the RRef table forgot the dead worker already
 		return
 	}
 	a.mu.pending[id] = c
@@ -393,10 +412,17 @@ func (a *Agent) send(ctx context.Context, dst int, h *head, argFP uint64, body [
 	if err != nil {
 		a.sent.Add(-1)
 		if a.take(id) != nil {
-			if perr := a.downErr(dst); perr != nil {
-				err = perr
+			var perr *transport.PeerError
+			if errors.As(err, &perr) || a.downErr(dst) != nil {
+				// Cut short or never sent to a peer now down: the RRef
+				// table hears of it from PeerDown.
+				if werr := a.downErr(dst); werr != nil {
+					err = werr
+				}
+				c.complete(nil, err)
+				return
 			}
-			c.complete(nil, err)
+			unsent(err) // the context ended before any byte left
 		}
 	}
 }
@@ -473,6 +499,11 @@ func (a *Agent) onReply(src int, id uint64, msg []byte, size int64) {
 
 // serve runs one request on its own goroutine.
 func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
+	<-a.ready
+	if !a.isReady.Load() {
+		a.serving.Add(-1)
+		return // Init failed
+	}
 	replied := false
 	reply := func(res any, resFP uint64, err error) {
 		if replied {
@@ -492,68 +523,106 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 			Message: fmt.Sprintf("a request for %s of %d bytes, %s accepts at most %d (its Options.MaxMessage); nothing ran", h.name, size, a.self.Name, a.limit)})
 		return
 	}
-	if h.op == opToHere || h.op == opRRefPing {
-		a.rrefs.serveOwnerOp(src, &h, func(res any, resFP uint64, err error) { reply(res, resFP, err) })
+	if h.op == opToHere {
+		a.rrefs.serveOwnerOp(src, &h, reply)
 		return
 	}
-	fn := a.reg.lookup(h.name)
-	if fn == nil {
-		reply(nil, 0, &wireError{Kind: errUnknown, Worker: a.self.Name, Function: h.name,
-			Message: fmt.Sprintf("%s has no function %q registered; nothing ran (register it on every worker that serves it, before Init)", a.self.Name, h.name)})
+	if h.op == opRRefPing {
+		reply(nil, 0, nil)
 		return
 	}
-	if fp != fn.argFP || h.resultFP != fn.resFP {
-		reply(nil, 0, &wireError{Kind: errMismatch, Worker: a.self.Name, Function: h.name,
-			Message: fmt.Sprintf("%s on %s takes arguments of fingerprint %#x and returns %#x; the caller sent %#x and expects %#x (are both built from the same types?)", h.name, a.self.Name, fn.argFP, fn.resFP, fp, h.resultFP)})
+	fn, verr := a.check(fp, &h)
+	isRemote := h.op == opRemote || h.op == opMRemote
+	if verr != nil && !isRemote {
+		reply(nil, 0, verr)
 		return
 	}
-	isMethod := h.op == opMethod || h.op == opMRemote
-	if (fn.recv != nil) != isMethod {
-		reply(nil, 0, &wireError{Kind: errMismatch, Worker: a.self.Name, Function: h.name,
-			Message: fmt.Sprintf("%s on %s is a %s, called as a %s", h.name, a.self.Name, kindOf(fn.recv != nil), kindOf(isMethod))})
-		return
-	}
-	d, err := wire.NewDecoder(body, &decodeCtx{agent: a, src: src})
-	if err != nil {
-		reply(nil, 0, &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: h.name, Message: err.Error()})
-		return
+	var d *wire.Decoder
+	if verr == nil {
+		if d, err = wire.NewDecoder(body, &decodeCtx{agent: a, src: src}); err != nil {
+			verr = &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: h.name, Message: err.Error()}
+			if !isRemote {
+				reply(nil, 0, verr)
+				return
+			}
+		}
 	}
 	ctx := a.serveCtx
 	var cancel context.CancelFunc = func() {}
-	if h.timeout > 0 {
+	if h.timeout > 0 && !isRemote {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 	}
-	done := func(res any, err error) {
-		if err != nil {
-			var de decodeErr
-			if errors.As(err, &de) {
-				err = &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: h.name, Message: de.Error()}
-			} else if _, ok := err.(*wireError); !ok {
-				kind := uint8(errRemote)
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-					kind = errDeadline
-				}
-				err = &wireError{Kind: kind, Worker: a.self.Name, Function: h.name, Message: err.Error()}
-			}
+	// run calls the function (on the target's value for a method) and
+	// hands its result, with errors put in their wire form, to done.
+	run := func(done func(any, error)) {
+		finish := func(res any, err error) {
+			cancel()
+			done(res, a.wireErr(ctx, h.name, err))
 		}
-		cancel()
-		reply(res, fn.resFP, err)
-	}
-	switch h.op {
-	case opRemote, opMRemote:
-		a.rrefs.serveRemote(src, &h, fn, d, ctx, func(res any, resFP uint64, err error) { cancel(); reply(res, resFP, err) })
-		return
-	}
-	var self any
-	if isMethod {
-		v, err := a.rrefs.ownedValue(h.rref)
-		if err != nil {
-			done(nil, &wireError{Kind: errNoRRef, Worker: a.self.Name, Function: h.name, Message: err.Error()})
+		if h.op == opMethod || h.op == opMRemote {
+			a.rrefs.withValue(fromID(h.target), func(v any, err error) {
+				if err != nil {
+					finish(nil, err)
+					return
+				}
+				a.invoke(ctx, fn, v, d, finish)
+			})
 			return
 		}
-		self = v
+		a.invoke(ctx, fn, nil, d, finish)
 	}
-	a.invoke(ctx, fn, self, d, done)
+	if isRemote {
+		var resFP uint64
+		if fn != nil {
+			resFP = fn.resFP
+		}
+		var verrErr error
+		if verr != nil {
+			verrErr = verr
+		}
+		a.rrefs.serveRemote(src, &h, resFP, verrErr, run, reply)
+		return
+	}
+	run(func(res any, err error) { reply(res, fn.resFP, err) })
+}
+
+// check finds the function a request names and checks that the caller
+// agrees on its types and kind.
+func (a *Agent) check(fp uint64, h *head) (*handler, *wireError) {
+	fn := a.reg.lookup(h.name)
+	if fn == nil {
+		return nil, &wireError{Kind: errUnknown, Worker: a.self.Name, Function: h.name,
+			Message: fmt.Sprintf("%s has no function %q registered; nothing ran (register it on every worker that serves it, before Init)", a.self.Name, h.name)}
+	}
+	if fp != fn.argFP || h.resultFP != fn.resFP {
+		return nil, &wireError{Kind: errMismatch, Worker: a.self.Name, Function: h.name,
+			Message: fmt.Sprintf("%s on %s takes arguments of fingerprint %#x and returns %#x; the caller sent %#x and expects %#x (are both built from the same types?)", h.name, a.self.Name, fn.argFP, fn.resFP, fp, h.resultFP)}
+	}
+	isMethod := h.op == opMethod || h.op == opMRemote
+	if (fn.recv != nil) != isMethod {
+		return nil, &wireError{Kind: errMismatch, Worker: a.self.Name, Function: h.name,
+			Message: fmt.Sprintf("%s on %s is a %s, called as a %s", h.name, a.self.Name, kindOf(fn.recv != nil), kindOf(isMethod))}
+	}
+	return fn, nil
+}
+
+// wireErr turns a function's error into its wire form.
+func (a *Agent) wireErr(ctx context.Context, fn string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de decodeErr
+	if errors.As(err, &de) {
+		return &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: fn, Message: de.Error()}
+	}
+	if _, ok := err.(*wireError); ok {
+		return err
+	}
+	kind := uint8(errRemote)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		kind = errDeadline
+	}
+	return &wireError{Kind: kind, Worker: a.self.Name, Function: fn, Message: err.Error()}
 }
 
 // invoke runs a registered function, turning a panic into an error.

@@ -57,7 +57,26 @@ func (m Method[T, A, R]) Go(ctx context.Context, a *Agent, ref *RRef[T], args A)
 	if ref == nil || ref.r == nil {
 		return Done(*new(R), &CallError{Function: m.name, Err: fmt.Errorf("a nil RRef")})
 	}
-	return start[A, R](ctx, a, a.name(int(ref.r.owner)), head{op: opMethod, name: m.name, rref: ref.r.id}, args)
+	h := head{op: opMethod, name: m.name, target: toID(ref.r.id)}
+	to := a.name(ref.r.owner)
+	select {
+	case <-ref.r.confirmed:
+		if ref.r.cerr != nil {
+			return Done(*new(R), &CallError{Worker: to, Function: m.name, Err: ref.r.cerr})
+		}
+		return start[A, R](ctx, a, to, h, args)
+	default:
+	}
+	// The owner does not know this handle yet: call once it does.
+	f := NewFuture[R]()
+	go func() {
+		if err := ref.r.awaitConfirmed(ctx); err != nil {
+			f.Set(*new(R), &CallError{Worker: to, Function: m.name, Err: err})
+			return
+		}
+		start[A, R](ctx, a, to, h, args).Then(func(v R, err error) { f.Set(v, err) })
+	}()
+	return f
 }
 
 // start encodes args, sends the request and returns the future its reply
@@ -82,12 +101,14 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 	e := encoders.Get().(*wire.Encoder)
 	defer putEncoder(e)
 	e.Reset()
-	e.Ctx = &encodeCtx{agent: a, dst: dst}
+	ec := &encodeCtx{agent: a, dst: dst}
+	e.Ctx = ec
 	if err := e.Encode(args); err != nil {
+		ec.cancelForks()
 		fail(fmt.Errorf("encoding the arguments: %w", err))
 		return f
 	}
-	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, complete: func(body []byte, err error) {
+	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, unsent: ec.cancelForks, complete: func(body []byte, err error) {
 		if err != nil {
 			fail(err)
 			return
@@ -137,6 +158,7 @@ func (a *Agent) workerNames() []string {
 type encodeCtx struct {
 	agent *Agent
 	dst   int
+	forks [][2]any // (rref.RRefID, rref.ForkID) forked into the message
 }
 
 // decodeCtx is the decoder's: the agent and the worker the message came

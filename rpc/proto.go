@@ -47,10 +47,11 @@ const protoVersion = 1
 //	  4    4 reserved (zero)
 //	  8    8 fingerprint of the result type the caller expects
 //	 16    8 the caller's timeout in nanoseconds (0: none)
-//	 24   16 an RRef id (worker, counter) when the op involves one
-//	 40   16 a fork id (worker, counter) for opRemote
-//	 56    . the name, then zeros to a multiple of 8
-const headSize = 56
+//	 24   16 the new RRef's id (worker, counter) for opRemote, opMRemote
+//	 40   16 the caller's fork of it
+//	 56   16 the RRef whose value is used: opMethod, opMRemote, opToHere
+//	 72    . the name, then zeros to a multiple of 8
+const headSize = 72
 
 // maxName bounds a function's name.
 const maxName = 1 << 10
@@ -60,8 +61,9 @@ type head struct {
 	name     string
 	resultFP uint64
 	timeout  time.Duration
-	rref     id
-	fork     id
+	rref     id // the new RRef (remote ops)
+	fork     id // the caller's fork of it
+	target   id // the RRef whose value is used
 }
 
 // id is an RRef or fork id: the worker that made it and its counter.
@@ -81,6 +83,7 @@ func (h *head) encode() []byte {
 	binary.LittleEndian.PutUint64(b[16:], uint64(max(h.timeout, 0)))
 	putID(b[24:], h.rref)
 	putID(b[40:], h.fork)
+	putID(b[56:], h.target)
 	copy(b[headSize:], h.name)
 	return b
 }
@@ -122,6 +125,7 @@ func decodeHead(msg []byte) (h head, rest []byte, err error) {
 	h.timeout = time.Duration(t)
 	h.rref = getID(msg[24:])
 	h.fork = getID(msg[40:])
+	h.target = getID(msg[56:])
 	return h, msg[end:], nil
 }
 

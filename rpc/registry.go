@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"sync"
 
@@ -58,18 +59,27 @@ func (r *Registry) lookup(name string) *handler {
 	return r.funcs[name]
 }
 
-// fingerprints returns the wire fingerprints of A and R, or why they
-// cannot travel.
+// fingerprints returns the wire fingerprints of A and R. A must be able
+// to travel; R need not (a function called only with Remote may return a
+// value that stays on its owner, an environment or a model, say), and is
+// then fingerprinted by its name.
 func fingerprints[A, R any](name string) (uint64, uint64, error) {
 	af, err := wire.Fingerprint(reflect.TypeFor[A]())
 	if err != nil {
 		return 0, 0, fmt.Errorf("rpc: %s's argument type: %w", name, err)
 	}
-	rf, err := wire.Fingerprint(reflect.TypeFor[R]())
-	if err != nil {
-		return 0, 0, fmt.Errorf("rpc: %s's result type: %w", name, err)
+	return af, typeFP(reflect.TypeFor[R]()), nil
+}
+
+// typeFP is t's wire fingerprint, or for a type that cannot travel one of
+// its name.
+func typeFP(t reflect.Type) uint64 {
+	if fp, err := wire.Fingerprint(t); err == nil {
+		return fp
 	}
-	return af, rf, nil
+	h := fnv.New64a()
+	h.Write([]byte("opaque " + t.PkgPath() + "." + t.String()))
+	return h.Sum64()
 }
 
 func decodeArgs[A any](d *wire.Decoder) (A, error) {

@@ -96,6 +96,12 @@ type cluster struct {
 // start runs n agents over an in-process mesh, ranks as goroutines.
 func start(t *testing.T, n int, faults transport.Faults, opt rpc.Options) *cluster {
 	t.Helper()
+	return startWith(t, n, faults, opt, nil)
+}
+
+// startWith is start with more functions registered on each worker.
+func startWith(t *testing.T, n int, faults transport.Faults, opt rpc.Options, more func(r int, reg *rpc.Registry)) *cluster {
+	t.Helper()
 	m := transport.NewInProc(n, faults)
 	c := &cluster{mesh: m, agents: make([]*rpc.Agent, n)}
 	names := make([]string, n)
@@ -107,6 +113,9 @@ func start(t *testing.T, n int, faults transport.Faults, opt rpc.Options) *clust
 		f := register(t, reg, &names[r])
 		if r == 0 {
 			c.f = f
+		}
+		if more != nil {
+			more(r, reg)
 		}
 		wg.Add(1)
 		go func() {

@@ -73,7 +73,7 @@ type Agent struct {
 	limit   int64
 	log     *slog.Logger
 
-	nextID    atomic.Uint64
+	nextID atomic.Uint64
 	// ready is closed when Init has learned every worker (requests that
 	// arrive earlier wait for it); isReady says the same without waiting.
 	ready     chan struct{}

@@ -43,6 +43,13 @@ func benchWorker() int {
 		defer pprof.StopCPUProfile()
 	}
 	ctx := context.Background()
+	if cfg.RPC {
+		if err := benchRPC(ctx, cfg, json.NewEncoder(os.Stdout)); err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench worker: rank %s: %v\n", os.Getenv("RANK"), err)
+			return exitFail
+		}
+		return exitOK
+	}
 	g, err := dist.Init(ctx, dist.Options{Rank: -1, Timeout: cfg.Timeout})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)

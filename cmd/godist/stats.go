@@ -244,6 +244,7 @@ type result struct {
 	LatUsMax    float64 `json:"lat_us_max"`
 	AlgbwGBps   float64 `json:"algbw_GBps,omitempty"`
 	BusbwGBps   float64 `json:"busbw_GBps,omitempty"`
+	CallsPerS   float64 `json:"calls_per_s,omitempty"`
 	TStart      float64 `json:"t_start,omitempty"`
 	TEnd        float64 `json:"t_end,omitempty"`
 }

@@ -141,8 +141,9 @@ func (t *Table) NewOwned() (RRefID, ForkID) {
 // the remote call to owner, and send the returned RRefID and ForkID with
 // the call. The new handle is a UserRRef that is unconfirmed until
 // ConfirmRemote. When owner is this worker it is NewOwned instead: the
-// handle is a local handle of an OwnerRRef, and AcceptRemote and
-// ConfirmRemote for it are no-ops.
+// handle is a local handle of an OwnerRRef, already counted, and the agent
+// need not call AcceptRemote or ConfirmRemote for it (if it does, they
+// change nothing).
 func (t *Table) CreateRemote(owner WorkerID) (RRefID, ForkID, error) {
 	if owner == t.self {
 		id, f := t.NewOwned()
@@ -162,8 +163,11 @@ func (t *Table) CreateRemote(owner WorkerID) (RRefID, ForkID, error) {
 // the OwnerRRef and counts the caller's fork. A nil error means: keep a
 // value slot for id and run the function. ErrDuplicate and ErrGone mean
 // the call was already accepted (and maybe already deleted): do not run
-// it again. It returns no messages: the reply to the remote call is the
-// confirmation (ConfirmRemote on the caller).
+// it again. A duplicate is recognized only while the RRef lives or while
+// its deletion is remembered (see the package doc), so the RPC layer must
+// still deliver remote calls at most once. It returns no messages: the
+// reply to the remote call is the confirmation (ConfirmRemote on the
+// caller).
 func (t *Table) AcceptRemote(from WorkerID, id RRefID, fork ForkID) error {
 	if from == t.self {
 		// remote() to self: CreateRemote already made the OwnerRRef.

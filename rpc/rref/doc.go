@@ -30,12 +30,16 @@
 // RRef from a user answers ChildAccept directly. A released, confirmed
 // user fork with no pending children sends UserDelete.
 //
-// Duplicates are harmless: the owner remembers released forks (for the
-// RRef's lifetime) and deleted RRefs created by others (for the Table's
-// lifetime, one small map entry each), so a late duplicate is answered but
-// never counted again. A ForkRequest may overtake the remote call that
-// creates the RRef; the owner then counts the fork on an "unborn" entry
-// that cannot be deleted before the remote call arrives.
+// Duplicates are harmless. Every message is idempotent except a
+// ForkRequest that arrives after the fork (or the whole RRef) was deleted,
+// which must not count it again; so the owner remembers, for the RRef's
+// lifetime, the deleted forks that a ForkRequest had counted, and, for the
+// Table's lifetime, the deleted RRefs created by other workers that were
+// ever sent between users (a UserDelete says so in Msg.Forked). An RRef
+// that only went between its creator and its owner leaves nothing behind.
+// A ForkRequest may overtake the remote call that creates the RRef; the
+// owner then counts the fork on an "unborn" entry that cannot be deleted
+// before the remote call arrives.
 //
 // # What the agent must guarantee
 //
@@ -60,7 +64,8 @@
 //	remote reply arrives         out := t.ConfirmRemote(id, f)
 //	RRef sent in an RPC          child, err := t.Fork(id, f, to); send (owner, id, child)
 //	  ... the RPC never left     out := t.CancelFork(id, child)
-//	RRef arrives in an RPC       out, err := t.ReceiveFork(sender, owner, id, child); the handle is (id, child)
+//	RRef arrives in an RPC       out, err := t.ReceiveFork(sender, owner, id, child); send out even if
+//	                             err != nil; if err == nil the new handle is (id, child)
 //	handle Release / finalizer   out := t.Release(id, f)
 //	control message arrives      var m Msg; m.UnmarshalBinary(b); out := t.Handle(m)
 //	peer w declared dead         failed, out := t.PeerDown(w); fail ToHere/values of failed

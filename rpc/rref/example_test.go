@@ -36,7 +36,7 @@ func Example() {
 	// RREF_FORK_REQUEST worker2→worker0 rref(1.1) fork(1.3)
 	// RREF_FORK_ACCEPT worker0→worker2 rref(1.1) fork(1.3)
 	// RREF_CHILD_ACCEPT worker2→worker1 rref(1.1) fork(1.3)
-	// RREF_USER_DELETE worker1→worker0 rref(1.1) fork(1.2)
+	// RREF_USER_DELETE worker1→worker0 rref(1.1) fork(1.2) forked
 	// deleted: []
 	// RREF_USER_DELETE worker2→worker0 rref(1.1) fork(1.3)
 	// deleted: [rref(1.1)]

@@ -7,7 +7,8 @@ package rref
 //
 //	 0  4  magic/version  protoMagic ("GRR" + version byte)
 //	 4  1  kind           ForkRequest .. UserDelete
-//	 5  3  zero           reserved, must be zero
+//	 5  1  flags          bit 0: Forked (UserDelete only); others zero
+//	 6  2  zero           reserved, must be zero
 //	 8  4  from           sending worker
 //	12  4  to             receiving worker
 //	16  4  rref creator   RRefID.Creator
@@ -114,17 +115,31 @@ type Msg struct {
 	To   WorkerID
 	RRef RRefID
 	Fork ForkID
+	// Forked is set on a UserDelete whose fork was sent on to other
+	// workers: ForkRequests descending from it may still be in flight or
+	// duplicated, so the owner remembers the RRef's deletion.
+	Forked bool
 }
 
 func (m Msg) String() string {
-	return fmt.Sprintf("%v %v→%v %v %v", m.Kind, m.From, m.To, m.RRef, m.Fork)
+	s := fmt.Sprintf("%v %v→%v %v %v", m.Kind, m.From, m.To, m.RRef, m.Fork)
+	if m.Forked {
+		s += " forked"
+	}
+	return s
 }
+
+const flagForked = 1
 
 // AppendBinary appends the MsgSize-byte encoding of m to b. It never fails;
 // the error is there for encoding.BinaryAppender.
 func (m Msg) AppendBinary(b []byte) ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, protoMagic)
-	b = append(b, byte(m.Kind), 0, 0, 0)
+	var flags byte
+	if m.Forked {
+		flags |= flagForked
+	}
+	b = append(b, byte(m.Kind), flags, 0, 0)
 	b = binary.BigEndian.AppendUint32(b, uint32(m.From))
 	b = binary.BigEndian.AppendUint32(b, uint32(m.To))
 	b = binary.BigEndian.AppendUint32(b, uint32(m.RRef.Creator))
@@ -140,8 +155,8 @@ func (m Msg) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes one message from exactly MsgSize bytes. It
-// checks the length, the magic and version, the reserved bytes, the kind
-// and that both IDs are non-zero, and fails with an error wrapping
+// checks the length, the magic and version, the kind, the flags and
+// reserved bytes, and that both IDs are non-zero, and fails with an error wrapping
 // ErrMalformed otherwise; it never panics. It does not check that To is
 // the receiving worker: Handle ignores misrouted messages.
 func (m *Msg) UnmarshalBinary(b []byte) error {
@@ -158,15 +173,19 @@ func (m *Msg) UnmarshalBinary(b []byte) error {
 	if k == 0 || k >= numKinds {
 		return fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[4])
 	}
-	if b[5]|b[6]|b[7] != 0 {
-		return fmt.Errorf("%w: reserved bytes %#x %#x %#x are not zero", ErrMalformed, b[5], b[6], b[7])
+	if b[6]|b[7] != 0 {
+		return fmt.Errorf("%w: reserved bytes %#x %#x are not zero", ErrMalformed, b[6], b[7])
+	}
+	if f := b[5]; f&^flagForked != 0 || f != 0 && k != UserDelete {
+		return fmt.Errorf("%w: flags %#x on %v", ErrMalformed, f, k)
 	}
 	d := Msg{
-		Kind: k,
-		From: WorkerID(binary.BigEndian.Uint32(b[8:])),
-		To:   WorkerID(binary.BigEndian.Uint32(b[12:])),
-		RRef: RRefID{WorkerID(binary.BigEndian.Uint32(b[16:])), binary.BigEndian.Uint64(b[20:])},
-		Fork: ForkID{WorkerID(binary.BigEndian.Uint32(b[28:])), binary.BigEndian.Uint64(b[32:])},
+		Kind:   k,
+		From:   WorkerID(binary.BigEndian.Uint32(b[8:])),
+		To:     WorkerID(binary.BigEndian.Uint32(b[12:])),
+		RRef:   RRefID{WorkerID(binary.BigEndian.Uint32(b[16:])), binary.BigEndian.Uint64(b[20:])},
+		Fork:   ForkID{WorkerID(binary.BigEndian.Uint32(b[28:])), binary.BigEndian.Uint64(b[32:])},
+		Forked: b[5]&flagForked != 0,
 	}
 	if d.RRef.IsZero() || d.Fork.IsZero() {
 		return fmt.Errorf("%w: %v names the zero RRef or fork", ErrMalformed, d)

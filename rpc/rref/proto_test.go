@@ -19,6 +19,7 @@ func sampleMsgs() []Msg {
 		{Kind: ForkAccept, From: 0, To: 1, RRef: RRefID{2, 3}, Fork: ForkID{2, 4}},
 		{Kind: ChildAccept, From: 1, To: 2, RRef: RRefID{2, 3}, Fork: ForkID{2, 4}},
 		{Kind: UserDelete, From: 1<<31 - 1, To: -1, RRef: RRefID{-5, 1<<64 - 1}, Fork: ForkID{1<<31 - 1, 1}},
+		{Kind: UserDelete, From: 1, To: 0, RRef: RRefID{2, 3}, Fork: ForkID{2, 4}, Forked: true},
 	}
 }
 
@@ -53,6 +54,8 @@ func TestMsgUnmarshalErrors(t *testing.T) {
 		{"kind 0", edit(func(b []byte) []byte { b[4] = 0; return b })},
 		{"kind high", edit(func(b []byte) []byte { b[4] = byte(numKinds); return b })},
 		{"reserved", edit(func(b []byte) []byte { b[6] = 1; return b })},
+		{"flag on ForkRequest", edit(func(b []byte) []byte { b[5] = flagForked; return b })},
+		{"unknown flag", edit(func(b []byte) []byte { b[4], b[5] = byte(UserDelete), 2; return b })},
 		{"zero rref", edit(func(b []byte) []byte { clear(b[20:28]); return b })},
 		{"zero fork", edit(func(b []byte) []byte { clear(b[32:40]); return b })},
 	} {

@@ -83,7 +83,7 @@ func (s *sim) fatalf(format string, args ...any) {
 		e := s.trace[i%len(s.trace)]
 		tail = append(tail, fmt.Sprintf(e.format, e.args...))
 	}
-	s.t.Fatalf("seed %d (rerun: go test -run '^%s$' -rref.seed=%d ./rpc/rref/): %s\nlast steps:\n  %s",
+	s.t.Fatalf("seed %d (rerun: go test ./rpc/rref/ -run '^%s$' -rref.seed=%d): %s\nlast steps:\n  %s",
 		s.seed, s.t.Name(), s.seed, fmt.Sprintf(format, args...), joinLines(tail))
 }
 
@@ -238,7 +238,7 @@ func (s *sim) act() {
 	case x < 90:
 		s.release()
 	default:
-		if !s.deaths || len(alive) <= 2 || s.r.IntN(4) != 0 {
+		if !s.deaths || len(alive) <= 2 || s.r.IntN(2) != 0 {
 			return
 		}
 		s.kill(s.pick(alive))

@@ -51,9 +51,10 @@ type Table struct {
 	// user fork it was forked from.
 	childOf map[ForkID]ForkID
 	// gone holds RRefs created by other workers that this owner has
-	// deleted, so that a late duplicate ForkRequest or remote call cannot
-	// bring them back. RRefs this worker created need no entry: all of
-	// them were in owned from the moment they were minted.
+	// deleted and for which a late ForkRequest may still arrive
+	// (ownerEntry.mayRequest), so that it cannot bring them back. RRefs
+	// this worker created need no entry: all of them were in owned from
+	// the moment they were minted.
 	gone map[RRefID]struct{}
 	down map[WorkerID]struct{}
 
@@ -71,8 +72,18 @@ type ownerEntry struct {
 	// forks counts the references: each fork and the worker holding it
 	// (or the worker it is in flight to). Local handles are held by self.
 	forks map[ForkID]WorkerID
-	// dead holds released forks, so that duplicates are not counted again.
+	// requested holds the forks in forks that a ForkRequest counted: only
+	// those can be named by a late duplicate request once deleted.
+	requested map[ForkID]struct{}
+	// dead holds deleted forks that a ForkRequest had counted, so that
+	// duplicates of the request are answered but not counted again.
 	dead map[ForkID]struct{}
+	// mayRequest: a ForkRequest for this RRef may arrive after its
+	// deletion, so the deletion must be remembered in Table.gone. Set when
+	// a ForkRequest arrived, when a deleted user fork had been sent on
+	// (Msg.Forked), and when a dead worker's forks were dropped: any
+	// request for the RRef descends from one of those forks.
+	mayRequest bool
 }
 
 // userEntry is one UserRRef.
@@ -83,6 +94,7 @@ type userEntry struct {
 	notify    bool     // send ChildAccept to parent once confirmed
 	confirmed bool     // the owner counts this fork
 	released  bool     // the handle was dropped; UserDelete is due
+	forked    bool     // Fork was called on it: its UserDelete says so
 	// children are forks of this RRef sent from this handle that the
 	// owner may not know yet, with the worker each was sent to. While any
 	// remain, this fork is not deleted, so the owner keeps the value.
@@ -120,7 +132,8 @@ func (t *Table) isDown(w WorkerID) bool {
 func (t *Table) NewOwned() (RRefID, ForkID) {
 	id := RRefID{t.self, t.mint()}
 	f := ForkID{t.self, t.mint()}
-	t.owned[id] = &ownerEntry{born: true, forks: map[ForkID]WorkerID{f: t.self}, dead: map[ForkID]struct{}{}}
+	t.newEntry(id).born = true
+	t.owned[id].forks[f] = t.self
 	return id, f
 }
 
@@ -128,8 +141,9 @@ func (t *Table) NewOwned() (RRefID, ForkID) {
 // the remote call to owner, and send the returned RRefID and ForkID with
 // the call. The new handle is a UserRRef that is unconfirmed until
 // ConfirmRemote. When owner is this worker it is NewOwned instead: the
-// handle is a local handle of an OwnerRRef, and AcceptRemote and
-// ConfirmRemote for it are no-ops.
+// handle is a local handle of an OwnerRRef, already counted, and the agent
+// need not call AcceptRemote or ConfirmRemote for it (if it does, they
+// change nothing).
 func (t *Table) CreateRemote(owner WorkerID) (RRefID, ForkID, error) {
 	if owner == t.self {
 		id, f := t.NewOwned()
@@ -149,8 +163,11 @@ func (t *Table) CreateRemote(owner WorkerID) (RRefID, ForkID, error) {
 // the OwnerRRef and counts the caller's fork. A nil error means: keep a
 // value slot for id and run the function. ErrDuplicate and ErrGone mean
 // the call was already accepted (and maybe already deleted): do not run
-// it again. It returns no messages: the reply to the remote call is the
-// confirmation (ConfirmRemote on the caller).
+// it again. A duplicate is recognized only while the RRef lives or while
+// its deletion is remembered (see the package doc), so the RPC layer must
+// still deliver remote calls at most once. It returns no messages: the
+// reply to the remote call is the confirmation (ConfirmRemote on the
+// caller).
 func (t *Table) AcceptRemote(from WorkerID, id RRefID, fork ForkID) error {
 	if from == t.self {
 		// remote() to self: CreateRemote already made the OwnerRRef.
@@ -222,6 +239,7 @@ func (t *Table) Fork(id RRefID, fork ForkID, to WorkerID) (ForkID, error) {
 		return ForkID{}, fmt.Errorf("%w: %v cannot send %v %v to %v", ErrReleased, t.self, id, fork, to)
 	}
 	c := ForkID{t.self, t.mint()}
+	u.forked = true
 	u.children[c] = to
 	t.childOf[c] = fork
 	return c, nil
@@ -236,7 +254,6 @@ func (t *Table) CancelFork(id RRefID, child ForkID) []Msg {
 	if e := t.owned[id]; e != nil {
 		if _, ok := e.forks[child]; ok {
 			delete(e.forks, child)
-			e.dead[child] = struct{}{}
 			t.maybeFree(id, e)
 		}
 		return t.flush()
@@ -283,9 +300,6 @@ func (t *Table) ReceiveFork(from, owner WorkerID, id RRefID, child ForkID) ([]Ms
 			}
 			e = t.newEntry(id)
 		}
-		if _, dead := e.dead[child]; dead {
-			return nil, fmt.Errorf("%w: %v received %v %v from %v twice", ErrDuplicate, t.self, id, child, from)
-		}
 		if from == t.self {
 			// Forked to self: Fork counted it already.
 			if _, ok := e.forks[child]; !ok {
@@ -327,7 +341,6 @@ func (t *Table) Release(id RRefID, fork ForkID) []Msg {
 	if e := t.owned[id]; e != nil {
 		if h, ok := e.forks[fork]; ok && h == t.self {
 			delete(e.forks, fork)
-			e.dead[fork] = struct{}{}
 			t.maybeFree(id, e)
 		}
 		return t.flush()
@@ -367,9 +380,11 @@ func (t *Table) handle(m Msg) {
 			}
 		}
 		if e != nil {
+			e.mayRequest = true
 			if _, dead := e.dead[m.Fork]; !dead {
 				if _, ok := e.forks[m.Fork]; !ok {
 					e.forks[m.Fork] = m.From
+					e.requested[m.Fork] = struct{}{}
 				}
 			}
 		}
@@ -402,7 +417,13 @@ func (t *Table) handle(m Msg) {
 				return // not the holder's to delete
 			}
 			delete(e.forks, m.Fork)
-			e.dead[m.Fork] = struct{}{}
+			if _, ok := e.requested[m.Fork]; ok {
+				delete(e.requested, m.Fork)
+				e.dead[m.Fork] = struct{}{}
+			}
+			if m.Forked {
+				e.mayRequest = true
+			}
 			t.maybeFree(m.RRef, e)
 			return
 		}
@@ -410,6 +431,7 @@ func (t *Table) handle(m Msg) {
 		// protocol's ordering, but costs nothing to survive): remember it
 		// so a late ForkRequest is answered but not counted.
 		e.dead[m.Fork] = struct{}{}
+		e.mayRequest = true
 	}
 }
 
@@ -439,7 +461,8 @@ func (t *Table) PeerDown(w WorkerID) (failed []RRefID, out []Msg) {
 		for f, h := range e.forks {
 			if h == w {
 				delete(e.forks, f)
-				e.dead[f] = struct{}{}
+				delete(e.requested, f)
+				e.mayRequest = true
 			}
 		}
 		if !e.born && id.Creator == w {
@@ -574,7 +597,7 @@ func (t *Table) String() string {
 }
 
 func (t *Table) newEntry(id RRefID) *ownerEntry {
-	e := &ownerEntry{forks: map[ForkID]WorkerID{}, dead: map[ForkID]struct{}{}}
+	e := &ownerEntry{forks: map[ForkID]WorkerID{}, requested: map[ForkID]struct{}{}, dead: map[ForkID]struct{}{}}
 	t.owned[id] = e
 	return e
 }
@@ -617,7 +640,7 @@ func (t *Table) maybeDelete(f ForkID, u *userEntry) {
 		return
 	}
 	delete(t.users, f)
-	t.send(UserDelete, u.owner, u.rref, f)
+	t.sendMsg(Msg{Kind: UserDelete, From: t.self, To: u.owner, RRef: u.rref, Fork: f, Forked: u.forked})
 }
 
 func (t *Table) maybeFree(id RRefID, e *ownerEntry) {
@@ -625,18 +648,21 @@ func (t *Table) maybeFree(id RRefID, e *ownerEntry) {
 		return
 	}
 	delete(t.owned, id)
-	if id.Creator != t.self {
+	if id.Creator != t.self && e.mayRequest {
 		t.gone[id] = struct{}{}
 	}
 	t.deleted = append(t.deleted, id)
 }
 
 func (t *Table) send(k Kind, to WorkerID, id RRefID, f ForkID) {
-	if t.isDown(to) {
+	t.sendMsg(Msg{Kind: k, From: t.self, To: to, RRef: id, Fork: f})
+}
+
+func (t *Table) sendMsg(m Msg) {
+	if t.isDown(m.To) {
 		return
 	}
-	m := Msg{Kind: k, From: t.self, To: to, RRef: id, Fork: f}
-	if to == t.self {
+	if m.To == t.self {
 		t.loop = append(t.loop, m)
 	} else {
 		t.out = append(t.out, m)

@@ -513,14 +513,21 @@ func TestErrors(t *testing.T) {
 	if err := c.w(0).AcceptRemote(2, id, f); !errors.Is(err, ErrMalformed) {
 		t.Errorf("AcceptRemote from a worker that did not create the RRef: %v", err)
 	}
+	g := okF(t)(c.w(1).Fork(id, f, 2))
+	c.send(okM(t)(c.w(2).ReceiveFork(1, 0, id, g)))
 	c.send(c.w(1).Release(id, f))
 	if _, err := c.w(1).Fork(id, f, 2); !errors.Is(err, ErrReleased) && !errors.Is(err, ErrUnknown) {
 		t.Errorf("Fork of a released handle: %v", err)
 	}
 	c.drain()
+	c.send(c.w(2).Release(id, g))
+	c.drain()
+	c.expectDeleted(id, 1)
+	// An RRef that was sent between users is remembered after deletion.
 	if _, err := c.w(0).ReceiveFork(1, 0, id, ForkID{1, 1000}); !errors.Is(err, ErrGone) {
 		t.Errorf("ReceiveFork of a deleted RRef: %v", err)
 	}
+	c.q = nil
 	// A released handle that is still waiting for confirmation.
 	id, f = must2(t)(c.w(1).CreateRemote(0))
 	c.send(c.w(1).Release(id, f))
@@ -555,5 +562,76 @@ func TestString(t *testing.T) {
 	want0 := "worker0 still owns 2 RRefs (1 local handle here, 1 fork held by worker1)"
 	if got := c.w(0).String(); got != want0 {
 		t.Errorf("owner:\n got %q\nwant %q", got, want0)
+	}
+}
+
+// C passes its RRef to Q, Q passes it on to B, and Q dies before the owner
+// hears of it: C's delete frees the value, and B's request arrives after.
+// The owner must remember the deletion (C's delete says its fork was
+// sent on), not create the RRef anew for B.
+func TestForkRequestAfterDeletion(t *testing.T) {
+	c := newCluster(t, 4)
+	const O, C, Q, B = 0, 1, 2, 3
+	id, fc := c.remote(C, O)
+	fq := okF(t)(c.w(C).Fork(id, fc, Q))
+	c.send(okM(t)(c.w(Q).ReceiveFork(C, O, id, fq)))
+	fb := okF(t)(c.w(Q).Fork(id, fq, B))
+	c.send(okM(t)(c.w(B).ReceiveFork(Q, O, id, fb)))
+	// Q dies; its request is lost.
+	c.q = slices.DeleteFunc(c.q, func(m Msg) bool { return m.From == Q })
+	c.expectQueued(ForkRequest) // B's, delayed
+	late := c.q[0]
+	c.q = nil
+	for _, w := range []WorkerID{C, B} {
+		_, out := c.w(w).PeerDown(Q)
+		c.send(out)
+	}
+	c.send(c.w(C).Release(id, fc))
+	c.expectQueued(UserDelete)
+	if !c.q[0].Forked {
+		t.Fatalf("%v: the delete of a fork that was sent on must say so", c.q[0])
+	}
+	c.drain()
+	c.expectDeleted(id, 1)
+	c.send(c.w(O).Handle(late))
+	c.expectQueued(ForkAccept) // answered, so B does not wait forever
+	c.drain()
+	c.send(c.w(B).Release(id, fb))
+	_, out := c.w(O).PeerDown(Q)
+	c.send(out)
+	c.drain()
+	c.expectDeleted(id, 1)
+	for _, w := range []WorkerID{O, C, B} {
+		if !c.w(w).Empty() {
+			t.Errorf("not empty: %v", c.w(w))
+		}
+	}
+}
+
+// An RRef made by remote() and never sent between users leaves nothing
+// behind on its owner once deleted.
+func TestNoTombstoneWithoutForks(t *testing.T) {
+	c := newCluster(t, 2)
+	for range 100 {
+		id, f := c.remote(1, 0)
+		g := okF(t)(c.w(1).Fork(id, f, 0)) // to the owner: no ForkRequest
+		c.send(okM(t)(c.w(0).ReceiveFork(1, 0, id, g)))
+		c.send(c.w(0).Release(id, g))
+		c.send(c.w(1).Release(id, f))
+		c.drain()
+		c.expectDeleted(id, 1)
+	}
+	c.expectEmpty()
+	if n := len(c.w(0).gone); n != 100 {
+		// Forked to the owner: the deletes say Forked, so each is kept.
+		t.Errorf("owner remembers %d deleted RRefs, want 100", n)
+	}
+	for range 100 {
+		id, f := c.remote(1, 0)
+		c.send(c.w(1).Release(id, f))
+		c.drain()
+	}
+	if n := len(c.w(0).gone); n != 100 {
+		t.Errorf("owner remembers %d deleted RRefs, want the 100 forked ones only", n)
 	}
 }

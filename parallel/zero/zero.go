@@ -12,6 +12,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/join"
 	"github.com/godist/godist/tensor"
 )
 
@@ -44,12 +45,14 @@ type ZeRO struct {
 	buckets []*tensor.Tensor
 	// full is the state dict consolidated to this rank, nil if none.
 	full map[string]*tensor.Tensor
-	err  error // the first error of Step
+	err  error         // the first error of Step
+	join *join.Context // set by join.Join
 }
 
 var (
 	_ optim.Optimizer = (*ZeRO)(nil)
 	_ optim.Groups    = (*ZeRO)(nil)
+	_ join.Joinable   = (*ZeRO)(nil)
 )
 
 // New partitions params over the members of group (see Partition) and
@@ -140,7 +143,33 @@ func (z *ZeRO) StateBytes() int { return optim.StateBytes(z.local) }
 // An error of the group (a *dist.RankError for a peer that died, a
 // *dist.TimeoutError, the context's error) is returned as is; the
 // parameters other ranks own may then be stale, and the group has failed.
+//
+// Under join.Join, if ZeRO is the Join's first Joinable, the step begins
+// with the Join's notification.
 func (z *ZeRO) StepContext(ctx context.Context) error {
+	if z.join != nil {
+		if err := z.join.Notify(ctx, z); err != nil {
+			return err
+		}
+	}
+	return z.step(ctx)
+}
+
+// SetJoin is join.Joinable's.
+func (z *ZeRO) SetJoin(c *join.Context) { z.join = c }
+
+// Shadow is join.Joinable's: on a rank that has joined, it is the step
+// of a rank still training. This rank steps its own partition with the
+// gradients its parameters hold, and takes part in bringing every
+// partition to every rank, so that the ranks still training get this
+// rank's updated parameters and this rank theirs. Joined after a DDP
+// model (join.Join(ctx, g, []join.Joinable{model, opt}, ...)), those
+// gradients are the iteration's average, which DDP's Shadow leaves in
+// them; joined alone, the gradients are whatever the caller left there.
+func (z *ZeRO) Shadow(ctx context.Context) error { return z.step(ctx) }
+
+// step is StepContext after the Join's notification.
+func (z *ZeRO) step(ctx context.Context) error {
 	z.local.Step()
 	var works []*dist.Work
 	if z.opt.ParametersAsBucketView {

@@ -42,4 +42,10 @@
 // its partition with the average gradients of the ranks still training
 // and sending it, so that they do not hang and every rank ends with the
 // same parameters.
+//
+// With Options.OverlapWithDDP and HookWithZeroStep as the DDP model's
+// communication hook (PyTorch's overlap_with_ddp and
+// hook_with_zero_step), the step runs inside backward instead: each DDP
+// bucket, once reduced, is stepped by the owners of its parameters and
+// broadcast while the rest of backward runs, to the same parameters.
 package zero

@@ -242,21 +242,25 @@ func convert(dst, src *Tensor) {
 		// Rounding to half precision: FSDP's mixed precision and the
 		// compressing DDP hooks do it to whole flat buffers every step.
 		d, s := u16s(dst.Bytes()), src.Float32s()
-		round := BFloat16FromFloat32
-		if dst.dtype == Float16 {
-			round = Float16FromFloat32
-		}
-		for i := range d {
-			d[i] = round(s[i])
+		if dst.dtype == BFloat16 {
+			for i := range d {
+				d[i] = BFloat16FromFloat32(s[i])
+			}
+		} else {
+			for i := range d {
+				d[i] = Float16FromFloat32(s[i])
+			}
 		}
 	case dst.dtype == Float32 && (src.dtype == BFloat16 || src.dtype == Float16) && dst.IsContiguous() && src.IsContiguous():
 		d, s := dst.Float32s(), u16s(src.Bytes())
-		widen := BFloat16ToFloat32
-		if src.dtype == Float16 {
-			widen = Float16ToFloat32
-		}
-		for i := range d {
-			d[i] = widen(s[i])
+		if src.dtype == BFloat16 {
+			for i := range d {
+				d[i] = BFloat16ToFloat32(s[i])
+			}
+		} else {
+			for i := range d {
+				d[i] = Float16ToFloat32(s[i])
+			}
 		}
 	case dst.dtype == Float32 && src.dtype == Uint8 && dst.IsContiguous() && src.IsContiguous():
 		d, s := dst.Float32s(), src.Uint8s()

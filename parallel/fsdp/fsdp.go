@@ -25,6 +25,10 @@
 // calls through nn.Call, whose hooks gather and free it; the root unit
 // holds every other parameter, gathered for the whole forward and backward
 // pass. Every parameter must get a gradient in every backward pass.
+//
+// Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
+// float32 master shards, and Options.LimitAllGathers bounds how many
+// modules prefetching may hold gathered ahead of computation.
 package fsdp
 
 import (
@@ -463,8 +467,8 @@ func (u *unit) viewParams() {
 }
 
 // free drops u's gathered parameters: each parameter's value becomes a
-// placeholder of its shape that holds no memory.
-// A prefetch the limit held back may start now.
+// placeholder of its shape that holds no memory. Prefetches that
+// LimitAllGathers held back start, as far as the limit now lets them.
 func (f *FSDP) free(u *unit) {
 	f.gathered -= u.held
 	f.upcast -= u.upcast

@@ -18,9 +18,13 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// bigGPT is the tests' GPT scaled to 21.4M parameters (12 blocks of
-// width 384).
-var bigGPT = models.GPTConfig{Vocab: 256, Block: 16, Layers: 12, Heads: 6, Dim: 384}
+// bigGPT is the tests' GPT scaled to 21.6M parameters, as
+// examples/tinygpt --layers 6 --width 544 --heads 8 makes it.
+var bigGPT = models.GPTConfig{Vocab: 256, Block: 128, Layers: 6, Heads: 8, Dim: 544}
+
+// benchTokens is the sequence length of a benchmark step: short, since
+// activations are not what the benchmark measures.
+const benchTokens = 16
 
 // memoryRow is one rank's memory under a strategy, in bytes.
 type memoryRow struct {
@@ -31,7 +35,7 @@ func (r memoryRow) total() int { return r.params + r.grads + r.optim + r.gathere
 
 // BenchmarkMemory measures what each data-parallel strategy holds per
 // rank at world 4 (ranks as goroutines over the in-process transport) on
-// the GPT scaled to 21.4M parameters, training with AdamW, and reports
+// the GPT scaled to 21.6M parameters, training with AdamW, and reports
 // it in MB (10⁶ bytes) of rank 0:
 //
 //   - params: the parameters the rank keeps between steps (all of them
@@ -173,9 +177,9 @@ func memoryOf(b *testing.B, g *dist.Group, fo *fsdp.Options, withZero bool) (mem
 		b.ResetTimer()
 	}
 	rng := tensor.NewRNG(uint64(7 + g.Rank()))
-	x, y := tensor.New(tensor.Int64, 1, bigGPT.Block), tensor.New(tensor.Int64, 1, bigGPT.Block)
+	x, y := tensor.New(tensor.Int64, 1, benchTokens), tensor.New(tensor.Int64, 1, benchTokens)
 	for range b.N {
-		for i := range bigGPT.Block {
+		for i := range benchTokens {
 			x.Set(float64(rng.IntN(bigGPT.Vocab)), 0, i)
 			y.Set(float64(rng.IntN(bigGPT.Vocab)), 0, i)
 		}

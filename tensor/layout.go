@@ -238,6 +238,30 @@ func convert(dst, src *Tensor) {
 		for i := range d {
 			d[i] = float64(s[i])
 		}
+	case (dst.dtype == BFloat16 || dst.dtype == Float16) && src.dtype == Float32 && dst.IsContiguous() && src.IsContiguous():
+		// Rounding to half precision: FSDP's mixed precision and the
+		// compressing DDP hooks do it to whole flat buffers every step.
+		d, s := u16s(dst.Bytes()), src.Float32s()
+		if dst.dtype == BFloat16 {
+			for i := range d {
+				d[i] = BFloat16FromFloat32(s[i])
+			}
+		} else {
+			for i := range d {
+				d[i] = Float16FromFloat32(s[i])
+			}
+		}
+	case dst.dtype == Float32 && (src.dtype == BFloat16 || src.dtype == Float16) && dst.IsContiguous() && src.IsContiguous():
+		d, s := dst.Float32s(), u16s(src.Bytes())
+		if src.dtype == BFloat16 {
+			for i := range d {
+				d[i] = BFloat16ToFloat32(s[i])
+			}
+		} else {
+			for i := range d {
+				d[i] = Float16ToFloat32(s[i])
+			}
+		}
 	case dst.dtype == Float32 && src.dtype == Uint8 && dst.IsContiguous() && src.IsContiguous():
 		d, s := dst.Float32s(), src.Uint8s()
 		for i := range d {

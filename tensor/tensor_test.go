@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,6 +253,17 @@ func TestDTypes(t *testing.T) {
 		}
 		if d := math.Abs(float64(BFloat16ToFloat32(BFloat16FromFloat32(f)) - f)); d > math.Abs(float64(f))*8e-3 {
 			t.Fatalf("bfloat16 of %v off by %v", f, d)
+		}
+	}
+	// The contiguous fast paths round and widen as the element-wise
+	// path does (a transposed view takes that one).
+	m := new(Tensor).MulScalar(Randn(NewRNG(3), 5, 7), 1e3)
+	for _, d := range []DType{BFloat16, Float16} {
+		fast := m.To(d).To(Float32)
+		slow := New(d, 7, 5).Copy(m.T())
+		back := New(Float32, 5, 7).Copy(slow.T())
+		if !slices.Equal(fast.Values(), back.Values()) {
+			t.Fatalf("%v: the contiguous conversion differs from the strided one", d)
 		}
 	}
 	i := FromInt64([]int64{3, -4}).To(Float32)

@@ -11,6 +11,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/nn"
+	"github.com/godist/godist/parallel/join"
 	"github.com/godist/godist/tensor"
 )
 
@@ -82,7 +83,7 @@ type DDP struct {
 		err         error
 		joined      bool // a Join shadows this model
 	}
-	join *joinState
+	join *join.Context // set by join.Join; guarded by mu
 }
 
 type bucket struct {
@@ -296,10 +297,11 @@ func (d *DDP) prepare(ctx context.Context) error {
 	}
 	rebuild := d.mu.iteration == 1 && !d.mu.rebuilt && !d.opt.NoRebuildBuckets && len(d.mu.readyOrder) == len(d.params)
 	order := append([]int(nil), d.mu.readyOrder...)
+	jc := d.join
 	d.mu.Unlock()
 
-	if d.join != nil {
-		if err := d.join.notify(ctx, d.group); err != nil {
+	if jc != nil {
+		if err := jc.Notify(ctx, d); err != nil {
 			return err
 		}
 	}

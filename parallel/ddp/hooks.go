@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/tensor"
 )
@@ -19,6 +20,16 @@ type GradBucket struct {
 
 	params *bucket
 	ddp    *DDP
+}
+
+// Parameters returns the bucket's parameters, in the order of Gradients
+// (PyTorch's GradBucket.parameters()). The slice is the caller's.
+func (b *GradBucket) Parameters() []*autograd.Var {
+	out := make([]*autograd.Var, len(b.params.params))
+	for k, i := range b.params.params {
+		out[k] = b.ddp.params[i]
+	}
+	return out
 }
 
 // Gradients returns views of Buffer, one per parameter, shaped like the

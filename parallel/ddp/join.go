@@ -5,82 +5,54 @@ import (
 	"fmt"
 
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/parallel/join"
 )
 
-// Join lets ranks with fewer inputs than others finish training without
-// hanging or failing, as PyTorch's Join context manager (Join, Joinable,
-// JoinHook). fn is the rank's training loop over its own data. While the
+// Join is join.Join for DDP models alone, the models' group being the
+// group: ranks with fewer inputs than others finish training without
+// hanging or failing, as PyTorch's Join context manager over DDP
+// models. fn is the rank's training loop over its own data. While the
 // other ranks are still training, a rank whose fn has returned shadows
 // their collectives: every iteration it takes part in the same
-// all-reduces with zero gradients, so they complete.
-//
-// The protocol: every iteration of every rank still training begins (in
-// DDP's forward) with an all-reduce counting the ranks still training; a
-// rank that has joined answers it with zero, and shadows the iteration if
-// the count is not zero. When the count is zero, every rank has joined
-// and Join returns. Gradients are still averaged over the whole group
-// (joined ranks contribute zeros), as PyTorch's default
-// divide_by_initial_world_size.
+// all-reduces with zero gradients, so they complete. Gradients are still
+// averaged over the whole group (joined ranks contribute zeros), as
+// PyTorch's default divide_by_initial_world_size. To join other
+// Joinables too (a ZeRO optimizer), call join.Join.
 func Join(ctx context.Context, models []*DDP, fn func() error) error {
 	if len(models) == 0 {
 		return fn()
 	}
-	g := models[0].group
-	st := &joinState{}
-	for _, m := range models {
-		if m.group != g {
+	js := make([]join.Joinable, len(models))
+	for i, m := range models {
+		if m.group != models[0].group {
 			return fmt.Errorf("ddp: Join of models on different groups")
 		}
-		m.join = st
+		js[i] = m
 	}
-	defer func() {
-		for _, m := range models {
-			m.join = nil
-		}
-	}()
-	if err := fn(); err != nil {
-		return err
+	if err := join.Join(ctx, models[0].group, js, fn); err != nil {
+		return fmt.Errorf("ddp: %w", err)
 	}
-	// This rank has joined: shadow the others until all have.
-	for {
-		n, err := st.count(ctx, g, 0)
-		if err != nil {
-			return fmt.Errorf("ddp: join: %w", err)
-		}
-		if n == 0 {
-			return nil
-		}
-		for _, m := range models {
-			if err := m.shadow(ctx); err != nil {
-				return fmt.Errorf("ddp: join: shadowing rank(s) still training: %w", err)
-			}
-		}
-	}
+	return nil
 }
 
-// joinState is the per-Join bookkeeping shared by the models.
-type joinState struct{}
+var _ join.Joinable = (*DDP)(nil)
 
-// notify is the iteration's all-reduce on a rank still training.
-func (st *joinState) notify(ctx context.Context, g *dist.Group) error {
-	_, err := st.count(ctx, g, 1)
-	return err
+// SetJoin is join.Joinable's: under a Join, each iteration's Prepare
+// (Forward) begins with the Join's notification.
+func (d *DDP) SetJoin(c *join.Context) {
+	d.mu.Lock()
+	d.join = c
+	d.mu.Unlock()
 }
 
-// count all-reduces this rank's flag: the number of ranks still training.
-func (st *joinState) count(ctx context.Context, g *dist.Group, mine int64) (int64, error) {
-	t := tensor.FromInt64([]int64{mine})
-	if err := g.AllReduce(ctx, t, dist.Sum); err != nil {
-		return 0, err
-	}
-	return t.Int64s()[0], nil
-}
-
-// shadow issues one iteration's collectives with zero gradients: those of
-// prepare after the join notification (the bucket rebuild, the buffer
-// broadcast) and one reduction per bucket, in bucket order.
-func (d *DDP) shadow(ctx context.Context) error {
+// Shadow is join.Joinable's: on a rank that has joined, it issues one
+// iteration's collectives with zero gradients: those of Prepare after the
+// Join's notification (the bucket rebuild, the buffer broadcast) and one
+// reduction per bucket, in bucket order. It leaves the iteration's
+// average gradient (that of the ranks still training) in the parameters'
+// Grad, as it is there, so that an optimizer stepping on this rank too
+// (ZeRO's Shadow) steps with it.
+func (d *DDP) Shadow(ctx context.Context) error {
 	d.mu.Lock()
 	rebuild := d.mu.iteration == 1 && !d.mu.rebuilt && !d.opt.NoRebuildBuckets
 	d.mu.Unlock()
@@ -124,6 +96,20 @@ func (d *DDP) shadow(ctx context.Context) error {
 		if err := w.Wait(ctx); err != nil {
 			return err
 		}
+	}
+	if !d.opt.GradientAsBucketView {
+		// (With it, the gradients are views of the buckets already.)
+		d.mu.Lock()
+		for _, bk := range buckets {
+			for k, i := range bk.params {
+				if g := d.params[i].Grad(); g != nil {
+					g.Copy(d.view(bk, k))
+				} else {
+					d.params[i].SetGrad(d.view(bk, k).Clone())
+				}
+			}
+		}
+		d.mu.Unlock()
 	}
 	return nil
 }

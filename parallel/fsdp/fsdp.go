@@ -25,6 +25,10 @@
 // calls through nn.Call, whose hooks gather and free it; the root unit
 // holds every other parameter, gathered for the whole forward and backward
 // pass. Every parameter must get a gradient in every backward pass.
+//
+// Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
+// float32 master shards, and Options.LimitAllGathers bounds how many
+// modules prefetching may hold gathered ahead of computation.
 package fsdp
 
 import (
@@ -103,6 +107,64 @@ type Options struct {
 	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
 	// default).
 	NoSyncModuleStates bool
+	// MixedPrecision gathers and computes with parameters rounded to a
+	// lower precision and reduces gradients in one, while the shards stay
+	// float32 (PyTorch's MixedPrecision). The zero value is float32
+	// throughout.
+	MixedPrecision MixedPrecision
+	// LimitAllGathers bounds how far gathering runs ahead of computation
+	// (PyTorch's limit_all_gathers): a prefetch starts only while fewer
+	// than this many wrapped modules hold gathered parameters or gathers
+	// in flight, counting the ones computing; otherwise it waits, queued,
+	// until a module is freed. 0 means 2, the running module and the next;
+	// a negative value means no limit. A gather that computation needs
+	// now is never held back, and the root, gathered for the whole pass,
+	// is not counted; a module split into parameter groups (Group) counts
+	// once. It applies where modules are freed after forward (FullShard,
+	// HybridShard): ShardGradOp keeps every module gathered until its
+	// backward by design.
+	LimitAllGathers int
+}
+
+// MixedPrecision chooses the precision of FSDP's gathers, computation
+// and gradient reduction, as PyTorch's MixedPrecision(param_dtype,
+// reduce_dtype). Each field is tensor.BFloat16, tensor.Float16 or
+// tensor.Float32; the zero value (tensor.Invalid) of ParamDType means
+// Float32, that of ReduceDType means ParamDType (PyTorch's default).
+//
+// The shards, which the optimizer steps, and their gradients stay
+// float32: they are the master copy. Before a unit runs, each rank rounds
+// its shard to ParamDType and the all-gather moves the rounded values, so
+// a 2-byte ParamDType halves the gather traffic and the gathered memory
+// (Memory.Gathered counts it at that precision). godist's kernels are
+// float32, so the unit then computes in float32 on the gathered values
+// widened back exactly (counted apart, in Memory.Upcast): its parameters
+// are exactly those of a bfloat16 computation, its arithmetic is not
+// (activations and sums are not rounded). The gradients, computed in
+// float32, are rounded to ReduceDType, reduce-scattered (averaged) in it,
+// and widened into the float32 shard gradients, to which they are added.
+// SummonFullParams, the state dicts and checkpoints always see the
+// float32 shards. Buffers are not cast (there is no buffer_dtype).
+type MixedPrecision struct {
+	ParamDType, ReduceDType tensor.DType
+}
+
+// resolve returns the gather and reduction dtypes, or an error naming a
+// dtype FSDP cannot use.
+func (mp MixedPrecision) resolve() (param, reduce tensor.DType, err error) {
+	param, reduce = mp.ParamDType, mp.ReduceDType
+	if param == tensor.Invalid {
+		param = tensor.Float32
+	}
+	if reduce == tensor.Invalid {
+		reduce = param
+	}
+	for _, d := range []tensor.DType{param, reduce} {
+		if d != tensor.Float32 && d != tensor.BFloat16 && d != tensor.Float16 {
+			return 0, 0, fmt.Errorf("fsdp: MixedPrecision with %v: use tensor.BFloat16, tensor.Float16 or tensor.Float32", d)
+		}
+	}
+	return param, reduce, nil
 }
 
 // FSDP wraps a module for fully sharded data-parallel training.
@@ -122,7 +184,20 @@ type FSDP struct {
 		pending []pendingReduce
 		err     error
 	}
-	gathered, peak int // elements of gathered flat parameters, now and at most
+	// paramDT and reduceDT are MixedPrecision's, resolved; limit is
+	// LimitAllGathers's (0 for none).
+	paramDT, reduceDT tensor.DType
+	limit             int
+	// deferred are prefetches the limit holds back, oldest first.
+	deferred []*unit
+	// exact makes gathers float32 whatever ParamDType is (inside
+	// SummonFullParams).
+	exact bool
+	// Bytes of gathered flat parameters (at the gather's precision) and
+	// of their float32 copies, now and at most; bytes sent.
+	gathered, peak        int
+	upcast, peakUpcast    int
+	gatherBytes, redBytes int64
 	// order is the order in which the wrapped units ran forward in the
 	// last pass (recorded in this one, as next), for prefetching.
 	order, next []*unit
@@ -151,8 +226,12 @@ type unit struct {
 	padded  int
 	shard   *autograd.Var  // this rank's piece (the whole, with NoShard)
 	full    *tensor.Tensor // the gathered flat parameters, nil when freed
-	ready   int            // parameters whose gradient is ready this pass
-	called  bool           // gathered in this forward pass
+	// held and upcast are the bytes this unit counts in FSDP.gathered and
+	// FSDP.upcast; rounded is set when full holds ParamDType's values.
+	held, upcast int
+	rounded      bool
+	ready        int  // parameters whose gradient is ready this pass
+	called       bool // gathered in this forward pass
 	// A prefetch in flight: the gather's work and where it lands.
 	inflight *dist.Work
 	landing  *tensor.Tensor
@@ -161,14 +240,23 @@ type unit struct {
 // New wraps module for training over group. Every member must call it
 // with the same architecture and options.
 func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (*FSDP, error) {
-	f := &FSDP{Module: module, group: group, shards: group, opt: opt}
+	f := &FSDP{Module: module, group: group, shards: group, opt: opt, limit: opt.LimitAllGathers}
 	f.RegisterModule("module", module)
+	var err error
+	if f.paramDT, f.reduceDT, err = opt.MixedPrecision.resolve(); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.limit == 0:
+		f.limit = 2
+	case f.limit < 0:
+		f.limit = 0
+	}
 	if opt.Strategy == HybridShard {
 		s, world := opt.ShardSize, group.Size()
 		if s < 1 || world%s != 0 {
 			return nil, fmt.Errorf("fsdp: HybridShard with ShardSize %d in a group of %d ranks: the shard size must divide the group", s, world)
 		}
-		var err error
 		if f.shards, err = group.Split(ctx, group.Rank()/s, group.Rank()); err != nil {
 			return nil, fmt.Errorf("fsdp: shard groups: %w", err)
 		}
@@ -312,8 +400,12 @@ func (f *FSDP) shardUnit(u *unit) {
 	}
 	if f.opt.Strategy == NoShard {
 		u.shard = autograd.Param(flat)
-		u.full = flat
-		u.viewParams()
+		if f.paramDT == tensor.Float32 {
+			u.full = flat // computed on in place; never freed
+			u.viewParams()
+		} else {
+			f.free(u) // each forward rounds the whole anew
+		}
 	} else {
 		n := u.padded / world
 		u.shard = autograd.Param(flat.Narrow(0, rank*n, n).Clone())
@@ -375,15 +467,21 @@ func (u *unit) viewParams() {
 }
 
 // free drops u's gathered parameters: each parameter's value becomes a
-// placeholder of its shape that holds no memory.
+// placeholder of its shape that holds no memory. Prefetches that
+// LimitAllGathers held back start, as far as the limit now lets them.
 func (f *FSDP) free(u *unit) {
-	if u.full != nil && f.opt.Strategy != NoShard {
-		f.gathered -= u.padded
-	}
+	f.gathered -= u.held
+	f.upcast -= u.upcast
+	u.held, u.upcast, u.rounded = 0, 0, false
 	u.full = nil
 	zero := tensor.New(tensor.Float32, 1)
 	for _, p := range u.params {
 		p.SetValue(zero.Reshape().Expand(p.Shape()...))
+	}
+	for len(f.deferred) > 0 && f.mayPrefetch(f.deferred[0]) {
+		next := f.deferred[0]
+		f.deferred = f.deferred[1:]
+		f.startGather(next)
 	}
 }
 
@@ -400,27 +498,87 @@ func numel(shape []int) int {
 // zeros, so that the pass runs to its end.
 func (f *FSDP) gather(u *unit) {
 	u.called = true
+	if i := slices.Index(f.deferred, u); i >= 0 {
+		f.deferred = slices.Delete(f.deferred, i, i+1)
+	}
 	if u.full != nil {
 		return
 	}
 	f.startGather(u)
-	if err := u.inflight.Wait(context.Background()); err != nil {
-		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
+	if u.inflight != nil {
+		if err := u.inflight.Wait(context.Background()); err != nil {
+			f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
+		}
 	}
-	u.full, u.inflight, u.landing = u.landing, nil, nil
+	full := u.landing
+	u.rounded = full.DType() != tensor.Float32
+	if u.rounded {
+		// Exactly the gathered values, in the kernels' float32.
+		full = full.To(tensor.Float32)
+		u.upcast = 4 * u.padded
+		f.upcast += u.upcast
+		f.peakUpcast = max(f.peakUpcast, f.upcast)
+	}
+	u.full, u.inflight, u.landing = full, nil, nil
 	u.viewParams()
 }
 
-// startGather starts gathering u's shards, unless they are gathered or
-// on their way.
+// startGather starts gathering u's shards, at ParamDType unless f.exact,
+// unless they are gathered or on their way. Under NoShard (mixed
+// precision only) it rounds the whole locally.
 func (f *FSDP) startGather(u *unit) {
 	if u == nil || u.full != nil || u.inflight != nil {
 		return
 	}
-	u.landing = tensor.New(tensor.Float32, u.padded)
-	f.gathered += u.padded
+	dt := f.paramDT
+	if f.exact {
+		dt = tensor.Float32
+	}
+	mine := u.shard.Value().To(dt) // the shard itself for float32
+	if f.opt.Strategy == NoShard {
+		u.landing = mine
+		return
+	}
+	u.landing = tensor.New(dt, u.padded)
+	u.held = u.padded * dt.Size()
+	f.gathered += u.held
 	f.peak = max(f.peak, f.gathered)
-	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, u.shard.Value())
+	f.gatherBytes += int64(len(mine.Bytes()))
+	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, mine)
+}
+
+// request starts a prefetch of u, or queues it while LimitAllGathers
+// holds it back.
+func (f *FSDP) request(u *unit) {
+	if u == nil || u.full != nil || u.inflight != nil || slices.Contains(f.deferred, u) {
+		return
+	}
+	if !f.mayPrefetch(u) {
+		f.deferred = append(f.deferred, u)
+		return
+	}
+	f.startGather(u)
+}
+
+// mayPrefetch reports whether LimitAllGathers lets u's gather start now:
+// u's module already counts, or fewer than the limit do.
+func (f *FSDP) mayPrefetch(u *unit) bool {
+	if f.limit == 0 || !f.reshardAfterForward() {
+		return true
+	}
+	var busy []nn.Layer
+	for _, v := range f.units {
+		if v.layer == nil || (v.full == nil && v.inflight == nil) {
+			continue
+		}
+		if v.layer == u.layer {
+			return true
+		}
+		if !slices.Contains(busy, v.layer) {
+			busy = append(busy, v.layer)
+		}
+	}
+	return len(busy) < f.limit
 }
 
 // prefetch starts gathering the units of the module next to u's in the
@@ -436,7 +594,7 @@ func (f *FSDP) prefetch(u *unit, d int) {
 		i += d
 	}
 	for j := i; j >= 0 && j < len(f.order) && f.order[j].layer == f.order[i].layer; j += d {
-		f.startGather(f.order[j])
+		f.request(f.order[j])
 	}
 }
 
@@ -454,11 +612,17 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 		u.called, u.ready = false, 0
 	}
 	f.next = f.next[:0]
+	f.deferred = f.deferred[:0]
+	if f.opt.Strategy == NoShard && f.paramDT != tensor.Float32 {
+		for _, u := range f.units {
+			f.free(u) // the last pass's rounding of the old parameters
+		}
+	}
 	for _, u := range f.roots {
 		f.gather(u)
 	}
 	if f.opt.ForwardPrefetch && len(f.order) > 0 {
-		f.startGather(f.order[0])
+		f.request(f.order[0])
 	}
 	y := nn.Call(f.Module, x)
 	f.order = append(f.order[:0], f.next...)
@@ -484,11 +648,13 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 		}
 		p.ZeroGrad(true)
 	}
+	flat = flat.To(f.reduceDT)
+	f.redBytes += int64(len(flat.Bytes()))
 	var pr pendingReduce
 	if f.opt.Strategy == NoShard {
 		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg)}
 	} else {
-		grad := tensor.New(tensor.Float32, u.padded/f.shards.Size())
+		grad := tensor.New(f.reduceDT, u.padded/f.shards.Size())
 		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
 		f.free(u)
 	}
@@ -547,10 +713,11 @@ func (f *FSDP) Wait(ctx context.Context) error {
 			f.setErr(err)
 			return fmt.Errorf("fsdp: reduce the gradients of unit %s: %w", pr.u.name, err)
 		}
+		grad := pr.grad.To(tensor.Float32) // widened exactly
 		if g := pr.u.shard.Grad(); g != nil {
-			g.Add(g, pr.grad)
+			g.Add(g, grad)
 		} else {
-			pr.u.shard.SetGrad(pr.grad)
+			pr.u.shard.SetGrad(grad)
 		}
 	}
 	if len(unready) > 0 {
@@ -558,6 +725,7 @@ func (f *FSDP) Wait(ctx context.Context) error {
 		f.setErr(err)
 		return err
 	}
+	f.deferred = f.deferred[:0]
 	for _, u := range f.units {
 		u.ready = 0
 		// A prefetch no backward consumed would hand the next forward
@@ -568,7 +736,8 @@ func (f *FSDP) Wait(ctx context.Context) error {
 				return fmt.Errorf("fsdp: gather unit %s: %w", u.name, err)
 			}
 			u.inflight, u.landing = nil, nil
-			f.gathered -= u.padded
+			f.gathered -= u.held
+			u.held = 0
 		}
 	}
 	return nil
@@ -633,9 +802,14 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 	if err := f.takeErr(); err != nil {
 		return err
 	}
+	f.exact = true
 	for _, u := range f.units {
+		if u.rounded {
+			f.free(u) // ParamDType's values; fn sees the float32 shards
+		}
 		f.gather(u)
 	}
+	f.exact = false
 	if err := f.takeErr(); err != nil {
 		return err
 	}
@@ -683,10 +857,16 @@ func (f *FSDP) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, er
 type Memory struct {
 	Params   int // the shards this rank holds (whole flat parameters with NoShard)
 	Grads    int // the shards' gradients
-	Gathered int // full parameters gathered now
+	Gathered int // full parameters gathered now, or on their way
 	// PeakGathered is the most gathered at once since New or ResetPeak:
-	// what FullShard saves over ShardGradOp.
+	// what FullShard saves over ShardGradOp. Gathered parameters count at
+	// the precision they are gathered in (MixedPrecision.ParamDType).
 	PeakGathered int
+	// Upcast and PeakUpcast are the float32 copies of parameters gathered
+	// in a lower precision, which godist's float32 kernels compute on
+	// (zero without mixed precision): kernels of that precision would not
+	// need them.
+	Upcast, PeakUpcast int
 }
 
 // Memory returns this rank's parameter and gradient memory. The
@@ -699,9 +879,21 @@ func (f *FSDP) Memory() Memory {
 			m.Grads += g.Numel() * 4
 		}
 	}
-	m.Gathered, m.PeakGathered = f.gathered*4, f.peak*4
+	m.Gathered, m.PeakGathered = f.gathered, f.peak
+	m.Upcast, m.PeakUpcast = f.upcast, f.peakUpcast
 	return m
 }
 
-// ResetPeak starts a new measure of Memory's PeakGathered.
-func (f *FSDP) ResetPeak() { f.peak = f.gathered }
+// ResetPeak starts a new measure of Memory's PeakGathered and PeakUpcast.
+func (f *FSDP) ResetPeak() { f.peak, f.peakUpcast = f.gathered, f.upcast }
+
+// Traffic is what a rank has put into FSDP's collectives since New, in
+// bytes: its shards into parameter all-gathers (at ParamDType) and its
+// flat gradients into reduce-scatters (all-reduces under NoShard, at
+// ReduceDType). The bytes on the wire are proportional to these.
+type Traffic struct {
+	Gather, Reduce int64
+}
+
+// Traffic returns this rank's bytes handed to FSDP's collectives.
+func (f *FSDP) Traffic() Traffic { return Traffic{Gather: f.gatherBytes, Reduce: f.redBytes} }

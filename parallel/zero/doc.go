@@ -36,4 +36,16 @@
 // the parameters given to New; LoadStateDict takes such a dict on every
 // rank and keeps each rank's share. newOpt makes one optimizer over a
 // plain list; optimizers over several parameter groups are not supported.
+//
+// ZeRO is a join.Joinable: under join.Join, after the DDP model whose
+// gradients it steps, a rank that has run out of data goes on stepping
+// its partition with the average gradients of the ranks still training
+// and sending it, so that they do not hang and every rank ends with the
+// same parameters.
+//
+// With Options.OverlapWithDDP and HookWithZeroStep as the DDP model's
+// communication hook (PyTorch's overlap_with_ddp and
+// hook_with_zero_step), the step runs inside backward instead: each DDP
+// bucket, once reduced, is stepped by the owners of its parameters and
+// broadcast while the rest of backward runs, to the same parameters.
 package zero

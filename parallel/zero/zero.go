@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/join"
 	"github.com/godist/godist/tensor"
 )
 
@@ -24,6 +26,14 @@ type Options struct {
 	// are not views of it as in PyTorch, so the model's tensors stay its
 	// own.
 	ParametersAsBucketView bool
+	// OverlapWithDDP is PyTorch's overlap_with_ddp: the step runs inside
+	// the DDP model's backward pass, bucket by bucket, from the
+	// communication hook HookWithZeroStep (which must be the model's
+	// CommHook), overlapping the rest of backward, and StepContext only
+	// checks that it did. The parameters stay partitioned as without it
+	// (Partition); ParametersAsBucketView is ignored, the updated
+	// parameters being broadcast a parameter at a time, bucket by bucket.
+	OverlapWithDDP bool
 }
 
 // ZeRO is a ZeroRedundancyOptimizer: every rank holds optimizer state
@@ -44,12 +54,26 @@ type ZeRO struct {
 	buckets []*tensor.Tensor
 	// full is the state dict consolidated to this rank, nil if none.
 	full map[string]*tensor.Tensor
-	err  error // the first error of Step
+	err  error         // the first error of Step
+	join *join.Context // set by join.Join
+
+	// With OverlapWithDDP: the global index of each parameter, its
+	// owner, and (for this rank's) the proxy the local optimizer steps,
+	// which shares the parameter's value and takes the bucket's gradient.
+	index map[*autograd.Var]int
+	owner []int
+	proxy []*autograd.Var
+	mu    struct {
+		sync.Mutex
+		hooked int   // parameters the hook stepped and sent since StepContext
+		err    error // the hook's first error
+	}
 }
 
 var (
 	_ optim.Optimizer = (*ZeRO)(nil)
 	_ optim.Groups    = (*ZeRO)(nil)
+	_ join.Joinable   = (*ZeRO)(nil)
 )
 
 // New partitions params over the members of group (see Partition) and
@@ -77,15 +101,38 @@ func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optim
 			return nil, fmt.Errorf("zero: ParametersAsBucketView with parameters of dtypes %v (parameter 0) and %v (parameter %d); use one dtype or leave it off", params[0].DType(), p.DType(), i)
 		}
 	}
+	if opt.OverlapWithDDP {
+		opt.ParametersAsBucketView = false
+	}
 	z := &ZeRO{group: group, opt: opt, params: slices.Clone(params), per: Partition(sizes, group.Size())}
 	mine := make([]*autograd.Var, len(z.per[group.Rank()]))
 	for j, i := range z.per[group.Rank()] {
 		mine[j] = params[i]
 	}
+	if opt.OverlapWithDDP {
+		z.index = map[*autograd.Var]int{}
+		for i, p := range params {
+			if _, dup := z.index[p]; dup {
+				return nil, fmt.Errorf("zero: parameter %d is given twice", i)
+			}
+			z.index[p] = i
+		}
+		z.owner = make([]int, len(params))
+		for r, idx := range z.per {
+			for _, i := range idx {
+				z.owner[i] = r
+			}
+		}
+		z.proxy = make([]*autograd.Var, len(params))
+		for j, i := range z.per[group.Rank()] {
+			z.proxy[i] = autograd.Param(params[i].Value())
+			mine[j] = z.proxy[i]
+		}
+	}
 	z.local = newOpt(mine)
 	at := map[*autograd.Var]int{}
-	for _, i := range z.per[group.Rank()] {
-		at[params[i]] = i
+	for j, i := range z.per[group.Rank()] {
+		at[mine[j]] = i
 	}
 	lp := z.local.Params()
 	if len(lp) != len(mine) {
@@ -140,7 +187,62 @@ func (z *ZeRO) StateBytes() int { return optim.StateBytes(z.local) }
 // An error of the group (a *dist.RankError for a peer that died, a
 // *dist.TimeoutError, the context's error) is returned as is; the
 // parameters other ranks own may then be stale, and the group has failed.
+//
+// Under join.Join, if ZeRO is the Join's first Joinable, the step begins
+// with the Join's notification.
+//
+// With OverlapWithDDP the step has happened in the DDP model's backward
+// pass (its Wait waits for it): StepContext returns the hook's first
+// error, or an error if the hook did not step and send every parameter
+// exactly once since the last StepContext (it is not the model's
+// CommHook, say).
 func (z *ZeRO) StepContext(ctx context.Context) error {
+	if z.join != nil {
+		if err := z.join.Notify(ctx, z); err != nil {
+			return err
+		}
+	}
+	if z.opt.OverlapWithDDP {
+		z.mu.Lock()
+		n, err := z.mu.hooked, z.mu.err
+		z.mu.hooked, z.mu.err = 0, nil
+		z.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if n != len(z.params) {
+			return fmt.Errorf("zero: rank %d: OverlapWithDDP, but HookWithZeroStep stepped %d parameter(s) of %d since the last step; make it the DDP model's CommHook, and call StepContext once after each backward pass", z.group.Rank(), n, len(z.params))
+		}
+		return nil
+	}
+	return z.step(ctx)
+}
+
+// SetJoin is join.Joinable's.
+func (z *ZeRO) SetJoin(c *join.Context) { z.join = c }
+
+// Shadow is join.Joinable's: on a rank that has joined, it is the step
+// of a rank still training. This rank steps its own partition with the
+// gradients its parameters hold, and takes part in bringing every
+// partition to every rank, so that the ranks still training get this
+// rank's updated parameters and this rank theirs. Joined after a DDP
+// model (join.Join(ctx, g, []join.Joinable{model, opt}, ...)), those
+// gradients are the iteration's average, which DDP's Shadow leaves in
+// them; joined alone, the gradients are whatever the caller left there.
+// With OverlapWithDDP it does nothing: DDP's Shadow runs the model's
+// CommHook, HookWithZeroStep, which steps and sends as in training.
+func (z *ZeRO) Shadow(ctx context.Context) error {
+	if z.opt.OverlapWithDDP {
+		z.mu.Lock()
+		z.mu.hooked = 0
+		z.mu.Unlock()
+		return nil
+	}
+	return z.step(ctx)
+}
+
+// step is StepContext after the Join's notification.
+func (z *ZeRO) step(ctx context.Context) error {
 	z.local.Step()
 	var works []*dist.Work
 	if z.opt.ParametersAsBucketView {

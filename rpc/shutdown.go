@@ -173,7 +173,9 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 	}
 	reps := st.reports[m.Round]
 	if len(reps) == 0 {
-		reps = make([]*shutdownMsg, len(a.workers))
+		// The job's size, not len(a.workers): a report can come before
+		// this agent's Init has learned the workers.
+		reps = make([]*shutdownMsg, a.ep.Size())
 	}
 	if src < 0 || src >= len(reps) {
 		a.mu.Unlock()
@@ -200,7 +202,7 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 	st.prev = [2]int64{sent, recv}
 	a.mu.Unlock()
 	v := shutdownMsg{Verdict: true, Round: m.Round, Done: done}
-	for r := range a.workers {
+	for r := range a.ep.Size() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.replyTimeout())
 		if err := a.sendShutdown(ctx, r, v); err != nil {
 			a.log.Warn("rpc: shutdown verdict not sent", "to", r, "err", err)

@@ -165,6 +165,12 @@ func (g *Group) WorldRank() int { return g.world.rank }
 // WorldSize is the number of processes in the whole job.
 func (g *Group) WorldSize() int { return g.world.size }
 
+// Failed returns a channel that is closed when the group fails (or is
+// destroyed); Err then says why. A layer that waits on a subgroup's call
+// can watch its parent with it: a member of the parent that dies fails
+// the parent at once, but not a subgroup it is not in.
+func (g *Group) Failed() <-chan struct{} { return g.ctx.Done() }
+
 // Err returns the error that failed the group, or nil.
 func (g *Group) Err() error {
 	g.mu.Lock()

@@ -506,8 +506,10 @@ func (f *FSDP) gather(u *unit) {
 	}
 	f.startGather(u)
 	if u.inflight != nil {
-		if err := u.inflight.Wait(context.Background()); err != nil {
+		if err := f.wait(context.Background(), u.inflight); err != nil {
 			f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
+			// A call given up on may go on writing where it lands.
+			u.landing = tensor.New(u.landing.DType(), u.padded)
 		}
 	}
 	full := u.landing
@@ -540,6 +542,12 @@ func (f *FSDP) startGather(u *unit) {
 		return
 	}
 	u.landing = tensor.New(dt, u.padded)
+	if err := f.group.Err(); err != nil {
+		// The group has failed, maybe through a rank outside the shard
+		// group, which would still gather: start nothing (zeros land).
+		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
+		return
+	}
 	u.held = u.padded * dt.Size()
 	f.gathered += u.held
 	f.peak = max(f.peak, f.gathered)
@@ -595,6 +603,25 @@ func (f *FSDP) prefetch(u *unit, d int) {
 	}
 	for j := i; j >= 0 && j < len(f.order) && f.order[j].layer == f.order[i].layer; j += d {
 		f.request(f.order[j])
+	}
+}
+
+// wait waits for w, a call of the shard or replica group. Under
+// HybridShard those are subgroups, which the death of a rank outside them
+// does not fail; the whole group does fail at once, and wait then gives
+// up with its error (naming the dead rank) instead of waiting for a peer
+// that has given up too.
+func (f *FSDP) wait(ctx context.Context, w *dist.Work) error {
+	if f.replicas == nil {
+		return w.Wait(ctx)
+	}
+	select {
+	case <-w.Done():
+		return w.Err()
+	case <-f.group.Failed():
+		return f.group.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -703,11 +730,11 @@ func (f *FSDP) Wait(ctx context.Context) error {
 		}
 	}
 	for _, pr := range pending {
-		err := pr.work.Wait(ctx)
+		err := f.wait(ctx, pr.work)
 		if err == nil && f.replicas != nil {
 			// Every member waits in the same order, so these all-reduces
 			// are issued in the same order too.
-			err = f.replicas.AllReduce(ctx, pr.grad, dist.Avg)
+			err = f.wait(ctx, f.replicas.AllReduceAsync(pr.grad, dist.Avg))
 		}
 		if err != nil {
 			f.setErr(err)
@@ -731,7 +758,7 @@ func (f *FSDP) Wait(ctx context.Context) error {
 		// A prefetch no backward consumed would hand the next forward
 		// these (old) parameters: drop it.
 		if u.inflight != nil {
-			if err := u.inflight.Wait(ctx); err != nil {
+			if err := f.wait(ctx, u.inflight); err != nil {
 				f.setErr(err)
 				return fmt.Errorf("fsdp: gather unit %s: %w", u.name, err)
 			}
@@ -784,7 +811,7 @@ func (f *FSDP) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, erro
 	sq := tensor.FromFloat64([]float64{nn.GradNormSquared(f.Parameters())})
 	if f.opt.Strategy != NoShard {
 		// The shard group's shards make up every parameter once.
-		if err := f.shards.AllReduce(ctx, sq, dist.Sum); err != nil {
+		if err := f.wait(ctx, f.shards.AllReduceAsync(sq, dist.Sum)); err != nil {
 			return 0, fmt.Errorf("fsdp: gradient norm: %w", err)
 		}
 	}

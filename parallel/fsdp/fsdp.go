@@ -26,6 +26,11 @@
 // holds every other parameter, gathered for the whole forward and backward
 // pass. Every parameter must get a gradient in every backward pass.
 //
+// State dicts: FullStateDict and FullStateDictOn (one rank) give the
+// module's whole parameters under its own names, FullOptimStateDict the
+// optimizer's state whole by parameter name; CheckpointState is the
+// sharded form, for checkpoint/dcp.
+//
 // Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
 // float32 master shards, and Options.LimitAllGathers bounds how many
 // modules prefetching may hold gathered ahead of computation.

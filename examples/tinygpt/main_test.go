@@ -16,6 +16,8 @@ import (
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
+	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/nn"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
@@ -296,6 +298,21 @@ func TestStrategies(t *testing.T) {
 			}
 			if w := ts["wte.weight"]; w == nil || !tensor.SameShape(w, tensor.New(tensor.Float32, 256, c.Dim)) {
 				t.Fatalf("checkpoint's wte.weight: %v", w)
+			}
+			// The weights load strictly into the plain GPT, whose state
+			// dict's names PyTorch's twin loads (internal/tools/gpttwin).
+			plain, err := models.NewGPT(tensor.NewRNG(1), models.GPTConfig{Vocab: data.TextVocab, Block: c.Block, Layers: c.Layers, Heads: c.Heads, Dim: c.Dim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			weights := map[string]*tensor.Tensor{}
+			for k, v := range ts {
+				if !strings.HasPrefix(k, "optim.") && !strings.HasPrefix(k, "history.") {
+					weights[k] = v
+				}
+			}
+			if err := nn.LoadStateDict(plain, weights, true); err != nil {
+				t.Fatalf("the checkpoint's weights into the plain GPT: %v", err)
 			}
 		})
 	}

@@ -455,3 +455,66 @@ func TestParamGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestMinParams: the size policy makes a unit of each module holding at
+// least MinParams parameters that no smaller unit holds (here the MLP's
+// middle Linear alone; the small ones stay in the root), and the MLP
+// trains as under DDP, at world 3 (every flat parameter padded).
+func TestMinParams(t *testing.T) {
+	mlp := func(seed uint64) *nn.Sequential {
+		rng := tensor.NewRNG(seed)
+		return nn.NewSequential(nn.NewLinear(rng, 6, 32, true), nn.NewTanh(), nn.NewLinear(rng, 32, 32, true), nn.NewTanh(), nn.NewLinear(rng, 32, 3, true))
+	}
+	batch := func(rank, step int) (x, y *autograd.Var) {
+		rng := tensor.NewRNG(uint64(10*step + rank))
+		return autograd.Const(tensor.Randn(rng, 4, 6)), autograd.Const(tensor.Randn(rng, 4, 3))
+	}
+	train := func(wrap func(context.Context, *dist.Group, *nn.Sequential) (nn.Layer, []*autograd.Var, func(*autograd.Var) error, error)) []float64 {
+		losses, _ := run(t, 3, func(ctx context.Context, g *dist.Group) ([]float64, map[string]*tensor.Tensor, error) {
+			m, ps, backward, err := wrap(ctx, g, mlp(uint64(g.Rank())))
+			if err != nil {
+				return nil, nil, err
+			}
+			o := newOpt(ps)
+			var losses []float64
+			for step := range steps {
+				x, y := batch(g.Rank(), step)
+				o.ZeroGrad(true)
+				loss := nn.MSELoss(nn.Call(m, x), y)
+				if err := backward(loss); err != nil {
+					return nil, nil, err
+				}
+				o.Step()
+				losses = append(losses, loss.Value().Item())
+			}
+			return losses, nil, nil
+		})
+		if losses == nil {
+			t.FailNow()
+		}
+		return losses
+	}
+	want := train(func(ctx context.Context, g *dist.Group, net *nn.Sequential) (nn.Layer, []*autograd.Var, func(*autograd.Var) error, error) {
+		m, err := ddp.New(ctx, net, g, ddp.Options{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return m, nn.Parameters(net), func(l *autograd.Var) error { return m.Backward(ctx, l) }, nil
+	})
+	got := train(func(ctx context.Context, g *dist.Group, net *nn.Sequential) (nn.Layer, []*autograd.Var, func(*autograd.Var) error, error) {
+		m, err := fsdp.New(ctx, net, g, fsdp.Options{MinParams: 500})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		units := fmt.Sprint(m.Units())
+		if units != "[[2 2.weight 2.bias] [(root) 0.weight 0.bias 4.weight 4.bias]]" {
+			return nil, nil, nil, fmt.Errorf("units %s: want the middle Linear (1056 parameters) and the root", units)
+		}
+		return m, m.Parameters(), func(l *autograd.Var) error { return m.Backward(ctx, l) }, nil
+	})
+	for i := range want {
+		if d := math.Abs(got[i] - want[i]); d > 1e-5*math.Abs(want[i]) {
+			t.Errorf("step %d: loss %.8f, DDP %.8f", i, got[i], want[i])
+		}
+	}
+}

@@ -152,7 +152,7 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 		reg: opt.Functions, timeout: opt.Timeout, limit: opt.MaxMessage, log: log,
 		stopSweep: make(chan struct{}), ready: make(chan struct{}),
 	}
-	a.serveCtx, a.stopServe = context.WithCancel(context.Background())
+	a.serveCtx, a.stopServe = context.WithCancel(context.WithValue(context.Background(), agentKey{}, a))
 	a.mu.pending = map[uint64]*call{}
 	a.mu.down = map[int]error{}
 	a.mu.hellos = make([]*hello, size)
@@ -223,6 +223,17 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 	close(a.ready)
 	go a.sweep()
 	return a, nil
+}
+
+type agentKey struct{}
+
+// AgentFrom returns the agent serving the call whose context ctx is (a
+// registered function's): how a handler calls other workers, or learns
+// who it is (PyTorch's rpc.get_worker_info()), without a global. It is
+// usable even while this worker's Init has not yet returned.
+func AgentFrom(ctx context.Context) (*Agent, bool) {
+	a, ok := ctx.Value(agentKey{}).(*Agent)
+	return a, ok
 }
 
 // Self returns this worker's name and rank.

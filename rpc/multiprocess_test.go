@@ -57,7 +57,27 @@ func TestMultiProcess(t *testing.T) {
 	}
 }
 
-// TestRPCWorker is one worker of TestMultiProcess.
+// TestMultiProcessGraceful runs jobs of three worker processes that call
+// each other and then shut down gracefully, each leaving the job it joined
+// (its connections close as it returns): every worker's Shutdown must
+// return nil, whichever leaves first.
+func TestMultiProcessGraceful(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for run := range 5 {
+		ps := disttest.StartProcs(t, 3, "TestRPCWorker", fmt.Sprintf("rpc-graceful-%d", run), workerEnv+"=graceful")
+		errs := disttest.WaitProcs(t, ps, 60*time.Second)
+		for r, p := range ps {
+			if errs[r] != nil || !strings.Contains(p.Stdout.String(), "GRACEFUL OK") {
+				t.Fatalf("run %d, rank %d: %v\nstdout:\n%s\nstderr:\n%s", run, r, errs[r], p.Stdout.String(), p.Stderr.String())
+			}
+		}
+	}
+}
+
+// TestRPCWorker is one worker of TestMultiProcess and
+// TestMultiProcessGraceful.
 func TestRPCWorker(t *testing.T) {
 	if os.Getenv(workerEnv) == "" {
 		t.Skip("a worker of TestMultiProcess")
@@ -89,6 +109,21 @@ func TestRPCWorker(t *testing.T) {
 		if got, err := f.add.Call(ctx, a, name, addArgs{rank, to}); err != nil || got != rank+to {
 			t.Fatalf("add on %s: %d %v", name, got, err)
 		}
+	}
+	if os.Getenv(workerEnv) == "graceful" {
+		// Some work still in flight when the first worker shuts down.
+		if rank == 1 {
+			for i := range 20 {
+				if _, err := f.slowAdd.Call(ctx, a, "worker2", addArgs{i, i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := a.Shutdown(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("GRACEFUL OK")
+		return
 	}
 	// Everyone has called everyone: a barrier, so that no worker dies
 	// before the others are done with it.

@@ -69,7 +69,13 @@ func register(t testing.TB, reg *rpc.Registry, self *string) funcs {
 		}
 	})
 	must(e)
-	f.whoami, e = rpc.Register(reg, "whoami", func(context.Context, struct{}) (string, error) { return *self, nil })
+	f.whoami, e = rpc.Register(reg, "whoami", func(ctx context.Context, _ struct{}) (string, error) {
+		a, ok := rpc.AgentFrom(ctx)
+		if !ok || a.Self().Name != *self {
+			return "", fmt.Errorf("AgentFrom: %v %v, want %s", a, ok, *self)
+		}
+		return a.Self().Name, nil
+	})
 	must(e)
 	f.echo, e = rpc.Register(reg, "echo", func(_ context.Context, b []byte) ([]byte, error) { return b, nil })
 	must(e)

@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/godist/godist/transport"
 	"time"
 
 	"github.com/godist/godist/rpc/internal/wire"
@@ -34,6 +36,7 @@ type shutdownState struct {
 	prev     [2]int64                  // the leader's last round's sums
 	verdicts chan shutdownMsg          // a worker's
 	failed   chan error                // a worker died during shutdown
+	done     bool                      // the job is quiet (a.mu guards it)
 }
 
 const leader = 0
@@ -96,7 +99,12 @@ func (a *Agent) agree(ctx context.Context, st *shutdownState) error {
 			case <-ctx.Done():
 				return fmt.Errorf("rpc: graceful shutdown of %s: the workers did not all reach Shutdown (round %d): %w", a.self.Name, round, ctx.Err())
 			case err := <-st.failed:
-				return err
+				// A verdict that came with the failure wins.
+				select {
+				case v = <-st.verdicts:
+				default:
+					return err
+				}
 			}
 			if v.Round == round {
 				break
@@ -153,6 +161,9 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 		}
 		a.mu.Lock()
 		st := a.mu.shutdown
+		if st != nil && m.Done {
+			st.done = true
+		}
 		a.mu.Unlock()
 		if st != nil {
 			select {
@@ -200,9 +211,14 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 	}
 	done := idle && sent == recv && m.Round > 1 && st.prev == [2]int64{sent, recv}
 	st.prev = [2]int64{sent, recv}
+	st.done = st.done || done
 	a.mu.Unlock()
 	v := shutdownMsg{Verdict: true, Round: m.Round, Done: done}
-	for r := range a.ep.Size() {
+	// The others first, this worker last: once the leader returns from
+	// Shutdown it may close its connections, and each worker must have its
+	// verdict before that (one connection delivers in order).
+	for i := range a.ep.Size() {
+		r := (a.self.ID + 1 + i) % a.ep.Size()
 		ctx, cancel := context.WithTimeout(context.Background(), a.replyTimeout())
 		if err := a.sendShutdown(ctx, r, v); err != nil {
 			a.log.Warn("rpc: shutdown verdict not sent", "to", r, "err", err)
@@ -212,13 +228,23 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 }
 
 // shutdownPeerDown fails a graceful shutdown in progress when a worker
-// dies.
+// dies. A worker that closed cleanly (Bye) after the job agreed it was
+// quiet is only leaving as this one is about to: the leader sends every
+// verdict before it closes, and a connection delivers in order, so a
+// clean close of any worker before this one has its verdict means the
+// job is quiet only if the leader says so; the wait goes on for it. A
+// clean close of the leader itself before its verdict arrived, or any
+// crash, fails the shutdown.
 func (a *Agent) shutdownPeerDown(r int, err error) {
 	a.mu.Lock()
 	st := a.mu.shutdown
 	stopping := a.mu.stopping
+	done := st != nil && st.done
 	a.mu.Unlock()
-	if st == nil || !stopping {
+	if st == nil || !stopping || done {
+		return
+	}
+	if errors.Is(err, transport.ErrPeerClosed) && r != leader && a.self.ID != leader {
 		return
 	}
 	select {

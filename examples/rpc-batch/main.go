@@ -72,25 +72,31 @@ func main() {
 	flag.Float64Var(&c.lr, "lr", 1e-2, "Adam's learning rate")
 	flag.IntVar(&c.logInterval, "log-interval", 1, "print the rewards every this many episodes")
 	flag.Parse()
-	ctx := context.Background()
+	os.Exit(worker(context.Background(), c, os.Stdout, os.Stderr))
+}
+
+// worker joins the job from the environment (as godist run sets it),
+// runs this rank, prints rank 0's result as one JSON line on stdout and
+// returns the exit status.
+func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
 	g, err := dist.Init(ctx, dist.Options{})
 	if err != nil {
 		dist.RecordError(err)
-		fmt.Fprintln(os.Stderr, "rpc-batch:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "rpc-batch:", err)
+		return 1
 	}
-	res, err := run(ctx, g, c, os.Stderr)
+	defer g.Destroy()
+	res, err := run(ctx, g, c, stderr)
 	if err != nil {
 		dist.RecordError(err)
-		fmt.Fprintf(os.Stderr, "rpc-batch: rank %d: %v\n", g.Rank(), err)
-		g.Destroy()
-		os.Exit(1)
+		fmt.Fprintf(stderr, "rpc-batch: rank %d: %v\n", g.Rank(), err)
+		return 1
 	}
 	if res != nil {
 		line, _ := json.Marshal(res)
-		fmt.Println(string(line))
+		fmt.Fprintln(stdout, string(line))
 	}
-	g.Destroy()
+	return 0
 }
 
 // server is the agent as its RRef holds it: the policy and the batch

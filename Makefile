@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -21,6 +21,23 @@ demo-single:
 # minutes here; --steps 200 for a first look).
 demo-gpt: bin/godist bin/tinygpt
 	bin/godist run --standalone --nproc-per-node 2 bin/tinygpt
+
+# The RPC tutorial's REINFORCE on CartPole: an agent and two observers, each
+# a process, until the running reward passes 475 (about a minute here).
+demo-rpc-rl: bin/godist bin/rpc-rl
+	bin/godist run --standalone --nproc-per-node 3 bin/rpc-rl
+
+# The batch RPC tutorial: four observers whose action requests the agent
+# answers one forward pass per step, then a forward pass per request.
+demo-rpc-batch: bin/godist bin/rpc-batch
+	bin/godist run --standalone --nproc-per-node 5 bin/rpc-batch --batch=true
+	bin/godist run --standalone --nproc-per-node 5 bin/rpc-batch --batch=false
+
+bin/rpc-rl:
+	$(GO) build -o $@ ./examples/rpc-rl
+
+bin/rpc-batch:
+	$(GO) build -o $@ ./examples/rpc-batch
 
 bin/tinygpt:
 	$(GO) build -o $@ ./examples/tinygpt

@@ -148,15 +148,9 @@ func (a *Agent) Solved() bool { return a.RunningReward() > a.opt.RewardThreshold
 // with ErrOrder if observer has an action whose reward it has not yet
 // reported.
 func (a *Agent) SelectAction(observer int, obs []float64) (int, error) {
-	if len(obs) != ObsSize {
-		return 0, fmt.Errorf("%w from observer %d: %d numbers, want %d", ErrObservation, observer, len(obs), ObsSize)
-	}
 	x := make([]float32, ObsSize)
-	for i, v := range obs {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return 0, fmt.Errorf("%w from observer %d: %v", ErrObservation, observer, obs)
-		}
-		x[i] = float32(v)
+	if err := putObs(x, observer, obs); err != nil {
+		return 0, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -173,15 +167,33 @@ func (a *Agent) SelectAction(observer int, obs []float64) (int, error) {
 	return action, nil
 }
 
+// putObs checks that obs is ObsSize finite numbers and writes them into
+// dst (ObsSize long) as float32.
+func putObs(dst []float32, observer int, obs []float64) error {
+	if len(obs) != ObsSize {
+		return fmt.Errorf("%w from observer %d: %d numbers, want %d", ErrObservation, observer, len(obs), ObsSize)
+	}
+	for i, v := range obs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w from observer %d: %v", ErrObservation, observer, obs)
+		}
+		dst[i] = float32(v)
+	}
+	return nil
+}
+
 // sample draws an action from the distribution whose log-probabilities are
 // the 1×NumActions logp, by inverting its cumulative distribution at one
 // uniform number.
-func sample(rng *tensor.RNG, logp *tensor.Tensor) int {
+func sample(rng *tensor.RNG, logp *tensor.Tensor) int { return sampleRow(rng, logp, 0) }
+
+// sampleRow is sample for row row of the n×NumActions logp.
+func sampleRow(rng *tensor.RNG, logp *tensor.Tensor, row int) int {
 	u := rng.Float64()
 	n := logp.Size(1)
 	c := 0.0
 	for i := range n - 1 {
-		c += math.Exp(logp.At(0, i))
+		c += math.Exp(logp.At(row, i))
 		if u < c {
 			return i
 		}

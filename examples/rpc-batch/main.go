@@ -206,9 +206,9 @@ type funcs struct {
 	selectAction, selectBatch rpc.Method[*server, selectArgs, int]
 }
 
-// register registers the functions in reg; self completes with this
-// worker's rpc.Agent once Init returns (a request may come just before).
-func register(reg *rpc.Registry, self *rpc.Future[*rpc.Agent]) (*funcs, error) {
+// register registers the functions in reg. Handlers that call out find
+// their agent with rpc.AgentFrom.
+func register(reg *rpc.Registry) (*funcs, error) {
 	f := &funcs{}
 	var errs [4]error
 	f.newObserver, errs[0] = rpc.Register(reg, "new_observer", func(_ context.Context, a observerArgs) (*reinforce.Observer, error) {
@@ -216,9 +216,9 @@ func register(reg *rpc.Registry, self *rpc.Future[*rpc.Agent]) (*funcs, error) {
 	})
 	f.runEpisode, errs[1] = rpc.RegisterMethod(reg, "observer.run_episode", func(ctx context.Context, o *reinforce.Observer, a episodeArgs) (reinforce.Steps, error) {
 		defer a.Agent.Release()
-		agent, err := self.Wait(ctx)
-		if err != nil {
-			return reinforce.Steps{}, err
+		agent, ok := rpc.AgentFrom(ctx)
+		if !ok {
+			return reinforce.Steps{}, errors.New("run_episode called outside an RPC")
 		}
 		sel := f.selectAction
 		if a.Batch {
@@ -266,8 +266,7 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		return nil, fmt.Errorf("--observers %d needs a world size of %d (godist run --nproc-per-node %d), not %d", c.observers, c.observers+1, c.observers+1, g.Size())
 	}
 	reg := rpc.NewRegistry()
-	self := rpc.NewFuture[*rpc.Agent]()
-	f, err := register(reg, self)
+	f, err := register(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +274,6 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	if err != nil {
 		return nil, err
 	}
-	self.Set(a, nil)
 	var res *result
 	if g.Rank() == 0 {
 		res, err = train(ctx, a, f, c, log)
@@ -286,15 +284,10 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	return res, err
 }
 
-// shutdown shuts the RPC agent down gracefully, then waits at a barrier
-// until every worker has: rpc's graceful shutdown fails on a worker
-// still in it when another that is done closes its connections, which
-// g.Destroy (or the process's exit) would do at once.
-func shutdown(ctx context.Context, a *rpc.Agent, g *dist.Group) error {
-	if err := a.Shutdown(ctx, true); err != nil {
-		return err
-	}
-	return g.Barrier(ctx)
+// shutdown shuts the RPC agent down gracefully: it returns once every
+// worker has called it and no call is in flight anywhere.
+func shutdown(ctx context.Context, a *rpc.Agent, _ *dist.Group) error {
+	return a.Shutdown(ctx, true)
 }
 
 // train is the agent's loop (the tutorial's Agent and run_worker for

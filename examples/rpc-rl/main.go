@@ -121,11 +121,9 @@ type funcs struct {
 	reportReward rpc.Method[*reinforce.Agent, rewardArgs, struct{}]
 }
 
-// register registers the functions in reg. self completes with this
-// worker's rpc.Agent once Init returns: a request may arrive before that
-// (rpc serves requests as soon as it knows every worker, just before Init
-// returns), and the handlers that call out wait for it.
-func register(reg *rpc.Registry, self *rpc.Future[*rpc.Agent]) (*funcs, error) {
+// register registers the functions in reg. Handlers that call out find
+// their agent with rpc.AgentFrom.
+func register(reg *rpc.Registry) (*funcs, error) {
 	f := &funcs{}
 	var errs [4]error
 	f.newObserver, errs[0] = rpc.Register(reg, "new_observer", func(_ context.Context, a observerArgs) (*reinforce.Observer, error) {
@@ -133,9 +131,9 @@ func register(reg *rpc.Registry, self *rpc.Future[*rpc.Agent]) (*funcs, error) {
 	})
 	f.runEpisode, errs[1] = rpc.RegisterMethod(reg, "observer.run_episode", func(ctx context.Context, o *reinforce.Observer, a episodeArgs) (float64, error) {
 		defer a.Agent.Release()
-		agent, err := self.Wait(ctx)
-		if err != nil {
-			return 0, err
+		agent, ok := rpc.AgentFrom(ctx)
+		if !ok {
+			return 0, errors.New("run_episode called outside an RPC")
 		}
 		return o.RunEpisode(&remoteAgent{ctx: ctx, a: agent, ref: a.Agent, f: f}, a.Steps)
 	})
@@ -184,8 +182,7 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		return nil, fmt.Errorf("rpc-rl needs an agent and at least one observer: start it with godist run --nproc-per-node 3 (world size %d)", g.Size())
 	}
 	reg := rpc.NewRegistry()
-	self := rpc.NewFuture[*rpc.Agent]()
-	f, err := register(reg, self)
+	f, err := register(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +190,6 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	if err != nil {
 		return nil, err
 	}
-	self.Set(a, nil)
 	var res *result
 	if g.Rank() == 0 {
 		res, err = train(ctx, a, f, c, log)
@@ -205,15 +201,10 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	return res, err
 }
 
-// shutdown shuts the RPC agent down gracefully, then waits at a barrier
-// until every worker has: rpc's graceful shutdown fails on a worker
-// still in it when another that is done closes its connections, which
-// g.Destroy (or the process's exit) would do at once.
-func shutdown(ctx context.Context, a *rpc.Agent, g *dist.Group) error {
-	if err := a.Shutdown(ctx, true); err != nil {
-		return err
-	}
-	return g.Barrier(ctx)
+// shutdown shuts the RPC agent down gracefully: it returns once every
+// worker has called it and no call is in flight anywhere.
+func shutdown(ctx context.Context, a *rpc.Agent, _ *dist.Group) error {
+	return a.Shutdown(ctx, true)
 }
 
 // train is the agent's loop (the tutorial's Agent and run_worker for rank

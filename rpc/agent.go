@@ -88,6 +88,11 @@ type Agent struct {
 	serving    atomic.Int64 // requests being served
 
 	rrefs *rrefs
+	// idle hands requests to served goroutines that wait for more work:
+	// a goroutine whose stack has grown to a handler's depth is reused
+	// instead of growing a new one for every request.
+	idle        chan request
+	idleServers atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -150,7 +155,7 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 	a := &Agent{
 		self: WorkerInfo{Name: name, ID: rank}, ep: g.Endpoint(), group: g, ownG: own,
 		reg: opt.Functions, timeout: opt.Timeout, limit: opt.MaxMessage, log: log,
-		stopSweep: make(chan struct{}), ready: make(chan struct{}),
+		stopSweep: make(chan struct{}), ready: make(chan struct{}), idle: make(chan request),
 	}
 	a.serveCtx, a.stopServe = context.WithCancel(context.WithValue(context.Background(), agentKey{}, a))
 	a.mu.pending = map[uint64]*call{}
@@ -284,7 +289,7 @@ func (a *Agent) onMessage(src int, k transport.Key, fp uint64, msg []byte, size 
 	case tagRequest:
 		a.recv.Add(1)
 		a.serving.Add(1)
-		go a.serve(src, k.Seq, fp, msg, size)
+		a.dispatch(request{src, k.Seq, fp, msg, size})
 	case tagReply:
 		a.recv.Add(1)
 		a.onReply(src, k.Seq, msg, size)
@@ -412,13 +417,9 @@ func (a *Agent) send(ctx context.Context, dst int, h *head, argFP uint64, body [
 	if dst == a.self.ID {
 		err = a.loopback(dst, key(tagRequest, id), argFP, hb, body)
 	} else {
-		sctx := ctx
-		if ctx.Done() == nil && !c.deadline.IsZero() {
-			var cancel context.CancelFunc
-			sctx, cancel = context.WithDeadline(ctx, c.deadline)
-			defer cancel()
-		}
-		err = a.ep.SendMessage(sctx, dst, key(tagRequest, id), argFP, append([][]byte{hb}, body...)...)
+		// ctx only ends a send blocked on a full socket; the call's
+		// deadline is the sweeper's, and a dead peer fails the send.
+		err = a.ep.SendMessage(ctx, dst, key(tagRequest, id), argFP, append([][]byte{hb}, body...)...)
 	}
 	if err != nil {
 		a.sent.Add(-1)
@@ -698,9 +699,7 @@ func (a *Agent) reply(src int, id uint64, resFP uint64, res any, err error) {
 		a.loopback(src, k, resFP, hdr, parts)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.replyTimeout())
-	defer cancel()
-	if err := a.ep.SendMessage(ctx, src, k, resFP, append([][]byte{hdr}, parts...)...); err != nil {
+	if err := a.ep.SendMessage(a.serveCtx, src, k, resFP, append([][]byte{hdr}, parts...)...); err != nil {
 		a.sent.Add(-1)
 		a.log.Warn("rpc: reply not sent", "to", src, "call", id, "err", err)
 	}
@@ -761,4 +760,51 @@ func (a *Agent) onMessageClosed(src int, k transport.Key, fp uint64, msg []byte,
 		defer cancel()
 		a.ep.SendMessage(ctx, src, key(tagReply, k.Seq), 0, append([][]byte{{replyError, 0, 0, 0, 0, 0, 0, 0}}, e.Parts()...)...)
 	}()
+}
+
+// request is one request to serve.
+type request struct {
+	src  int
+	id   uint64
+	fp   uint64
+	msg  []byte
+	size int64
+}
+
+// maxIdleServers bounds the goroutines kept waiting for requests.
+const maxIdleServers = 32
+
+// dispatch serves r on an idle server goroutine, or a new one (a handler
+// may block, so there is no fixed pool: a request never waits for one).
+func (a *Agent) dispatch(r request) {
+	select {
+	case a.idle <- r:
+	default:
+		go a.server(r)
+	}
+}
+
+// server serves r, then waits a while for more requests before it ends.
+func (a *Agent) server(r request) {
+	for {
+		a.serve(r.src, r.id, r.fp, r.msg, r.size)
+		r = request{}
+		if a.idleServers.Add(1) > maxIdleServers {
+			a.idleServers.Add(-1)
+			return
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case r = <-a.idle:
+			t.Stop()
+			a.idleServers.Add(-1)
+		case <-t.C:
+			a.idleServers.Add(-1)
+			return
+		case <-a.serveCtx.Done():
+			t.Stop()
+			a.idleServers.Add(-1)
+			return
+		}
+	}
 }

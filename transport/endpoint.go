@@ -789,24 +789,29 @@ func (e *Endpoint) deliverMessage(src int, h *Header, in payload) error {
 			return fmt.Errorf("%w: payload checksum mismatch on message %v from rank %d", ErrFrame, h.Key, src)
 		}
 	}
+	e.handMessage(src, h.Key, h.FP, buf, h.Len)
+	return nil
+}
+
+// handMessage gives a received message (whole, or its prefix when
+// len(buf) < size) to the handler, or keeps it until there is one.
+func (e *Endpoint) handMessage(src int, key Key, fp uint64, buf []byte, size int64) {
+	e.mu.Lock()
+	fn, limit := e.mu.message, e.mu.msgLimit
 	if fn == nil {
-		e.mu.Lock()
-		if fn = e.mu.message; fn == nil {
-			if len(e.mu.backlog) < MessageBacklog {
-				e.mu.backlog = append(e.mu.backlog, &message{src: src, h: *h, buf: buf})
-			} else {
-				e.log.Warn("transport: message dropped: no handler and the backlog is full", "from", src, "bytes", h.Len)
-			}
-			e.mu.Unlock()
-			return nil
+		if len(e.mu.backlog) < MessageBacklog {
+			e.mu.backlog = append(e.mu.backlog, &message{src: src, h: Header{Kind: KindMessage, Key: key, FP: fp, Len: size}, buf: buf})
+		} else {
+			e.log.Warn("transport: message dropped: no handler and the backlog is full", "from", src, "bytes", size)
 		}
 		e.mu.Unlock()
-		if h.Len > e.msgLimit() && int64(len(buf)) > MessagePrefix {
-			buf = buf[:MessagePrefix]
-		}
+		return
 	}
-	fn(src, h.Key, h.FP, buf, h.Len)
-	return nil
+	e.mu.Unlock()
+	if size > limit && int64(len(buf)) > MessagePrefix {
+		buf = buf[:MessagePrefix]
+	}
+	fn(src, key, fp, buf, size)
 }
 
 // skip reads and drops n bytes of in.

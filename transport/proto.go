@@ -17,7 +17,7 @@ import (
 //	  4    1 version
 //	  5    1 kind
 //	  6    1 shared-memory slot (KindShmData, KindShmMessage), else zero
-//	  7    1 reserved (zero)
+//	  7    1 fragment flags (KindShmMessage): 4 a fragment, 1 more follow, 2 the first
 //	  8    4 group id
 //	 12    4 tag
 //	 16    8 sequence number of the call in its group
@@ -107,7 +107,17 @@ type Header struct {
 	CRC uint32 // CRC32C of the payload
 	// Slot is the shared-memory slot holding a KindShmData frame's payload.
 	Slot uint8
+	// Frag marks the fragments of a message larger than a slot, sent
+	// through consecutive slots (FragMore, FragFirst); zero otherwise.
+	Frag uint8
 }
+
+// Fragment flags.
+const (
+	FragMore  = 1 // more fragments of this message follow
+	FragFirst = 2 // the first fragment: its payload starts with the total length
+	FragPart  = 4 // set on every fragment
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -131,7 +141,7 @@ func (h *Header) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[0:], frameMagic)
 	b[4] = frameVersion
 	b[5] = byte(h.Kind)
-	b[6], b[7] = h.Slot, 0
+	b[6], b[7] = h.Slot, h.Frag
 	binary.LittleEndian.PutUint32(b[8:], h.Key.Group)
 	binary.LittleEndian.PutUint32(b[12:], h.Key.Tag)
 	binary.LittleEndian.PutUint64(b[16:], h.Key.Seq)
@@ -166,6 +176,7 @@ func decodeHeader(b []byte) (Header, error) {
 		FP:   binary.LittleEndian.Uint64(b[24:]),
 		CRC:  binary.LittleEndian.Uint32(b[40:]),
 		Slot: b[6],
+		Frag: b[7],
 	}
 	n := binary.LittleEndian.Uint64(b[32:])
 	if n > MaxPayload {

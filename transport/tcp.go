@@ -3,8 +3,10 @@ package transport
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/godist/godist/internal/crc32c"
 	"io"
 	"log/slog"
 	"net"
@@ -258,6 +260,9 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	if err := ctx.Err(); err != nil {
 		return notSent{err}
 	}
+	if l.shm != nil && h.Kind == KindMessage && totalLen(payload) > shmSlotSize {
+		return l.sendFragments(ctx, h, payload)
+	}
 	if l.shm != nil && (h.Kind == KindData || h.Kind == KindMessage) {
 		var n int
 		for _, p := range payload {
@@ -410,6 +415,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
 	in := &streamPayload{br}
 	var hb [HeaderSize]byte
+	var asm assembly
 	for {
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			if errors.Is(err, net.ErrClosed) {
@@ -423,6 +429,14 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			e.peerDown(r, err)
 			conn.Close()
 			return
+		}
+		if h.Frag != 0 || asm.active {
+			if err := e.fragment(r, &h, shm, &asm); err != nil {
+				e.peerDown(r, err)
+				conn.Close()
+				return
+			}
+			continue
 		}
 		if h.Kind == KindShmData || h.Kind == KindShmMessage {
 			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
@@ -470,4 +484,148 @@ func (s *streamPayload) view(n int, fn func([]byte)) error {
 	fn(b)
 	_, err = s.br.Discard(n)
 	return err
+}
+
+// sendFragments sends a message larger than a slot through consecutive
+// shared-memory slots, one header per fragment: the first fragment's
+// payload starts with the message's length (8 bytes, little-endian), and
+// every fragment but the last says more follow. The receiver frees each
+// slot once it has copied the fragment out, so copying in and copying out
+// overlap. l.mu is held: no other frame comes between the fragments.
+func (l *tcpLink) sendFragments(ctx context.Context, h *Header, payload [][]byte) error {
+	var length [8]byte
+	binary.LittleEndian.PutUint64(length[:], uint64(totalLen(payload)))
+	parts := append([][]byte{length[:]}, payload...)
+	rest := totalLen(parts)
+	first := true
+	for rest > 0 {
+		n := min(rest, shmSlotSize)
+		i, err := l.shm.acquire(ctx)
+		if err != nil {
+			if first && ctx.Err() != nil {
+				return notSent{err}
+			}
+			return err // fragments already sent: the stream is cut
+		}
+		var chunk [][]byte
+		chunk, parts = splitParts(parts, n)
+		f := Header{Kind: KindShmMessage, Key: h.Key, FP: h.FP, Len: int64(n), Slot: uint8(i), Frag: FragPart}
+		f.CRC = copySum(l.shm.seg.slot(i), chunk)
+		l.shm.seg.state(i).Store(1)
+		rest -= n
+		if first {
+			f.Frag |= FragFirst
+		}
+		if rest > 0 {
+			f.Frag |= FragMore
+		}
+		f.encode(l.hdr[:])
+		if err := l.writeAll(ctx, net.Buffers{l.hdr[:]}); err != nil {
+			if _, ok := err.(notSent); ok {
+				l.shm.release(i)
+				if first {
+					return err
+				}
+				return err.(notSent).err // cut mid-message
+			}
+			return err
+		}
+		first = false
+	}
+	return nil
+}
+
+// splitParts returns the first n bytes of parts, and the rest.
+func splitParts(parts [][]byte, n int) (head, rest [][]byte) {
+	for n > 0 && len(parts) > 0 {
+		p := parts[0]
+		if len(p) <= n {
+			head = append(head, p)
+			n -= len(p)
+			parts = parts[1:]
+			continue
+		}
+		head = append(head, p[:n])
+		parts = append([][]byte{p[n:]}, parts[1:]...)
+		n = 0
+	}
+	return head, parts
+}
+
+// assembly is a fragmented message being received on one connection.
+type assembly struct {
+	active bool
+	buf    []byte // the whole message; nil when skipped (over the limit)
+	prefix []byte // a skipped message's first bytes
+	off    int64
+	total  int64
+}
+
+// fragment takes one fragment of a message sent through several slots
+// (sendFragments) and hands the message on when it is whole. An error
+// means the stream is unusable.
+func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) error {
+	if h.Kind != KindShmMessage || h.Frag&FragPart == 0 || h.Frag&^(FragPart|FragMore|FragFirst) != 0 || shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize || h.Len <= 0 {
+		return fmt.Errorf("%w: %v frame (fragment flags %d, slot %d, %d bytes) where a fragment of a message was due", ErrFrame, h.Kind, h.Frag, h.Slot, h.Len)
+	}
+	first := h.Frag&FragFirst != 0
+	if first == asm.active {
+		return fmt.Errorf("%w: fragment out of order (first %v, a message under way %v)", ErrFrame, first, asm.active)
+	}
+	data := shm.slot(int(h.Slot))[:h.Len]
+	defer shm.state(int(h.Slot)).Store(0) // the sender may reuse it
+	// The checksum is taken as the data is copied out (block by block,
+	// while each is in cache), and checked before the message is used.
+	var sum uint32
+	if first {
+		if len(data) < 8 {
+			return fmt.Errorf("%w: first fragment of %d bytes", ErrFrame, len(data))
+		}
+		total := binary.LittleEndian.Uint64(data)
+		if total > MaxPayload || total <= shmSlotSize-8 {
+			return fmt.Errorf("%w: fragmented message of %d bytes", ErrFrame, total)
+		}
+		*asm = assembly{active: true, total: int64(total)}
+		e.mu.Lock()
+		fn, limit := e.mu.message, e.mu.msgLimit
+		e.mu.Unlock()
+		if fn == nil || asm.total > limit {
+			asm.prefix = append([]byte(nil), data[8:][:min(len(data)-8, MessagePrefix)]...)
+		} else {
+			asm.buf = alloc8(int(total))
+		}
+		sum = crc32c.Update(0, data[:8])
+		data = data[8:]
+	}
+	if asm.off+int64(len(data)) > asm.total {
+		return fmt.Errorf("%w: fragments longer than the %d bytes announced", ErrFrame, asm.total)
+	}
+	if asm.buf != nil {
+		dst := asm.buf[asm.off : asm.off+int64(len(data))]
+		for o := 0; o < len(dst); o += sumBlock {
+			e := min(o+sumBlock, len(dst))
+			copy(dst[o:e], data[o:e])
+			sum = crc32c.Update(sum, dst[o:e])
+		}
+	} else {
+		sum = crc32c.Update(sum, data)
+	}
+	if sum != h.CRC {
+		return fmt.Errorf("%w: fragment checksum mismatch on %v from rank %d", ErrFrame, h.Key, src)
+	}
+	asm.off += int64(len(data))
+	if h.Frag&FragMore != 0 {
+		return nil
+	}
+	if asm.off != asm.total {
+		return fmt.Errorf("%w: fragments of %d bytes, %d announced", ErrFrame, asm.off, asm.total)
+	}
+	buf := asm.buf
+	if buf == nil {
+		buf = asm.prefix
+	}
+	size := asm.total
+	*asm = assembly{}
+	e.handMessage(src, h.Key, h.FP, buf, size)
+	return nil
 }

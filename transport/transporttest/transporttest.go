@@ -413,29 +413,31 @@ func testMessages(t *testing.T, newMesh NewMesh) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	const limit = 1 << 20
+	const limit = 12 << 20
 	m.Endpoints[1].SetMessageHandler(limit, func(src int, k transport.Key, fp uint64, b []byte, size int64) {
 		got <- msg{src, k.Seq, fp, b, size}
 	})
 	big := payload(2, 1, 1, 600<<10)
+	// Larger than a shared-memory slot: it goes in fragments there.
+	bigger := payload(0, 1, 7, 9<<20+5)
 	huge := payload(0, 1, 2, limit+1)
 	sends := []struct {
 		src  int
 		seq  uint64
 		data []byte
-	}{{2, 2, big}, {0, 3, nil}, {0, 4, huge}, {2, 5, payload(2, 1, 5, 9)}}
+	}{{2, 2, big}, {0, 3, nil}, {0, 4, huge}, {2, 5, payload(2, 1, 5, 9)}, {0, 6, bigger}}
 	for _, s := range sends {
 		if err := m.Endpoints[s.src].SendMessage(ctx, 1, transport.Key{Seq: s.seq}, s.seq, s.data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	seen := map[uint64]msg{}
-	for len(seen) < 5 {
+	for len(seen) < 6 {
 		select {
 		case x := <-got:
 			seen[x.seq] = x
 		case <-ctx.Done():
-			t.Fatalf("only %d of 5 messages arrived", len(seen))
+			t.Fatalf("only %d of 6 messages arrived", len(seen))
 		}
 	}
 	check := func(seq uint64, src int, want []byte) {
@@ -451,6 +453,7 @@ func testMessages(t *testing.T, newMesh NewMesh) {
 	check(2, 2, big)
 	check(3, 0, []byte{})
 	check(5, 2, payload(2, 1, 5, 9))
+	check(6, 0, bigger)
 	if x := seen[4]; x.size != limit+1 || len(x.b) != transport.MessagePrefix || !bytes.Equal(x.b, huge[:transport.MessagePrefix]) {
 		t.Errorf("over-limit message: %d bytes of %d", len(x.b), x.size)
 	}

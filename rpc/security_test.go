@@ -113,7 +113,10 @@ func TestRefusedCallsRunNothing(t *testing.T) {
 		func() error { _, err := rpc.Func[int, int]("counts").Call(ctx, a, "worker1", 1); return err }(),
 		func() error { _, err := rpc.Func[string, int]("count").Call(ctx, a, "worker1", "1"); return err }(),
 		func() error { _, err := rpc.Func[int, string]("count").Call(ctx, a, "worker1", 1); return err }(),
-		func() error { _, err := rpc.MethodOf[int, int, int]("count").Call(ctx, a, rpc.NewRRef(a, 1), 1); return err }(),
+		func() error {
+			_, err := rpc.MethodOf[int, int, int]("count").Call(ctx, a, rpc.NewRRef(a, 1), 1)
+			return err
+		}(),
 	} {
 		if err == nil {
 			t.Fatal("a refused call succeeded")

@@ -121,26 +121,61 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// Handshakes run concurrently, at most maxPendingHandshakes at
+		// once, each bounded by the handshake's own deadline: a slow or
+		// silent connection delays no one (a connection beyond the bound
+		// is closed at once; a member's dial retries).
+		var mu sync.Mutex
 		seen := map[int]bool{}
-		for len(seen) < expect {
+		sem := make(chan struct{}, maxPendingHandshakes)
+		var hwg sync.WaitGroup
+		defer hwg.Wait()
+		for {
+			mu.Lock()
+			done := len(seen) >= expect
+			mu.Unlock()
+			if done {
+				return
+			}
 			conn, err := ln.Accept()
 			if err != nil {
-				if acceptCtx.Err() == nil {
+				mu.Lock()
+				done := len(seen) >= expect // the last handshake closed ln
+				mu.Unlock()
+				if !done && acceptCtx.Err() == nil {
 					results <- result{-1, nil, fmt.Errorf("accept: %w", err)}
 				}
 				return
 			}
-			peer, err := handshake.Server(conn, hs)
-			switch {
-			case err != nil:
-				conn.Close() // unauthenticated or foreign: dropped, nothing changed
-				continue
-			case peer.Rank <= opt.Rank || peer.Rank >= opt.Size || seen[peer.Rank]:
-				conn.Close()
+			select {
+			case sem <- struct{}{}:
+			default:
+				conn.Close() // too many handshakes under way
 				continue
 			}
-			seen[peer.Rank] = true
-			results <- result{peer.Rank, conn, nil}
+			hwg.Add(1)
+			go func() {
+				defer hwg.Done()
+				defer func() { <-sem }()
+				stop := context.AfterFunc(acceptCtx, func() { conn.Close() })
+				peer, err := handshake.Server(conn, hs)
+				stop()
+				mu.Lock()
+				ok := err == nil && acceptCtx.Err() == nil && peer.Rank > opt.Rank && peer.Rank < opt.Size && !seen[peer.Rank]
+				if ok {
+					seen[peer.Rank] = true
+				}
+				last := ok && len(seen) == expect
+				mu.Unlock()
+				if !ok {
+					conn.Close() // unauthenticated, foreign or a duplicate: dropped, nothing changed
+					return
+				}
+				results <- result{peer.Rank, conn, nil}
+				if last {
+					ln.Close() // no more members to wait for: stop accepting
+				}
+			}()
 		}
 	}()
 
@@ -200,6 +235,9 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	return e, nil
 }
+
+// maxPendingHandshakes bounds the handshakes a listener runs at once.
+const maxPendingHandshakes = 128
 
 // dialPeer waits for rank r's address in the store, connects with retry
 // and performs the handshake.

@@ -301,3 +301,58 @@ func TestTCPSendMeetsCloseWithUnreadData(t *testing.T) {
 		m.Close()
 	}
 }
+
+// TestSlowHandshakesDelayNoOne: 64 connections that send one byte and then
+// nothing hold rank 0's listener while ranks 1 and 2 join; handshakes run
+// concurrently, so the members connect at once (handshakes one at a time
+// made them fail after the 10 s handshake limit).
+func TestSlowHandshakesDelayNoOne(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	eps := make([]*transport.Endpoint, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	join := func(r int) {
+		defer wg.Done()
+		eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: 3, Store: st, JobID: "job", Token: []byte("t")})
+	}
+	wg.Add(1)
+	go join(0)
+	addr, err := st.Get(ctx, "transport/addr/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attackers []net.Conn
+	for range 64 {
+		c, err := net.Dial("tcp", string(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte{'G'})
+		attackers = append(attackers, c)
+	}
+	defer func() {
+		for _, c := range attackers {
+			c.Close()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the listener has them all
+	begin := time.Now()
+	wg.Add(2)
+	go join(1)
+	go join(2)
+	wg.Wait()
+	took := time.Since(begin)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer eps[r].Close()
+	}
+	t.Logf("ranks 1 and 2 joined %v after 64 slow connections", took)
+	if took > 2*time.Second {
+		t.Fatalf("joining took %v with slow connections at the listener", took)
+	}
+}

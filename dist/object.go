@@ -162,12 +162,13 @@ func ScatterObject[T any](ctx context.Context, g *Group, vs []T, root int) (T, e
 		return zero, err
 	}
 	mySize := sizes.Int64s()[g.Rank()]
-	if mySize < 0 || mySize > MaxObjectBytes {
-		return zero, fmt.Errorf("dist: scatter_object: root announced %d bytes", mySize)
-	}
-	// Every slot padded to the largest, so Scatter's equal sizes hold.
+	// Every slot padded to the largest, so Scatter's equal sizes hold:
+	// every announced size is checked before the largest is allocated.
 	var most int64
-	for _, s := range sizes.Int64s() {
+	for r, s := range sizes.Int64s() {
+		if s < 0 || s > MaxObjectBytes {
+			return zero, fmt.Errorf("dist: scatter_object: root (rank %d) announced %d bytes for member %d, over the %d limit", g.GlobalRank(root), s, r, MaxObjectBytes)
+		}
 		most = max(most, s)
 	}
 	out := tensor.New(tensor.Uint8, int(most))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
+	"github.com/godist/godist/tensor"
 )
 
 type objInner struct {
@@ -176,6 +177,25 @@ func TestScatterObjectWrongCount(t *testing.T) {
 		var ie *dist.InputError
 		if !errors.As(err, &ie) {
 			return fmt.Errorf("scatter_object of 2 objects in a group of 1: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestScatterObjectHostileSizes: a root that announces a huge size for
+// another member's slot makes every member fail with an error naming it,
+// before anything is allocated (each member checked only its own size, and
+// allocated the largest: a receiver ran out of memory).
+func TestScatterObjectHostileSizes(t *testing.T) {
+	disttest.Spawn(t, 3, func(g *dist.Group) error {
+		ctx := context.Background()
+		if g.Rank() == 0 {
+			// Not ScatterObject: the announcement alone, as a hostile root.
+			return g.Broadcast(ctx, tensor.FromInt64([]int64{8, 8, 1 << 50}, 3), 0)
+		}
+		_, err := dist.ScatterObject[string](ctx, g, nil, 0)
+		if err == nil || !strings.Contains(err.Error(), "member 2") || !strings.Contains(err.Error(), "limit") {
+			return fmt.Errorf("rank %d: a huge announced size gave %v", g.Rank(), err)
 		}
 		return nil
 	})

@@ -140,6 +140,12 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		if o.nproc, err = strconv.Atoi(*nproc); err != nil || o.nproc < 1 {
 			return fail("--nproc-per-node %q: want a positive number or auto", *nproc)
 		}
+		if limit := maxNProc(); o.nproc > limit {
+			return fail("--nproc-per-node %d: at most %d workers per node here (64 per CPU); a typo?", o.nproc, limit)
+		}
+	}
+	if *grace < 0 {
+		return fail("--stop-timeout %v: want 0 or more", *grace)
 	}
 	if o.monitor, err = parseSeconds(*monitor); err != nil || o.monitor <= 0 {
 		return fail("--monitor-interval %q: want seconds (0.1) or a duration (100ms)", *monitor)
@@ -187,6 +193,9 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		return fail("--rdzv-backend %q: want static or store", o.backend)
 	}
 	if o.standalone {
+		if o.minNodes != 1 || o.maxNodes != 1 {
+			return fail("--standalone runs one node; --nnodes %s asks for more (drop --standalone and give a rendezvous endpoint)", *nnodes)
+		}
 		o.backend = "store"
 		o.minNodes, o.maxNodes = 1, 1
 		if *runID == "" && (*rdzvID == "none" || *rdzvID == "") {
@@ -208,6 +217,9 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	}
 	return o, -1
 }
+
+// maxNProc is the most workers godist run starts on one node.
+func maxNProc() int { return max(64, 64*runtime.NumCPU()) }
 
 // parseNNodes parses "N" or "MIN:MAX".
 func parseNNodes(s string) (int, int, error) {

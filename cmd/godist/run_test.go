@@ -67,6 +67,8 @@ func TestParseRunEnvAndFlags(t *testing.T) {
 		{}, {"--nnodes", "2:1", "p"}, {"--nnodes", "1:2", "p"}, {"--nproc-per-node", "0", "p"},
 		{"--rdzv-backend", "etcd", "p"}, {"--redirects", "7", "p"}, {"--node-rank", "3", "--nnodes", "2", "p"},
 		{"--rdzv-conf", "bogus=1", "p"}, {"--no-such-flag", "p"},
+		// issue 19, item 12
+		{"--nproc-per-node", "100000", "p"}, {"--standalone", "--nnodes", "2", "p"}, {"--stop-timeout", "-1s", "p"},
 	} {
 		errb.Reset()
 		if _, code := parseRun(bad, func(string) string { return "" }, &errb); code != exitUsage {

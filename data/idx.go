@@ -140,15 +140,26 @@ func readIDXBody(r io.Reader, magic [4]byte, rest int64) (*tensor.Tensor, error)
 	if n, err := io.ReadFull(r, dimBuf[:4*ndim]); err != nil {
 		return nil, readErr("dimensions", n, 4*ndim, err)
 	}
+	// The product of the non-zero dimensions is checked against the
+	// limit whatever their order (a zero dimension does not excuse a huge
+	// one after it, nor before it).
 	shape := make([]int, ndim)
 	total := uint64(esize)
+	zero := false
 	for i := range shape {
 		d := uint64(binary.BigEndian.Uint32(dimBuf[4*i:]))
 		shape[i] = int(d)
-		if d != 0 && total > MaxIDXBytes/d {
+		if d == 0 {
+			zero = true
+			continue
+		}
+		if total > MaxIDXBytes/d {
 			return nil, fmt.Errorf("%w: dimensions %v exceed the %d-byte limit", ErrIDX, readDims(dimBuf[:4*ndim]), uint64(MaxIDXBytes))
 		}
 		total *= d
+	}
+	if zero {
+		total = 0
 	}
 	if total > math.MaxInt {
 		return nil, fmt.Errorf("%w: dimensions %v too large for this platform", ErrIDX, shape)

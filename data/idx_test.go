@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -201,4 +202,27 @@ func FuzzReadIDX(f *testing.F) {
 // sameBits compares dtype, shape and raw bytes (so NaNs compare equal).
 func sameBits(a, b *tensor.Tensor) bool {
 	return a.DType() == b.DType() && tensor.SameShape(a, b) && bytes.Equal(a.Bytes(), b.Bytes())
+}
+
+// TestIDXDimensionOrder: the size limit does not depend on where a zero
+// dimension is (issue 19, item 13: [0, 2^31] was accepted and [2^31, 0]
+// refused).
+func TestIDXDimensionOrder(t *testing.T) {
+	hdr := func(dims ...uint32) []byte {
+		b := []byte{0, 0, idxFloat32, byte(len(dims))}
+		for _, d := range dims {
+			b = binary.BigEndian.AppendUint32(b, d)
+		}
+		return b
+	}
+	for _, dims := range [][]uint32{{0, 1 << 29}, {1 << 29, 0}} {
+		if _, err := ReadIDX(bytes.NewReader(hdr(dims...))); err != nil {
+			t.Errorf("%v (no elements): %v", dims, err)
+		}
+	}
+	for _, dims := range [][]uint32{{0, 1 << 31}, {1 << 31, 0}, {1 << 31, 0, 1 << 31}} {
+		if _, err := ReadIDX(bytes.NewReader(hdr(dims...))); !errors.Is(err, ErrIDX) {
+			t.Errorf("%v: %v, want the size limit", dims, err)
+		}
+	}
 }

@@ -17,8 +17,8 @@ import (
 // gradient per input, in order; a nil entry means no gradient (zero) for
 // that input. Backward must not modify grad; it may return it (or a view of
 // it) as an input's gradient. Any other tensor it returns must be its own to
-// give away: the engine may make it a leaf's gradient, which later passes
-// update in place.
+// give away: the engine may add the input's other gradients into it in
+// place, or make it a leaf's gradient, which later passes update in place.
 type Function interface {
 	Forward(inputs []*tensor.Tensor) *tensor.Tensor
 	Backward(grad *tensor.Tensor) []*tensor.Tensor
@@ -86,6 +86,27 @@ type node struct {
 	out      *Var
 	// release, if set, frees what backward kept once the graph is freed.
 	release func()
+	// view, if set, says that out is a slice of the one input's value: the
+	// engine then adds the output's gradient into that slice of the
+	// input's gradient buffer instead of calling backward (which stays as
+	// the stand-alone form: a zero tensor with the slice filled).
+	view *sliceView
+}
+
+// sliceView is a view of a tensor along one dimension: elements
+// [start, start+length) of dim, or with squeezed (Select) the single index
+// start with dim removed.
+type sliceView struct {
+	dim, start, length int
+	squeezed           bool
+}
+
+// of returns the view of t.
+func (s *sliceView) of(t *tensor.Tensor) *tensor.Tensor {
+	if s.squeezed {
+		return t.Select(s.dim, s.start)
+	}
+	return t.Narrow(s.dim, s.start, s.length)
 }
 
 var nodeSeq atomic.Uint64
@@ -176,8 +197,8 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) error {
 type engine struct {
 	deps     map[*node]int // uses of each node's output not yet processed
 	leafDeps map[*Var]int  // uses of each leaf not yet processed
-	grads    map[*node]*tensor.Tensor
-	leafGrad map[*Var]*tensor.Tensor
+	grads    map[*node]gradBuf
+	leafGrad map[*Var]gradBuf
 	// kept are tensors that leaves took as their gradient this pass (and
 	// the caller's root gradient); no second leaf may take their storage.
 	kept []*tensor.Tensor
@@ -206,8 +227,8 @@ func newEngine(root *node) *engine {
 	e := &engine{
 		deps:     map[*node]int{root: 0},
 		leafDeps: map[*Var]int{},
-		grads:    map[*node]*tensor.Tensor{},
-		leafGrad: map[*Var]*tensor.Tensor{},
+		grads:    map[*node]gradBuf{},
+		leafGrad: map[*Var]gradBuf{},
 	}
 	stack := []*node{root}
 	for len(stack) > 0 {
@@ -239,7 +260,7 @@ func newEngine(root *node) *engine {
 func (e *engine) backward(n *node, g *tensor.Tensor) []*tensor.Tensor {
 	var armed []*Var
 	for _, in := range n.inputs {
-		if in != nil && in.requiresGrad && in.node == nil && e.leafDeps[in] == 1 && e.leafGrad[in] == nil {
+		if in != nil && in.requiresGrad && in.node == nil && e.leafDeps[in] == 1 && e.leafGrad[in].t == nil {
 			in.arm()
 			armed = append(armed, in)
 		}
@@ -265,13 +286,12 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 		}
 	}()
 	ready := &nodeHeap{}
-	e.grads[root] = grad
+	e.grads[root] = gradBuf{t: grad}
 	heap.Push(ready, root)
 	for ready.Len() > 0 {
 		n := heap.Pop(ready).(*node)
-		g := e.grads[n]
+		g := e.grads[n].t
 		delete(e.grads, n)
-		var ins []*tensor.Tensor
 		if g != nil {
 			g = n.out.runHooks(g)
 			n.out.mu.Lock()
@@ -279,6 +299,17 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 				n.out.mu.grad = g
 			}
 			n.out.mu.Unlock()
+		}
+		if n.view != nil && sliceAccumulation {
+			// A slice of its input: g goes into that slice of the
+			// input's buffer, with no tensor of the input's shape made.
+			if in := n.inputs[0]; in.requiresGrad {
+				e.deliver(in, g, false, n.view, ready)
+			}
+			continue
+		}
+		var ins []*tensor.Tensor
+		if g != nil {
 			ins = e.backward(n, g)
 			if len(ins) != len(n.inputs) {
 				panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
@@ -295,34 +326,93 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 			if gi != nil && !tensor.SameShape(gi, in.value) {
 				panic(fmt.Sprintf("autograd: %s returned a gradient of shape %v for input %d of shape %v", n.name, gi.Shape(), i, in.value.Shape()))
 			}
-			if in.node == nil {
-				e.leafGrad[in] = sum(e.leafGrad[in], gi)
-				if e.leafDeps[in]--; e.leafDeps[in] == 0 {
-					in.accumulate(e.leafGrad[in], e.steal)
-					delete(e.leafGrad, in)
-				}
-				continue
-			}
-			e.grads[in.node] = sum(e.grads[in.node], gi)
-			if e.deps[in.node]--; e.deps[in.node] == 0 {
-				heap.Push(ready, in.node)
-			}
+			e.deliver(in, gi, gi != nil && fresh(gi, i, ins, g), nil, ready)
 		}
 	}
 	return nil
 }
 
-// sum adds two gradient contributions; either may be nil (zero). The result
-// is a fresh tensor when both are present, so shared gradients are never
-// changed in place.
-func sum(a, b *tensor.Tensor) *tensor.Tensor {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
+// sliceAccumulation is off only in tests, which check that adding view
+// gradients into slices gives, bit for bit, what the views' stand-alone
+// backward functions (a zero tensor of the base's shape each) give.
+var sliceAccumulation = true
+
+// deliver adds one contribution g (nil: zero) to the gradient of in: the
+// whole gradient, or with view the slice of it that view names. own says
+// the engine may keep g and add later contributions into it in place.
+// When the last expected contribution has arrived, a leaf accumulates its
+// gradient and a node becomes ready.
+func (e *engine) deliver(in *Var, g *tensor.Tensor, own bool, view *sliceView, ready *nodeHeap) {
+	if in.node == nil {
+		e.leafGrad[in] = e.leafGrad[in].add(in.value, g, own, view)
+		if e.leafDeps[in]--; e.leafDeps[in] == 0 {
+			in.accumulate(e.leafGrad[in].t, e.steal)
+			delete(e.leafGrad, in)
+		}
+		return
 	}
-	return new(tensor.Tensor).Add(a, b)
+	e.grads[in.node] = e.grads[in.node].add(in.value, g, own, view)
+	if e.deps[in.node]--; e.deps[in.node] == 0 {
+		heap.Push(ready, in.node)
+	}
+}
+
+// fresh reports whether the gradient ins[i], returned by a backward that
+// was given g, is a tensor nobody else holds: a whole buffer that shares
+// storage neither with g (a pass-through or a view of it, which other
+// inputs or a retained gradient may also hold) nor with another gradient
+// of the same call. The Function contract makes every other returned
+// tensor the engine's to keep.
+func fresh(gi *tensor.Tensor, i int, ins []*tensor.Tensor, g *tensor.Tensor) bool {
+	if !gi.IsWholeStorage() || tensor.SharesStorage(gi, g) {
+		return false
+	}
+	for j, o := range ins {
+		if j != i && o != nil && tensor.SharesStorage(gi, o) {
+			return false
+		}
+	}
+	return true
+}
+
+// gradBuf is the gradient of one node's output or one leaf being summed
+// over its uses in a pass. Contributions are added in the order they
+// arrive, which the engine's node order fixes, so the sum is the same bit
+// for bit on every run.
+type gradBuf struct {
+	t *tensor.Tensor // nil until the first contribution
+	// owned says t is the engine's alone (allocated here, or a fresh
+	// tensor a backward gave away), so later contributions are added into
+	// it in place; otherwise the first of them makes a new one.
+	owned bool
+}
+
+// add returns b with contribution g added: the whole of g, or with view g
+// added into that slice of a gradient shaped like value.
+func (b gradBuf) add(value, g *tensor.Tensor, own bool, view *sliceView) gradBuf {
+	switch {
+	case g == nil:
+		return b
+	case view != nil && b.t == nil:
+		// The first contribution is a slice: one zero buffer for all of
+		// them, the slice copied in.
+		t := tensor.New(g.DType(), value.Shape()...)
+		view.of(t).Copy(g)
+		return gradBuf{t: t, owned: true}
+	case b.t == nil:
+		return gradBuf{t: g, owned: own}
+	case view != nil:
+		if !b.owned {
+			b = gradBuf{t: b.t.Clone(), owned: true}
+		}
+		dst := view.of(b.t)
+		dst.Add(dst, g)
+		return b
+	case b.owned:
+		b.t.Add(b.t, g)
+		return b
+	}
+	return gradBuf{t: new(tensor.Tensor).Add(b.t, g), owned: true}
 }
 
 type nodeHeap []*node

@@ -418,18 +418,33 @@ func Permute(a *Var, dims ...int) *Var {
 }
 
 // Narrow returns length elements of dimension dim starting at start.
+// Its gradient is added into that slice of a's gradient (see sliceOf).
 func Narrow(a *Var, dim, start, length int) *Var {
-	return record("Narrow", a.value.Narrow(dim, start, length), func(g *tensor.Tensor) []*tensor.Tensor {
-		out := tensor.New(g.DType(), a.Shape()...)
-		out.Narrow(dim, start, length).Copy(g)
-		return []*tensor.Tensor{out}
-	}, a)
+	d := normDim(dim, a.value.Dim())
+	return sliceOf("Narrow", a, &sliceView{dim: d, start: start, length: length})
 }
 
 // Select returns index i of dimension dim, removing the dimension.
 func Select(a *Var, dim, i int) *Var {
 	d := normDim(dim, a.value.Dim())
-	return Reshape(Narrow(a, d, i, 1), a.value.Select(d, i).Shape()...)
+	return sliceOf("Select", a, &sliceView{dim: d, start: i, length: 1, squeezed: true})
+}
+
+// sliceOf records the view s of a. The engine adds the view's gradient
+// into the slice of a's one gradient buffer, however many views of a there
+// are (the time steps of an RNN's input projection, the four gates of an
+// LSTM, the heads of attention); the backward function is the stand-alone
+// form, a zero tensor of a's shape with the slice filled.
+func sliceOf(name string, a *Var, s *sliceView) *Var {
+	v := record(name, s.of(a.value), func(g *tensor.Tensor) []*tensor.Tensor {
+		out := tensor.New(g.DType(), a.Shape()...)
+		s.of(out).Copy(g)
+		return []*tensor.Tensor{out}
+	}, a)
+	if v.node != nil {
+		v.node.view = s
+	}
+	return v
 }
 
 // Unsqueeze inserts a dimension of size 1 at dim.

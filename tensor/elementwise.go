@@ -453,8 +453,14 @@ func unaryFlat32(op unOp, d, a []float32) bool {
 			d[k+i] = exp32(x)
 		}
 	case opSigmoid:
-		for i, x := range a {
-			d[i] = 1 / (1 + exp32(-x))
+		k := simd.SigmoidF32(d, a)
+		for i, x := range a[k:] {
+			d[k+i] = 1 / (1 + exp32(-x))
+		}
+	case opTanh:
+		k := simd.TanhF32(d, a)
+		for i, x := range a[k:] {
+			d[k+i] = tanh32(x)
 		}
 	case opGelu:
 		k := simd.GeluF32(d, a)

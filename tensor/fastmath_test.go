@@ -51,6 +51,52 @@ func TestErf32(t *testing.T) {
 	}
 }
 
+func TestTanh32(t *testing.T) {
+	worst, at := 0.0, float32(0)
+	check := func(x float32) {
+		if u := ulps(tanh32(x), math.Tanh(float64(x))); u > worst {
+			worst, at = u, x
+		}
+	}
+	for x := float32(-10); x < 10; x += 0.0001 {
+		check(x)
+	}
+	for x := float32(1e-30); x < 1; x *= 1.01 {
+		check(x)
+		check(-x)
+	}
+	t.Logf("tanh32: worst %.2f ulp at %v", worst, at)
+	if worst > 4 {
+		t.Fatalf("tanh32(%v) is %.2f ulp from math.Tanh", at, worst)
+	}
+	for _, c := range []struct{ x, want float32 }{{0, 0}, {float32(math.Inf(-1)), -1}, {float32(math.Inf(1)), 1}, {1e30, 1}, {9, 1}, {-9.5, -1}} {
+		if got := tanh32(c.x); got != c.want {
+			t.Errorf("tanh32(%v) = %v, want %v", c.x, got, c.want)
+		}
+	}
+	if got := tanh32(float32(math.NaN())); got == got {
+		t.Errorf("tanh32(NaN) = %v", got)
+	}
+}
+
+// TestTanhSigmoidVectorAndScalar checks that a float32 tensor's Tanh and
+// Sigmoid, vector code for the first multiple of 8 elements and scalar code
+// for the rest, agree with the float64 functions wherever an element falls.
+func TestTanhSigmoidVectorAndScalar(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 13, 1000} {
+		x := Randn(NewRNG(uint64(n)), n).Scale(3)
+		th, sg := new(Tensor).Tanh(x), new(Tensor).Sigmoid(x)
+		for i, v := range x.Float32s() {
+			if u := ulps(th.Float32s()[i], math.Tanh(float64(v))); u > 5 {
+				t.Errorf("n=%d: Tanh(%v) = %v (%.1f ulp)", n, v, th.Float32s()[i], u)
+			}
+			if u := ulps(sg.Float32s()[i], 1/(1+math.Exp(-float64(v)))); u > 3 {
+				t.Errorf("n=%d: Sigmoid(%v) = %v (%.1f ulp)", n, v, sg.Float32s()[i], u)
+			}
+		}
+	}
+}
+
 func BenchmarkErf32(b *testing.B) {
 	xs := make([]float32, 4096)
 	for i := range xs {

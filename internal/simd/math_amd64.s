@@ -129,11 +129,79 @@ DATA mathc<>+928(SB)/8, $0xbf000000bf000000
 DATA mathc<>+936(SB)/8, $0xbf000000bf000000
 DATA mathc<>+944(SB)/8, $0xbf000000bf000000
 DATA mathc<>+952(SB)/8, $0xbf000000bf000000
-DATA mathc<>+960(SB)/8, $0x0000007f0000007f
-DATA mathc<>+968(SB)/8, $0x0000007f0000007f
-DATA mathc<>+976(SB)/8, $0x0000007f0000007f
-DATA mathc<>+984(SB)/8, $0x0000007f0000007f
-GLOBL mathc<>(SB), RODATA|NOPTR, $992
+DATA mathc<>+960(SB)/8, $0x40fcf84f40fcf84f
+DATA mathc<>+968(SB)/8, $0x40fcf84f40fcf84f
+DATA mathc<>+976(SB)/8, $0x40fcf84f40fcf84f
+DATA mathc<>+984(SB)/8, $0x40fcf84f40fcf84f
+DATA mathc<>+992(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathc<>+1000(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathc<>+1008(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathc<>+1016(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathc<>+1024(SB)/8, $0xa59f25c0a59f25c0
+DATA mathc<>+1032(SB)/8, $0xa59f25c0a59f25c0
+DATA mathc<>+1040(SB)/8, $0xa59f25c0a59f25c0
+DATA mathc<>+1048(SB)/8, $0xa59f25c0a59f25c0
+DATA mathc<>+1056(SB)/8, $0x2a61337e2a61337e
+DATA mathc<>+1064(SB)/8, $0x2a61337e2a61337e
+DATA mathc<>+1072(SB)/8, $0x2a61337e2a61337e
+DATA mathc<>+1080(SB)/8, $0x2a61337e2a61337e
+DATA mathc<>+1088(SB)/8, $0xaebd37ffaebd37ff
+DATA mathc<>+1096(SB)/8, $0xaebd37ffaebd37ff
+DATA mathc<>+1104(SB)/8, $0xaebd37ffaebd37ff
+DATA mathc<>+1112(SB)/8, $0xaebd37ffaebd37ff
+DATA mathc<>+1120(SB)/8, $0x335c0041335c0041
+DATA mathc<>+1128(SB)/8, $0x335c0041335c0041
+DATA mathc<>+1136(SB)/8, $0x335c0041335c0041
+DATA mathc<>+1144(SB)/8, $0x335c0041335c0041
+DATA mathc<>+1152(SB)/8, $0x3779434a3779434a
+DATA mathc<>+1160(SB)/8, $0x3779434a3779434a
+DATA mathc<>+1168(SB)/8, $0x3779434a3779434a
+DATA mathc<>+1176(SB)/8, $0x3779434a3779434a
+DATA mathc<>+1184(SB)/8, $0x3a270ded3a270ded
+DATA mathc<>+1192(SB)/8, $0x3a270ded3a270ded
+DATA mathc<>+1200(SB)/8, $0x3a270ded3a270ded
+DATA mathc<>+1208(SB)/8, $0x3a270ded3a270ded
+DATA mathc<>+1216(SB)/8, $0x3ba059dc3ba059dc
+DATA mathc<>+1224(SB)/8, $0x3ba059dc3ba059dc
+DATA mathc<>+1232(SB)/8, $0x3ba059dc3ba059dc
+DATA mathc<>+1240(SB)/8, $0x3ba059dc3ba059dc
+DATA mathc<>+1248(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathc<>+1256(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathc<>+1264(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathc<>+1272(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathc<>+1280(SB)/8, $0x38f895d638f895d6
+DATA mathc<>+1288(SB)/8, $0x38f895d638f895d6
+DATA mathc<>+1296(SB)/8, $0x38f895d638f895d6
+DATA mathc<>+1304(SB)/8, $0x38f895d638f895d6
+DATA mathc<>+1312(SB)/8, $0x3b14aa053b14aa05
+DATA mathc<>+1320(SB)/8, $0x3b14aa053b14aa05
+DATA mathc<>+1328(SB)/8, $0x3b14aa053b14aa05
+DATA mathc<>+1336(SB)/8, $0x3b14aa053b14aa05
+DATA mathc<>+1344(SB)/8, $0x3ba059dd3ba059dd
+DATA mathc<>+1352(SB)/8, $0x3ba059dd3ba059dd
+DATA mathc<>+1360(SB)/8, $0x3ba059dd3ba059dd
+DATA mathc<>+1368(SB)/8, $0x3ba059dd3ba059dd
+DATA mathc<>+1376(SB)/8, $0xbf800000bf800000
+DATA mathc<>+1384(SB)/8, $0xbf800000bf800000
+DATA mathc<>+1392(SB)/8, $0xbf800000bf800000
+DATA mathc<>+1400(SB)/8, $0xbf800000bf800000
+DATA mathc<>+1408(SB)/8, $0x4110000041100000
+DATA mathc<>+1416(SB)/8, $0x4110000041100000
+DATA mathc<>+1424(SB)/8, $0x4110000041100000
+DATA mathc<>+1432(SB)/8, $0x4110000041100000
+DATA mathc<>+1440(SB)/8, $0x0000007f0000007f
+DATA mathc<>+1448(SB)/8, $0x0000007f0000007f
+DATA mathc<>+1456(SB)/8, $0x0000007f0000007f
+DATA mathc<>+1464(SB)/8, $0x0000007f0000007f
+DATA mathc<>+1472(SB)/8, $0x7fffffff7fffffff
+DATA mathc<>+1480(SB)/8, $0x7fffffff7fffffff
+DATA mathc<>+1488(SB)/8, $0x7fffffff7fffffff
+DATA mathc<>+1496(SB)/8, $0x7fffffff7fffffff
+DATA mathc<>+1504(SB)/8, $0x8000000080000000
+DATA mathc<>+1512(SB)/8, $0x8000000080000000
+DATA mathc<>+1520(SB)/8, $0x8000000080000000
+DATA mathc<>+1528(SB)/8, $0x8000000080000000
+GLOBL mathc<>(SB), RODATA|NOPTR, $1536
 
 // func expF32AVX2(dst, x *float32, n int)
 TEXT ·expF32AVX2(SB), NOSPLIT, $0-24
@@ -163,7 +231,7 @@ exploop:
 	VFMADD213PS  Y0, Y2, Y3
 	VADDPS       mathc<>+32(SB), Y3, Y3
 	VCVTPS2DQ    Y1, Y1
-	VPADDD       mathc<>+960(SB), Y1, Y1
+	VPADDD       mathc<>+1440(SB), Y1, Y1
 	VPSLLD       $23, Y1, Y1
 	VMULPS       Y1, Y3, Y0
 	VMOVUPS Y0, (DI)
@@ -271,7 +339,7 @@ gelubloop:
 	VFMADD213PS  Y0, Y2, Y3
 	VADDPS       mathc<>+32(SB), Y3, Y3
 	VCVTPS2DQ    Y1, Y1
-	VPADDD       mathc<>+960(SB), Y1, Y1
+	VPADDD       mathc<>+1440(SB), Y1, Y1
 	VPSLLD       $23, Y1, Y1
 	VMULPS       Y1, Y3, Y0
 	VMULPS  mathc<>+896(SB), Y0, Y0
@@ -285,4 +353,91 @@ gelubloop:
 	JNZ     gelubloop
 	VZEROUPPER
 gelubdone:
+	RET
+
+// func sigmoidF32AVX2(dst, x *float32, n int)
+// dst = 1/(1 + e^-x)
+TEXT ·sigmoidF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   sigdone
+sigloop:
+	VMOVUPS (SI), Y0
+	VMULPS  mathc<>+1376(SB), Y0, Y0
+	VMOVUPS      mathc<>+352(SB), Y3
+	VMINPS       Y0, Y3, Y0
+	VMOVUPS      mathc<>+384(SB), Y3
+	VMAXPS       Y0, Y3, Y0
+	VMULPS       mathc<>+64(SB), Y0, Y1
+	VADDPS       mathc<>+0(SB), Y1, Y1
+	VROUNDPS     $1, Y1, Y1
+	VFNMADD231PS mathc<>+96(SB), Y1, Y0
+	VFNMADD231PS mathc<>+128(SB), Y1, Y0
+	VMULPS       Y0, Y0, Y2
+	VMOVUPS      mathc<>+160(SB), Y3
+	VFMADD213PS  mathc<>+192(SB), Y0, Y3
+	VFMADD213PS  mathc<>+224(SB), Y0, Y3
+	VFMADD213PS  mathc<>+256(SB), Y0, Y3
+	VFMADD213PS  mathc<>+288(SB), Y0, Y3
+	VFMADD213PS  mathc<>+320(SB), Y0, Y3
+	VFMADD213PS  Y0, Y2, Y3
+	VADDPS       mathc<>+32(SB), Y3, Y3
+	VCVTPS2DQ    Y1, Y1
+	VPADDD       mathc<>+1440(SB), Y1, Y1
+	VPSLLD       $23, Y1, Y1
+	VMULPS       Y1, Y3, Y0
+	VADDPS  mathc<>+32(SB), Y0, Y0
+	VMOVUPS mathc<>+32(SB), Y1
+	VDIVPS  Y0, Y1, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     sigloop
+	VZEROUPPER
+sigdone:
+	RET
+
+// func tanhF32AVX2(dst, x *float32, n int)
+TEXT ·tanhF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   tanhdone
+tanhloop:
+	VMOVUPS (SI), Y0
+	VMOVAPS      Y0, Y4
+	VMOVUPS      mathc<>+960(SB), Y1
+	VMINPS       Y0, Y1, Y0
+	VMOVUPS      mathc<>+992(SB), Y1
+	VMAXPS       Y0, Y1, Y0
+	VMULPS       Y0, Y0, Y1
+	VMOVUPS      mathc<>+1024(SB), Y2
+	VFMADD213PS  mathc<>+1056(SB), Y1, Y2
+	VFMADD213PS  mathc<>+1088(SB), Y1, Y2
+	VFMADD213PS  mathc<>+1120(SB), Y1, Y2
+	VFMADD213PS  mathc<>+1152(SB), Y1, Y2
+	VFMADD213PS  mathc<>+1184(SB), Y1, Y2
+	VFMADD213PS  mathc<>+1216(SB), Y1, Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      mathc<>+1248(SB), Y3
+	VFMADD213PS  mathc<>+1280(SB), Y1, Y3
+	VFMADD213PS  mathc<>+1312(SB), Y1, Y3
+	VFMADD213PS  mathc<>+1344(SB), Y1, Y3
+	VDIVPS       Y3, Y2, Y0
+	VANDPS       mathc<>+1472(SB), Y4, Y5
+	VCMPPS       $13, mathc<>+1408(SB), Y5, Y5
+	VANDPS       mathc<>+1504(SB), Y4, Y6
+	VORPS        mathc<>+32(SB), Y6, Y6
+	VBLENDVPS    Y5, Y6, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     tanhloop
+	VZEROUPPER
+tanhdone:
 	RET

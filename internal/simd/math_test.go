@@ -94,3 +94,74 @@ func BenchmarkGeluF32(b *testing.B) {
 		GeluF32(dst, xs)
 	}
 }
+
+// ulps returns |got-want| in units of float32's last place at want.
+func ulps(got float32, want float64) float64 {
+	w := float32(want)
+	ulp := float64(math.Nextafter32(w, float32(math.Inf(1)))) - float64(w)
+	if w == 0 {
+		ulp = float64(math.SmallestNonzeroFloat32)
+	}
+	return math.Abs(float64(got)-want) / ulp
+}
+
+func TestSigmoidF32(t *testing.T) {
+	if !hasFMA {
+		t.Skip("no AVX2 and FMA")
+	}
+	xs := grid(-87, 87, 200000)
+	n := len(xs) &^ 7
+	dst := make([]float32, n)
+	if SigmoidF32(dst, xs) != n {
+		t.Fatal("not every element done")
+	}
+	for i, x := range xs[:n] {
+		switch want := 1 / (1 + math.Exp(-float64(x))); {
+		case x != x:
+			if dst[i] == dst[i] {
+				t.Errorf("sigmoid(NaN) = %v", dst[i])
+			}
+		case x < -87.34:
+			if dst[i] < 0 || dst[i] > 5e-39 {
+				t.Errorf("sigmoid(%v) = %v, want at most 5e-39", x, dst[i])
+			}
+		case ulps(dst[i], want) > 3:
+			t.Errorf("sigmoid(%v) = %v, want %v (%.1f ulp)", x, dst[i], want, ulps(dst[i], want))
+		}
+	}
+}
+
+func TestTanhF32(t *testing.T) {
+	if !hasFMA {
+		t.Skip("no AVX2 and FMA")
+	}
+	xs := append(grid(-10, 10, 200000), grid(-0.01, 0.01, 20000)...)
+	xs = append(xs, 1e-20, -3e-8, 7.9, 7.91, -8, 1e30, float32(math.Inf(-1)))
+	n := len(xs) &^ 7
+	dst := make([]float32, n)
+	if TanhF32(dst, xs) != n {
+		t.Fatal("not every element done")
+	}
+	for i, x := range xs[:n] {
+		want := math.Tanh(float64(x))
+		switch {
+		case x != x:
+			if dst[i] == dst[i] {
+				t.Errorf("tanh(NaN) = %v", dst[i])
+			}
+		case ulps(dst[i], want) > 5:
+			t.Errorf("tanh(%v) = %v, want %v (%.1f ulp)", x, dst[i], want, ulps(dst[i], want))
+		case math.Abs(float64(x)) >= 9 && float64(dst[i]) != math.Copysign(1, float64(x)):
+			t.Errorf("tanh(%v) = %v, want ±1 exactly", x, dst[i])
+		}
+	}
+}
+
+func BenchmarkTanhF32(b *testing.B) {
+	xs := grid(-6, 6, 4096)[:4096]
+	dst := make([]float32, len(xs))
+	b.SetBytes(int64(4 * len(xs)))
+	for range b.N {
+		TanhF32(dst, xs)
+	}
+}

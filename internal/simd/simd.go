@@ -112,3 +112,17 @@ func GeluF32(dst, x []float32) int { return geluF32(dst, x[:len(dst)]) }
 func GeluBackwardF32(dst, g, x []float32) int {
 	return geluBackwardF32(dst, g[:len(dst)], x[:len(dst)])
 }
+
+// SigmoidF32 sets dst[i] = 1/(1+e^-x[i]) for the longest prefix it can
+// vectorise (a multiple of 8, with AVX2 and FMA) and returns its length;
+// the caller does the rest. x must be at least as long as dst. e^-x is
+// ExpF32's (1 ulp, -x clamped to [-87.34, 88.38]), so the result is within
+// a few ulp of sigmoid for x ≥ -87.34, and below -88.38 stays at
+// sigmoid(-88.38) ≈ 4e-39 (the true value is smaller still).
+func SigmoidF32(dst, x []float32) int { return sigmoidF32(dst, x[:len(dst)]) }
+
+// TanhF32 sets dst[i] = tanh(x[i]) for the longest prefix it can vectorise
+// and returns its length: an odd rational function of degrees 13 and 6, x
+// clamped to ±7.905 (where tanh rounds to ±1), within 5 ulp of tanh.
+// tensor's tanh32 is the same formula in scalar code.
+func TanhF32(dst, x []float32) int { return tanhF32(dst, x[:len(dst)]) }

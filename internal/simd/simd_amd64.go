@@ -130,3 +130,30 @@ func geluBackwardF32(dst, g, x []float32) int {
 	geluBackwardF32AVX2(&dst[0], &g[0], &x[0], n)
 	return n
 }
+
+// sigmoidF32AVX2 and tanhF32AVX2 do n floats, n a multiple of 8
+// (math_amd64.s).
+//
+//go:noescape
+func sigmoidF32AVX2(dst, x *float32, n int)
+
+//go:noescape
+func tanhF32AVX2(dst, x *float32, n int)
+
+func sigmoidF32(dst, x []float32) int {
+	n := len(dst) &^ 7
+	if !hasFMA || n == 0 {
+		return 0
+	}
+	sigmoidF32AVX2(&dst[0], &x[0], n)
+	return n
+}
+
+func tanhF32(dst, x []float32) int {
+	n := len(dst) &^ 7
+	if !hasFMA || n == 0 {
+		return 0
+	}
+	tanhF32AVX2(&dst[0], &x[0], n)
+	return n
+}

@@ -17,3 +17,7 @@ func expF32(dst, x []float32) int { return 0 }
 func geluF32(dst, x []float32) int { return 0 }
 
 func geluBackwardF32(dst, g, x []float32) int { return 0 }
+
+func sigmoidF32(dst, x []float32) int { return 0 }
+
+func tanhF32(dst, x []float32) int { return 0 }

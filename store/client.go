@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -255,6 +256,9 @@ func (c *client) call(ctx context.Context, req *request) (response, error) {
 	case statusNotInteger:
 		return response{}, fmt.Errorf("store %s: %w (%s)", c.name, ErrNotInteger, r.resp.body)
 	default:
+		if bytes.HasPrefix(r.resp.body, []byte(ErrFull.Error())) {
+			return response{}, fmt.Errorf("store %s: %s: %w (%s)", c.name, op, ErrFull, bytes.TrimPrefix(r.resp.body, []byte(ErrFull.Error()+": ")))
+		}
 		return response{}, fmt.Errorf("store %s: %s: the server refused the request: %s", c.name, op, r.resp.body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -20,9 +21,25 @@ type ServerOptions struct {
 	Token []byte
 	// JobID must match the clients' DialOptions.JobID.
 	JobID string
-	// Logf, if set, receives one line per refused or failed connection.
+	// Logf, if set, receives the refused and failed connections, at most
+	// one line a second (with the count of those not told).
 	Logf func(format string, args ...any)
+	// MaxConns bounds the connections served at once (DefaultMaxConns
+	// when zero; negative: none): one more is closed at once.
+	MaxConns int
+	// MaxBytes bounds the bytes of keys and values the store holds
+	// (DefaultMaxBytes when zero; negative: none): a write past it fails
+	// with an error wrapping ErrFull.
+	MaxBytes int64
 }
+
+// The server's default limits: far above what a job's rendezvous,
+// addresses and object collectives use, far below what would exhaust a
+// host.
+const (
+	DefaultMaxConns = 1024
+	DefaultMaxBytes = 256 << 20
+)
 
 // Server is a TCP store server: it keeps the data in memory and serves
 // any number of clients made by Dial. Each connection is served by one
@@ -53,10 +70,35 @@ func NewServer(ctx context.Context, addr string, opts ServerOptions) (*Server, e
 	if err != nil {
 		return nil, errors.Join(errors.New("store: starting the tcp server"), err)
 	}
+	if opts.MaxConns == 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
 	s := &Server{ln: ln, t: newTable(), opts: opts}
+	s.t.limit = max(opts.MaxBytes, 0)
 	s.mu.conns = make(map[net.Conn]struct{})
-	if s.opts.Logf == nil {
-		s.opts.Logf = func(string, ...any) {}
+	logf := s.opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	// At most one line a second: an attack must not fill the log.
+	var logMu sync.Mutex
+	var last time.Time
+	var quiet int
+	s.opts.Logf = func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if now := time.Now(); now.Sub(last) >= time.Second {
+			if quiet > 0 {
+				format += fmt.Sprintf(" (and %d more lines like it in the last second, not shown)", quiet)
+			}
+			last, quiet = now, 0
+			logf(format, args...)
+			return
+		}
+		quiet++
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -106,6 +148,12 @@ func (s *Server) accept() {
 			s.mu.Unlock()
 			conn.Close()
 			return
+		}
+		if s.opts.MaxConns > 0 && len(s.mu.conns) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			conn.Close()
+			s.opts.Logf("store server %s: refused %s: %d connections already (ServerOptions.MaxConns)", s.Addr(), conn.RemoteAddr(), s.opts.MaxConns)
+			continue
 		}
 		s.mu.conns[conn] = struct{}{}
 		s.wg.Add(1)
@@ -178,7 +226,11 @@ func (c *serverConn) handle(req *request) {
 	t := c.s.t
 	switch req.kind {
 	case kindSet:
-		t.set(req.keys[0], req.value) // req.value is a fresh buffer: the table may own it
+		// req.value is a fresh buffer: the table may own it
+		if err := t.set(req.keys[0], req.value); err != nil {
+			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
+			return
+		}
 		c.ok(req.id, nil)
 	case kindGet:
 		c.get(req.id, req.keys[0])
@@ -197,13 +249,21 @@ func (c *serverConn) handle(req *request) {
 		}
 	case kindAdd:
 		n, err := t.add(req.keys[0], req.delta)
+		if errors.Is(err, ErrFull) {
+			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
+			return
+		}
 		if err != nil {
 			c.send(encodeResponse(nil, req.id, statusNotInteger, []byte(err.Error())))
 			return
 		}
 		c.ok(req.id, binary.BigEndian.AppendUint64(nil, uint64(n)))
 	case kindCAS:
-		v := t.cas(req.keys[0], req.value, clone(req.desired))
+		v, err := t.cas(req.keys[0], req.value, clone(req.desired))
+		if err != nil {
+			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
+			return
+		}
 		if v == nil {
 			c.ok(req.id, []byte{0}) // missing
 			return

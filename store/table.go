@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 )
@@ -11,11 +13,35 @@ import (
 // polls: a waiter's fire function runs, without the lock held, in the
 // goroutine whose Set made the last of its keys exist.
 type table struct {
-	mu struct {
+	// limit bounds the bytes of keys and values held (0: no limit); a
+	// write that would pass it fails with ErrFull.
+	limit int64
+	mu    struct {
 		sync.Mutex
 		data    map[string][]byte               // owned by the table: never handed out without a copy
 		waiters map[string]map[*waiter]struct{} // waiters parked on each missing key
+		bytes   int64                           // of keys and values in data
 	}
+}
+
+// ErrFull is wrapped by the error of a write that would take a server
+// past its quota (ServerOptions.MaxBytes).
+var ErrFull = errors.New("store: full")
+
+// roomLocked says whether key may hold n bytes within the limit.
+func (t *table) roomLocked(key string, n int) error {
+	if t.limit <= 0 {
+		return nil
+	}
+	old, ok := t.mu.data[key]
+	delta := int64(n - len(old))
+	if !ok {
+		delta += int64(len(key))
+	}
+	if t.mu.bytes+delta > t.limit {
+		return fmt.Errorf("%w: %d bytes for key %q would take it past its quota of %d bytes (%d held)", ErrFull, n, key, t.limit, t.mu.bytes)
+	}
+	return nil
 }
 
 // waiter waits for all of keys to exist. fire runs once, when they do.
@@ -43,17 +69,28 @@ func (t *table) get(key string) ([]byte, bool) {
 	return append(make([]byte, 0, len(v)), v...), true
 }
 
-// set stores v (which the table now owns) and fires the waiters it releases.
-func (t *table) set(key string, v []byte) {
+// set stores v (which the table now owns) and fires the waiters it
+// releases, or fails with ErrFull.
+func (t *table) set(key string, v []byte) error {
 	t.mu.Lock()
+	if err := t.roomLocked(key, len(v)); err != nil {
+		t.mu.Unlock()
+		return err
+	}
 	fired := t.setLocked(key, v)
 	t.mu.Unlock()
 	fireAll(fired)
+	return nil
 }
 
 func (t *table) setLocked(key string, v []byte) []*waiter {
 	if v == nil {
 		v = []byte{}
+	}
+	old, ok := t.mu.data[key]
+	t.mu.bytes += int64(len(v) - len(old))
+	if !ok {
+		t.mu.bytes += int64(len(key))
 	}
 	t.mu.data[key] = v
 	ws := t.mu.waiters[key]
@@ -135,29 +172,38 @@ func (t *table) add(key string, delta int64) (int64, error) {
 		t.mu.Unlock()
 		return 0, err
 	}
-	fired := t.setLocked(key, strconv.AppendInt(nil, n, 10))
+	v := strconv.AppendInt(nil, n, 10)
+	if err := t.roomLocked(key, len(v)); err != nil {
+		t.mu.Unlock()
+		return 0, err
+	}
+	fired := t.setLocked(key, v)
 	t.mu.Unlock()
 	fireAll(fired)
 	return n, nil
 }
 
 // cas implements CompareAndSet; desired is owned by the table afterwards.
-func (t *table) cas(key string, expected, desired []byte) []byte {
+func (t *table) cas(key string, expected, desired []byte) ([]byte, error) {
 	t.mu.Lock()
 	cur, ok := t.mu.data[key]
 	var fired []*waiter
 	switch {
 	case !ok && len(expected) == 0, ok && bytes.Equal(cur, expected):
+		if err := t.roomLocked(key, len(desired)); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
 		fired = t.setLocked(key, desired)
 		cur = t.mu.data[key]
 	case !ok:
 		t.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	out := append(make([]byte, 0, len(cur)), cur...)
 	t.mu.Unlock()
 	fireAll(fired)
-	return out
+	return out, nil
 }
 
 func (t *table) check(keys []string) bool {
@@ -174,7 +220,10 @@ func (t *table) check(keys []string) bool {
 func (t *table) del(key string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.mu.data[key]
+	v, ok := t.mu.data[key]
+	if ok {
+		t.mu.bytes -= int64(len(v) + len(key))
+	}
 	delete(t.mu.data, key)
 	return ok
 }

@@ -242,3 +242,62 @@ func TestTCPNoLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestServerLimits: a store server holds at most MaxBytes of keys and
+// values (a write past it fails with ErrFull and changes nothing; deleting
+// makes room again), and serves at most MaxConns connections (one more is
+// closed at once, and the others go on). Issue 19, item 3.
+func TestServerLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := store.NewServer(ctx, "127.0.0.1:0", store.ServerOptions{Token: []byte("t"), JobID: "j", MaxConns: 3, MaxBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dial := func() (store.Store, error) {
+		return store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("t"), JobID: "j", Rank: 0, Timeout: 2 * time.Second})
+	}
+	c, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Set(ctx, "a", make([]byte, 900)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "b", make([]byte, 200)); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("a set past the quota: %v", err)
+	}
+	if ok, _ := c.Check(ctx, "b"); ok {
+		t.Fatal("the refused set was stored")
+	}
+	if _, err := c.CompareAndSet(ctx, "c", nil, make([]byte, 200)); !errors.Is(err, store.ErrFull) {
+		t.Fatalf("a compare-and-set past the quota: %v", err)
+	}
+	if err := c.Set(ctx, "a", make([]byte, 10)); err != nil { // replacing shrinks it
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "b", make([]byte, 200)); err != nil {
+		t.Fatalf("after making room: %v", err)
+	}
+	// Three connections are served; a fourth is closed.
+	var conns []store.Store
+	for range 2 {
+		x, err := dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		conns = append(conns, x)
+	}
+	if x, err := dial(); err == nil {
+		x.Close()
+		t.Fatal("a fourth connection was served")
+	}
+	for _, x := range append(conns, c) {
+		if _, err := x.Get(ctx, "b"); err != nil {
+			t.Fatalf("a served connection after the refusal: %v", err)
+		}
+	}
+}

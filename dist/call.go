@@ -2,7 +2,9 @@ package dist
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/godist/godist/transport"
 	"strings"
 
 	"github.com/godist/godist/tensor"
@@ -138,7 +140,11 @@ type RankError struct {
 }
 
 func (e *RankError) Error() string {
-	return fmt.Sprintf("dist: %s failed: rank %d is gone: %v; the group cannot continue: restart the job (godist run --max-restarts) or build a new group", e.Op, e.Rank, e.Err)
+	what := "is gone"
+	if errors.Is(e.Err, transport.ErrFrame) {
+		what = "broke the protocol"
+	}
+	return fmt.Sprintf("dist: %s failed: rank %d %s: %v; the group cannot continue: restart the job (godist run --max-restarts) or build a new group", e.Op, e.Rank, what, e.Err)
 }
 
 func (e *RankError) Unwrap() error { return e.Err }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -418,5 +419,20 @@ func TestFaultyTransportBitIdentical(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestCorruptFrameNotDeath: a peer dropped for a malformed frame is not
+// reported as a process that died (issue 19, item 11).
+func TestCorruptFrameNotDeath(t *testing.T) {
+	perr := &transport.PeerError{Rank: 0, Err: fmt.Errorf("%w: payload checksum mismatch on group 0 call 3 tag 0 from rank 0", transport.ErrFrame)}
+	err := &dist.RankError{Rank: 0, Op: "all_reduce", Err: perr}
+	msg := err.Error()
+	if strings.Contains(msg, "is gone") || strings.Contains(msg, "probably died") || !strings.Contains(msg, "malformed frame") || !strings.Contains(msg, "checksum") {
+		t.Fatalf("a corrupt frame reads as: %s", msg)
+	}
+	died := (&dist.RankError{Rank: 1, Op: "barrier", Err: &transport.PeerError{Rank: 1, Err: io.EOF}}).Error()
+	if !strings.Contains(died, "is gone") || !strings.Contains(died, "probably died") {
+		t.Fatalf("a death reads as: %s", died)
 	}
 }

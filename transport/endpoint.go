@@ -29,6 +29,9 @@ func (e *PeerError) Error() string {
 	if errors.Is(e.Err, ErrPeerClosed) {
 		return fmt.Sprintf("transport: rank %d closed its connections (it called Destroy or exited cleanly)", e.Rank)
 	}
+	if errors.Is(e.Err, ErrFrame) {
+		return fmt.Sprintf("transport: connection to rank %d dropped: it sent a malformed frame: %v (the stream was corrupted, or the ranks run different godist builds; the process may well be alive)", e.Rank, e.Err)
+	}
 	return fmt.Sprintf("transport: connection to rank %d lost: %v (the process probably died; check its log)", e.Rank, e.Err)
 }
 

@@ -33,8 +33,9 @@ type Options struct {
 	// Rank and WorldSize, when WorldSize > 0; otherwise both come from
 	// the environment (so the zero Options read everything from there).
 	Rank, WorldSize int
-	// Timeout bounds every collective (DefaultTimeout when zero) and the
-	// rendezvous.
+	// Timeout bounds every collective and the rendezvous (when zero: the
+	// GODIST_TIMEOUT variable, seconds or a duration, which godist run
+	// --timeout sets; else DefaultTimeout).
 	Timeout time.Duration
 	// JobID and Token authenticate every connection; by default the
 	// GODIST_RUN_ID/TORCHELASTIC_RUN_ID and GODIST_TOKEN variables (set by
@@ -195,10 +196,10 @@ func firstSlurmHost(list string) string {
 // ranks). Rank 0 serves the store (for env:// and tcp://); every rank then
 // connects to every other over authenticated TCP.
 func Init(ctx context.Context, opt Options) (*Group, error) {
+	opt = withEnv(opt, os.Getenv)
 	if opt.Timeout == 0 {
 		opt.Timeout = DefaultTimeout
 	}
-	opt = withEnv(opt, os.Getenv)
 	rank, size := opt.Rank, opt.WorldSize
 	if size <= 0 {
 		rank = -1
@@ -323,6 +324,18 @@ func withEnv(opt Options, get func(string) string) Options {
 			opt.LocalWorldSize = n
 		} else {
 			log.Warn("dist: ignoring LOCAL_WORLD_SIZE: not a positive number", "value", v)
+		}
+	}
+	if v := get("GODIST_TIMEOUT"); opt.Timeout == 0 && v != "" {
+		// Seconds ("600") or a duration ("10m"), as godist run --timeout.
+		d, err := time.ParseDuration(v)
+		if secs, serr := strconv.ParseFloat(v, 64); serr == nil {
+			d, err = time.Duration(secs*float64(time.Second)), nil
+		}
+		if err != nil || d <= 0 {
+			log.Warn("dist: ignoring GODIST_TIMEOUT: want seconds or a duration such as 10m", "value", v)
+		} else {
+			opt.Timeout = d
 		}
 	}
 	if v := get("GODIST_SPIN_US"); opt.Spin == 0 && v != "" {

@@ -33,11 +33,15 @@ func TestWithEnv(t *testing.T) {
 		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
 			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
 		{"GODIST_SPIN_US=0 never polls", map[string]string{"GODIST_SPIN_US": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn, Spin: -1}},
+		{"GODIST_TIMEOUT in seconds", map[string]string{"GODIST_TIMEOUT": "90"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 90 * time.Second}},
+		{"GODIST_TIMEOUT as a duration", map[string]string{"GODIST_TIMEOUT": "2m"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 2 * time.Minute}},
+		{"a bad GODIST_TIMEOUT is ignored", map[string]string{"GODIST_TIMEOUT": "-3"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
+		{"Options.Timeout wins", map[string]string{"GODIST_TIMEOUT": "90"}, Options{Timeout: time.Second}, Options{SharedMemory: SharedMemoryOn, Timeout: time.Second}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
-			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host ||
+			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout ||
 				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)
 			}

@@ -34,6 +34,7 @@ type runOptions struct {
 	maxRestarts        int
 	monitor            time.Duration
 	stopGrace          time.Duration
+	timeout            time.Duration // GODIST_TIMEOUT for the workers (0: theirs)
 	logDir             string
 	redirects, tee     elastic.Streams
 	role               string
@@ -101,6 +102,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	standalone := fs.Bool("standalone", false, "one node: a rendezvous store on a free local port, no other rendezvous flags needed")
 	maxRestarts := fs.Int("max-restarts", 0, "restarts of the worker group after a failure before giving up")
 	monitor := fs.String("monitor-interval", "0.1", "how often, in `seconds` (or a duration such as 100ms), the launcher checks rendezvous for joining and leaving nodes")
+	timeout := fs.String("timeout", "", "how long the workers' collectives and rendezvous may wait, in `seconds` or a duration (10m); sets GODIST_TIMEOUT for them (default: theirs, 30 minutes)")
 	grace := fs.Duration("stop-timeout", 5*time.Second, "how long workers get between SIGTERM and SIGKILL when the group is stopped")
 	logDir := fs.String("log-dir", "", "write each worker's output to `dir`/RUN_ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log (with neither --redirects nor --tee, both streams go only there)")
 	redirects := fs.String("redirects", "", "streams that go only to files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank as 0:1,1:3")
@@ -146,6 +148,11 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	}
 	if *grace < 0 {
 		return fail("--stop-timeout %v: want 0 or more", *grace)
+	}
+	if *timeout != "" {
+		if o.timeout, err = parseSeconds(*timeout); err != nil || o.timeout <= 0 {
+			return fail("--timeout %q: want seconds (600) or a duration (10m)", *timeout)
+		}
 	}
 	if o.monitor, err = parseSeconds(*monitor); err != nil || o.monitor <= 0 {
 		return fail("--monitor-interval %q: want seconds (0.1) or a duration (100ms)", *monitor)
@@ -331,6 +338,9 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		MaxRestarts: o.maxRestarts, Monitor: o.monitor, StopGrace: o.stopGrace, Host: host,
 		LogDir: o.logDir, Redirects: o.redirects, Tee: o.tee, Stdout: stdout, Stderr: stderr,
 		ServesStore: srv != nil, Signals: sigs, Logf: logf,
+	}
+	if o.timeout > 0 {
+		spec.Env = append(os.Environ(), "GODIST_TIMEOUT="+o.timeout.String())
 	}
 	if spec.LogDir == "" && (o.redirects.IsSet() || o.tee.IsSet()) {
 		if spec.LogDir, err = os.MkdirTemp("", "godist-run-"); err != nil {

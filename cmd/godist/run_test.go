@@ -55,6 +55,9 @@ func TestParseRunEnvAndFlags(t *testing.T) {
 	if o.nproc != 4 || o.maxRestarts != 5 || o.minNodes != 1 || o.maxNodes != 3 || o.backend != "store" || o.endpoint != "127.0.0.1:1234" || !slices.Equal(o.program, []string{"prog", "a"}) {
 		t.Fatalf("parsed %+v", o)
 	}
+	if o, _ := parseRun([]string{"--timeout", "90", "prog"}, get, &errb); o == nil || o.timeout != 90*time.Second {
+		t.Fatalf("--timeout 90: %+v", o)
+	}
 	o, _ = parseRun([]string{"prog"}, get, &errb)
 	if o.maxRestarts != 2 {
 		t.Fatalf("GODIST_MAX_RESTARTS should win over PET_MAX_RESTARTS: got %d", o.maxRestarts)
@@ -69,6 +72,7 @@ func TestParseRunEnvAndFlags(t *testing.T) {
 		{"--rdzv-conf", "bogus=1", "p"}, {"--no-such-flag", "p"},
 		// issue 19, item 12
 		{"--nproc-per-node", "100000", "p"}, {"--standalone", "--nnodes", "2", "p"}, {"--stop-timeout", "-1s", "p"},
+		{"--timeout", "-5", "p"}, {"--timeout", "soon", "p"},
 	} {
 		errb.Reset()
 		if _, code := parseRun(bad, func(string) string { return "" }, &errb); code != exitUsage {

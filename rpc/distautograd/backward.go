@@ -118,12 +118,15 @@ func (c *dctx) peers() []int {
 // gradients of ones) on the worker that called Backward, none elsewhere.
 func (c *dctx) start(roots []*autograd.Var) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.startLocked(roots); err != nil {
+		c.mu.Unlock()
 		return err
 	}
-	c.progressLocked()
-	return c.mu.err
+	out := c.progressLocked()
+	err := c.mu.err
+	c.mu.Unlock()
+	c.send(out)
+	return err
 }
 
 func (c *dctx) startLocked(roots []*autograd.Var) error {
@@ -152,30 +155,37 @@ func (c *dctx) startLocked(roots []*autograd.Var) error {
 // deliver feeds a gradient from a receiver into the pass (starting it).
 func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.startLocked(nil); err != nil {
+		c.mu.Unlock()
 		return err
 	}
 	if c.mu.err != nil {
-		return c.mu.err
-	}
-	if err := c.mu.pass.deliver(msg, g); err != nil {
+		err := c.mu.err
+		c.mu.Unlock()
 		return err
 	}
-	c.progressLocked()
+	if err := c.mu.pass.deliver(msg, g); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	out := c.progressLocked()
+	c.mu.Unlock()
+	c.send(out)
 	return nil
 }
 
-// progressLocked runs what is ready, keeps the leaves' gradients, sends
-// what the pass produced and checks whether it is over.
-func (c *dctx) progressLocked() {
+// progressLocked runs what is ready, keeps the leaves' gradients, and
+// checks whether the pass is over; it returns the gradients to send
+// (counted in flight), which the caller sends with send once it has let
+// go of the lock.
+func (c *dctx) progressLocked() []gradOut {
 	p := c.mu.pass
 	if c.mu.err != nil || p == nil {
-		return
+		return nil
 	}
 	if err := p.run(); err != nil {
 		c.failLocked(fmt.Errorf("distautograd: backward on %s: %w", c.w.a.Self().Name, err))
-		return
+		return nil
 	}
 	for v, g := range p.takeLeaves() {
 		if old := c.mu.grads[v]; old != nil {
@@ -184,8 +194,16 @@ func (c *dctx) progressLocked() {
 			c.mu.grads[v] = tensor.New(v.DType(), v.Shape()...).Copy(g)
 		}
 	}
-	for _, o := range p.takeOut() {
-		c.mu.inflight++
+	out := p.takeOut()
+	c.mu.inflight += len(out)
+	c.checkDoneLocked()
+	return out
+}
+
+// send sends gradients to their send nodes' workers; each answer (or
+// failure) is accounted for under the lock.
+func (c *dctx) send(out []gradOut) {
+	for _, o := range out {
 		peer, _ := c.w.a.WorkerByRank(o.peer)
 		c.w.fns.grad.Go(c.passCtx, c.w.a, peer.Name, gradMsg{Ctx: int64(c.id), Msg: o.msg, Grad: o.grad}).Then(func(_ struct{}, err error) {
 			c.mu.Lock()
@@ -198,7 +216,6 @@ func (c *dctx) progressLocked() {
 			c.checkDoneLocked()
 		})
 	}
-	c.checkDoneLocked()
 }
 
 func (c *dctx) checkDoneLocked() {

@@ -413,3 +413,10 @@ func NumContexts(a *rpc.Agent) int {
 	defer ww.mu.Unlock()
 	return len(ww.mu.ctxs)
 }
+
+// WithAgent returns ctx with a as the agent this package's functions use
+// (GetGradients on a worker that did not create the context, say).
+func WithAgent(ctx context.Context, a *rpc.Agent) context.Context {
+	id, _ := contextOf(ctx)
+	return context.WithValue(ctx, ctxKey{}, ctxVal{a, id})
+}

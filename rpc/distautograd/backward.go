@@ -58,10 +58,10 @@ func (w *worker) register() error {
 		if c == nil {
 			return nil, fmt.Errorf("distautograd: %s holds no context %v (released)", w.a.Self().Name, ContextID(m.Ctx))
 		}
-		if err := c.start(nil); err != nil {
-			return nil, err
-		}
-		return c.peers(), nil
+		// The pass runs on its own: the reply (the peers, for the root's
+		// discovery) does not wait for this worker's backward.
+		go c.start(nil)
+		return c.peerList(), nil
 	})
 	keep(e)
 	w.fns.wait, e = rpc.RegisterAsync(w.a, prefix+"wait", func(_ context.Context, id int64) *rpc.Future[struct{}] {
@@ -103,11 +103,11 @@ func (w *worker) register() error {
 }
 
 // peers lists the workers c exchanged Vars with.
-func (c *dctx) peers() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]int, 0, len(c.mu.peers))
-	for p := range c.mu.peers {
+func (c *dctx) peerList() []int {
+	c.peers.Lock()
+	defer c.peers.Unlock()
+	out := make([]int, 0, len(c.peers.set))
+	for p := range c.peers.set {
 		out = append(out, p)
 	}
 	sort.Ints(out)
@@ -290,7 +290,7 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 	}
 	// Learn every worker of the context, starting their passes.
 	known := map[int]bool{self.ID: true}
-	frontier := c.peers()
+	frontier := c.peerList()
 	var all []int
 	for len(frontier) > 0 {
 		var level []int

@@ -68,11 +68,16 @@ type dctx struct {
 	// cancel stops the calls of this worker's pass.
 	passCtx context.Context
 	cancel  context.CancelFunc
-	mu      struct {
+	// peers are the workers this one exchanged Vars with in the context;
+	// apart from mu, which a running pass holds.
+	peers struct {
+		sync.Mutex
+		set map[int]bool
+	}
+	mu struct {
 		sync.Mutex
 		sends    map[uint64]autograd.Node
 		recvs    map[autograd.Node]recvEdge
-		peers    map[int]bool
 		grads    map[*autograd.Var]*tensor.Tensor
 		pass     *pass
 		inflight int   // gradients sent, not yet acknowledged
@@ -91,7 +96,7 @@ func (w *worker) newDctx(id ContextID) *dctx {
 	c.passCtx, c.cancel = context.WithCancel(context.Background())
 	c.mu.sends = map[uint64]autograd.Node{}
 	c.mu.recvs = map[autograd.Node]recvEdge{}
-	c.mu.peers = map[int]bool{}
+	c.peers.set = map[int]bool{}
 	c.mu.grads = map[*autograd.Var]*tensor.Tensor{}
 	c.mu.passDone = make(chan struct{})
 	return c
@@ -258,8 +263,8 @@ func (v *Var) EncodeWire(e *wire.Encoder) error {
 		return fmt.Errorf("distautograd: sending a Var in context %v, which was released", id)
 	}
 	c.mu.sends[msg] = n
-	c.mu.peers[x.Peer] = true
 	c.mu.Unlock()
+	c.addPeer(x.Peer)
 	x.SetValue(ctxKey{}, id)
 	e.Byte(1)
 	e.Uvarint(uint64(id))
@@ -321,9 +326,9 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 	c.mu.Lock()
 	if !c.mu.released {
 		c.mu.recvs[out.GradFn()] = recvEdge{peer: x.Peer, msg: msg}
-		c.mu.peers[x.Peer] = true
 	}
 	c.mu.Unlock()
+	c.addPeer(x.Peer)
 	x.SetValue(ctxKey{}, ContextID(id))
 	v.Var = out
 	return nil
@@ -419,4 +424,10 @@ func NumContexts(a *rpc.Agent) int {
 func WithAgent(ctx context.Context, a *rpc.Agent) context.Context {
 	id, _ := contextOf(ctx)
 	return context.WithValue(ctx, ctxKey{}, ctxVal{a, id})
+}
+
+func (c *dctx) addPeer(r int) {
+	c.peers.Lock()
+	c.peers.set[r] = true
+	c.peers.Unlock()
 }

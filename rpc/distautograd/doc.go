@@ -3,7 +3,7 @@
 // where Vars that need gradients cross an RPC, and backward uses those
 // records to carry gradients back across workers.
 //
-//	ctx, id := distautograd.NewContext(ctx, agent)
+//	ctx, id, err := distautograd.NewContext(ctx, agent)
 //	defer distautograd.Release(ctx, id)
 //	h, err := layer.Call(ctx, agent, "ps", distautograd.Wrap(x)) // h: *distautograd.Var
 //	loss := autograd.MeanAll(autograd.Square(h.Var))
@@ -49,7 +49,9 @@
 // two contributions (more may be added in another order).
 //
 // Gradients of leaves go to the context's map (GetGradients), never to
-// Var.Grad. One backward pass per context. When any worker's pass fails
+// Var.Grad. One backward pass per context; Backward must be called on
+// the worker that created the context. distoptim steps the parameters'
+// owners with these gradients. When any worker's pass fails
 // or a worker dies, Backward returns an error naming it and the context
 // is released on every worker.
 package distautograd

@@ -517,12 +517,13 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 		return // Init failed
 	}
 	replied := false
+	x := &Exchange{Agent: a, Peer: src}
 	reply := func(res any, resFP uint64, err error) {
 		if replied {
 			return
 		}
 		replied = true
-		a.reply(src, id, resFP, res, err)
+		a.reply(src, id, resFP, res, err, x)
 		a.serving.Add(-1)
 	}
 	h, body, err := decodeHead(msg)
@@ -551,7 +552,7 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 	}
 	var d *wire.Decoder
 	if verr == nil {
-		if d, err = wire.NewDecoder(body, &decodeCtx{agent: a, src: src}); err != nil {
+		if d, err = wire.NewDecoder(body, &decodeCtx{agent: a, src: src, x: x}); err != nil {
 			verr = &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: h.name, Message: err.Error()}
 			if !isRemote {
 				reply(nil, 0, verr)
@@ -559,11 +560,12 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 			}
 		}
 	}
-	ctx := a.serveCtx
+	ctx := context.WithValue(a.serveCtx, exchangeKey{}, x)
 	var cancel context.CancelFunc = func() {}
 	if h.timeout > 0 && !isRemote {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 	}
+	x.Context = ctx
 	// run calls the function (on the target's value for a method) and
 	// hands its result, with errors put in their wire form, to done.
 	run := func(done func(any, error)) {
@@ -659,11 +661,12 @@ func kindOf(method bool) string {
 }
 
 // reply sends a request's result (or error) back to src.
-func (a *Agent) reply(src int, id uint64, resFP uint64, res any, err error) {
+// x is the call's exchange (nil for replies that are not a function's).
+func (a *Agent) reply(src int, id uint64, resFP uint64, res any, err error, x *Exchange) {
 	var e wire.Encoder
 	status := byte(replyOK)
 	if err == nil && res != nil {
-		e.Ctx = &encodeCtx{agent: a, dst: src}
+		e.Ctx = &encodeCtx{agent: a, dst: src, x: x}
 		if encErr := e.Encode(res); encErr != nil {
 			err = &wireError{Kind: errRemote, Worker: a.self.Name, Message: "encoding the result: " + encErr.Error()}
 			e = wire.Encoder{}

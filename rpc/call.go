@@ -101,7 +101,8 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 	e := encoders.Get().(*wire.Encoder)
 	defer putEncoder(e)
 	e.Reset()
-	ec := &encodeCtx{agent: a, dst: dst}
+	x := &Exchange{Agent: a, Peer: dst, Context: ctx}
+	ec := &encodeCtx{agent: a, dst: dst, x: x}
 	e.Ctx = ec
 	if err := e.Encode(args); err != nil {
 		ec.cancelForks()
@@ -113,7 +114,7 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 			fail(err)
 			return
 		}
-		r, err := decodeResult[R](a, dst, body)
+		r, err := decodeResult[R](a, dst, body, x)
 		if err != nil {
 			fail(err)
 			return
@@ -123,9 +124,9 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 	return f
 }
 
-func decodeResult[R any](a *Agent, src int, body []byte) (R, error) {
+func decodeResult[R any](a *Agent, src int, body []byte, x *Exchange) (R, error) {
 	var r R
-	d, err := wire.NewDecoder(body, &decodeCtx{agent: a, src: src})
+	d, err := wire.NewDecoder(body, &decodeCtx{agent: a, src: src, x: x})
 	if err == nil {
 		if err = d.Decode(&r); err == nil {
 			err = d.Finish()
@@ -158,7 +159,8 @@ func (a *Agent) workerNames() []string {
 type encodeCtx struct {
 	agent *Agent
 	dst   int
-	forks [][2]any // (rref.RRefID, rref.ForkID) forked into the message
+	forks [][2]any  // (rref.RRefID, rref.ForkID) forked into the message
+	x     *Exchange // the call's; nil: made on demand
 }
 
 // decodeCtx is the decoder's: the agent and the worker the message came
@@ -166,6 +168,7 @@ type encodeCtx struct {
 type decodeCtx struct {
 	agent *Agent
 	src   int
+	x     *Exchange // the call's; nil: made on demand
 }
 
 func unsafeBytes(w []uint64, n int) []byte {

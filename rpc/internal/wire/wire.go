@@ -280,6 +280,24 @@ func (d *Decoder) length(min int) (int, error) {
 	return int(n), nil
 }
 
+// nilableLength reads the length of a slice or map as encoded: 0 for
+// nil, else the number of elements plus one (returned as it is), each at
+// least min bytes long.
+func (d *Decoder) nilableLength(min int) (int, error) {
+	n, err := d.Uvarint()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	limit := uint64(maxZeroSizeElems)
+	if min > 0 {
+		limit = uint64(len(d.meta) / min)
+	}
+	if n-1 > limit {
+		return 0, fmt.Errorf("%w: %d elements claimed, the body has room for %d", ErrMalformed, n-1, limit)
+	}
+	return int(n), nil
+}
+
 func (d *Decoder) tensor() (*tensor.Tensor, error) {
 	dt, err := d.Byte()
 	if err != nil {
@@ -666,7 +684,7 @@ func (b *builder) fill(p *plan, t reflect.Type) (string, error) {
 				return err
 			}
 			defer d.leave()
-			n, err := d.length(per)
+			n, err := d.nilableLength(per)
 			if err != nil {
 				return err
 			}
@@ -845,7 +863,7 @@ func (b *builder) slice(p *plan, t reflect.Type) (string, error) {
 			return err
 		}
 		defer d.leave()
-		n, err := d.length(ep.min)
+		n, err := d.nilableLength(ep.min)
 		if err != nil {
 			return err
 		}

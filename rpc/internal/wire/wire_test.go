@@ -254,3 +254,18 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestTightContainers: a slice or map whose elements fill the rest of the
+// body exactly decodes (the room check once counted the nil marker as an
+// element).
+func TestTightContainers(t *testing.T) {
+	if out, _ := roundTrip(t, []int{0, 2}); !reflect.DeepEqual(out, []int{0, 2}) {
+		t.Errorf("[]int: %v", out)
+	}
+	if out, _ := roundTrip(t, []bool{true, false, true}); !reflect.DeepEqual(out, []bool{true, false, true}) {
+		t.Errorf("[]bool: %v", out)
+	}
+	if out, _ := roundTrip(t, map[int8]bool{1: true}); !reflect.DeepEqual(out, map[int8]bool{1: true}) {
+		t.Errorf("map: %v", out)
+	}
+}

@@ -1,0 +1,57 @@
+// Package distautograd is distributed autograd (PyTorch's
+// torch.distributed.autograd): the forward pass records, in a context,
+// where Vars that need gradients cross an RPC, and backward uses those
+// records to carry gradients back across workers.
+//
+//	ctx, id, err := distautograd.NewContext(ctx, agent)
+//	defer distautograd.Release(ctx, id)
+//	h, err := layer.Call(ctx, agent, "ps", distautograd.Wrap(x)) // h: *distautograd.Var
+//	loss := autograd.MeanAll(autograd.Square(h.Var))
+//	err = distautograd.Backward(ctx, id, loss)
+//	grads, err := distautograd.GetGradients(ctx, id) // this worker's leaves
+//
+// # How Vars cross an RPC
+//
+// A *Var (an *autograd.Var wrapped with Wrap) may sit anywhere in a
+// registered function's arguments or result, inside structs, slices and
+// maps too. It encodes itself (it is a wire.Extension): when it needs
+// gradients and the call happens inside a context, the sender records a
+// send node whose input is the Var, gives the message an id, and sends
+// the context id and that id beside the tensor; the receiver creates the
+// context under the same id if it has not seen it, and hands the handler
+// a Var whose node is a receive node. Which context: the one NewContext
+// put in the caller's ctx, or, inside a handler, the one the arguments
+// arrived in (the handler's ctx carries it, so its own calls and its
+// result are recorded in it too, as PyTorch's thread-local context is).
+// Outside a context a Var travels as a plain leaf that keeps its
+// RequiresGrad flag.
+//
+// A context id is the creating worker's rank in the top 16 bits and a
+// counter below, unique across the job. Every other worker that joins a
+// context holds a call to the creator open (a lease); Release on the
+// creator answers it, and each worker drops its context; a creator that
+// dies ends them too.
+//
+// # Backward
+//
+// Backward runs on the worker that created the context. Its worker's
+// pass starts at once; it then learns every worker of the context by
+// asking each it knows for the workers they exchanged Vars with (which
+// starts their passes), and waits for every pass to end. Each worker
+// computes its dependencies before it runs anything (PyTorch's FAST
+// mode): everything reachable from the roots and from every send node of
+// the context. A receive node whose gradient is ready sends it to its
+// send node's worker. Unlike PyTorch's FAST mode, a receive node that no
+// root or send node reaches reports "no gradient" to its sender at the
+// start, so that a send whose Var was not used still lets its worker's
+// counts reach zero: the gradients are those of local backward on the
+// same composite model, and bit for bit so when no Var gathers more than
+// two contributions (more may be added in another order).
+//
+// Gradients of leaves go to the context's map (GetGradients), never to
+// Var.Grad. One backward pass per context; Backward must be called on
+// the worker that created the context. distoptim steps the parameters'
+// owners with these gradients. When any worker's pass fails
+// or a worker dies, Backward returns an error naming it and the context
+// is released on every worker.
+package distautograd

@@ -88,6 +88,12 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
 		if ctx.Err() == nil || lastErr == nil {
 			lastErr = err
 		}
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			// A name that does not resolve will not start to: say so now,
+			// not at the end of the timeout.
+			return nil, &ConnError{Addr: addr, Op: "dial", Err: fmt.Errorf("the host does not resolve (%w): check MASTER_ADDR", err)}
+		}
 		if ctx.Err() != nil {
 			return nil, &ConnError{Addr: addr, Op: "dial", Err: fmt.Errorf("%w after %v and %d attempts (last error: %w)",
 				ctx.Err(), time.Since(start).Round(time.Millisecond), attempt, lastErr)}

@@ -301,3 +301,23 @@ func TestServerLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestDialUnresolvable: a store host that does not resolve fails the dial
+// at once, naming the address (issue 19, item 8: it was silent for the
+// whole timeout).
+func TestDialUnresolvable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dnsErr *net.DNSError
+	if _, err := net.DefaultResolver.LookupHost(ctx, "no-such-host.invalid"); !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+		t.Skipf("this machine's resolver does not answer \"not found\" for .invalid: %v", err)
+	}
+	begin := time.Now()
+	_, err := store.Dial(ctx, "no-such-host.invalid:29500", store.DialOptions{Timeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "no-such-host.invalid") || !strings.Contains(err.Error(), "MASTER_ADDR") {
+		t.Fatalf("dialing an unresolvable host: %v", err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Fatalf("the dial failed after %v", d)
+	}
+}

@@ -96,38 +96,50 @@ func trainLocal(t *testing.T, c config) ([]float64, []*tensor.Tensor) {
 // trained across the parameter server and the trainer gives, step for
 // step, the losses of the same model trained in one process with local
 // autograd and the same SGD, bit for bit, and ends with the same
-// parameters, bit for bit.
+// parameters, bit for bit; with dropout on both workers and with a
+// two-layer LSTM (on smaller batches, to keep the race build quick).
 func TestMatchesOneProcess(t *testing.T) {
-	const steps = 20
-	c := testConfig(steps)
-	c.keepParams = true
-	res, log := spawn(t, c)
-	want, wantParams := trainLocal(t, c)
-	if len(res.losses) != steps || strings.Count(log, "\tloss ") != steps {
-		t.Fatalf("%d losses, %d progress lines; want %d:\n%s", len(res.losses), strings.Count(log, "\tloss "), steps, log)
-	}
-	var maxDiff float64
-	for i, l := range res.losses {
-		d := math.Abs(l - want[i])
-		maxDiff = max(maxDiff, d)
-		if l != want[i] {
-			t.Errorf("step %d: loss %.9g across 2 workers, %.9g in one process (differ by %.3g)", i+1, l, want[i], d)
-		}
-	}
-	t.Logf("losses, step 1..%d, across 2 workers: %.7g; in one process: %.7g; largest difference %g", steps, res.losses, want, maxDiff)
-	if !(want[steps-1] < want[0]) {
-		t.Errorf("the loss did not fall in %d steps: %v", steps, want)
-	}
-	if res.LossFirst != res.losses[0] || res.LossLast != res.losses[steps-1] || res.Steps != steps {
-		t.Errorf("result %+v for losses %v", res, res.losses)
-	}
-	if len(res.params) != len(wantParams) {
-		t.Fatalf("%d parameters across 2 workers, %d in one process", len(res.params), len(wantParams))
-	}
-	for i, p := range res.params {
-		if !tensor.Equal(p, wantParams[i]) {
-			t.Errorf("parameter %d (shape %v) differs after %d steps", i, p.Shape(), steps)
-		}
+	for _, tc := range []struct {
+		name         string
+		layers       int
+		dropout      float64
+		batch, block int
+	}{{"1 layer, dropout", 1, 0.1, 8, 32}, {"2 layers", 2, 0, 4, 16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const steps = 20
+			c := testConfig(steps)
+			c.sizes.Layers, c.sizes.Dropout = tc.layers, tc.dropout
+			c.batch, c.block = tc.batch, tc.block
+			c.keepParams = true
+			res, log := spawn(t, c)
+			want, wantParams := trainLocal(t, c)
+			if len(res.losses) != steps || strings.Count(log, "\tloss ") != steps {
+				t.Fatalf("%d losses, %d progress lines; want %d:\n%s", len(res.losses), strings.Count(log, "\tloss "), steps, log)
+			}
+			var maxDiff float64
+			for i, l := range res.losses {
+				d := math.Abs(l - want[i])
+				maxDiff = max(maxDiff, d)
+				if l != want[i] {
+					t.Errorf("step %d: loss %.9g across 2 workers, %.9g in one process (differ by %.3g)", i+1, l, want[i], d)
+				}
+			}
+			t.Logf("losses, step 1..%d, across 2 workers: %.7g; in one process: %.7g; largest difference %g", steps, res.losses, want, maxDiff)
+			if !(want[steps-1] < want[0]) {
+				t.Errorf("the loss did not fall in %d steps: %v", steps, want)
+			}
+			if res.LossFirst != res.losses[0] || res.LossLast != res.losses[steps-1] || res.Steps != steps {
+				t.Errorf("result %+v for losses %v", res, res.losses)
+			}
+			if len(res.params) != len(wantParams) || len(wantParams) != 3+4*tc.layers {
+				t.Fatalf("%d parameters across 2 workers, %d in one process", len(res.params), len(wantParams))
+			}
+			for i, p := range res.params {
+				if !tensor.Equal(p, wantParams[i]) {
+					t.Errorf("parameter %d (shape %v) differs after %d steps", i, p.Shape(), steps)
+				}
+			}
+		})
 	}
 }
 

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -33,11 +33,20 @@ demo-rpc-batch: bin/godist bin/rpc-batch
 	bin/godist run --standalone --nproc-per-node 5 bin/rpc-batch --batch=true
 	bin/godist run --standalone --nproc-per-node 5 bin/rpc-batch --batch=false
 
+# The tutorial's model-parallel RNN: the embedding table and the decoder on
+# the parameter server, the LSTM on the trainer, trained on Go's source
+# bytes with distributed autograd and the distributed optimizer.
+demo-rpc-rnn: bin/godist bin/rpc-rnn
+	bin/godist run --standalone --nproc-per-node 2 bin/rpc-rnn
+
 bin/rpc-rl:
 	$(GO) build -o $@ ./examples/rpc-rl
 
 bin/rpc-batch:
 	$(GO) build -o $@ ./examples/rpc-batch
+
+bin/rpc-rnn:
+	$(GO) build -o $@ ./examples/rpc-rnn
 
 bin/tinygpt:
 	$(GO) build -o $@ ./examples/tinygpt

@@ -239,7 +239,19 @@ func (v *Var) EncodeWire(e *wire.Encoder) error {
 		id, inCtx = x.Value(ctxKey{}).(ContextID)
 	}
 	if !v.RequiresGrad() || !autograd.GradEnabled() || !inCtx {
-		e.Byte(0)
+		if inCtx {
+			// No gradient flows back through this Var, but the callee
+			// joins the context, so that what it computes from its own
+			// parameters (an embedding lookup of these indices) is
+			// recorded in it.
+			if err := joinPeer(x, id); err != nil {
+				return err
+			}
+			e.Byte(2)
+			e.Uvarint(uint64(id))
+		} else {
+			e.Byte(0)
+		}
 		if v.RequiresGrad() {
 			e.Byte(1)
 		} else {
@@ -272,6 +284,22 @@ func (v *Var) EncodeWire(e *wire.Encoder) error {
 	return e.Encode(v.Value())
 }
 
+// joinPeer notes, on the sender of a Var in context id, that the call's
+// peer takes part in the context.
+func joinPeer(x *rpc.Exchange, id ContextID) error {
+	w, err := workerOf(x.Agent)
+	if err != nil {
+		return err
+	}
+	c := w.lookup(id)
+	if c == nil {
+		return fmt.Errorf("distautograd: sending a Var in context %v, which %s does not hold (released?)", id, x.Agent.Self().Name)
+	}
+	c.addPeer(x.Peer)
+	x.SetValue(ctxKey{}, id)
+	return nil
+}
+
 // DecodeWire makes the received Var: in a context, one whose node is a
 // receive node.
 func (v *Var) DecodeWire(d *wire.Decoder) error {
@@ -284,7 +312,20 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 		return err
 	}
 	switch flag {
-	case 0:
+	case 0, 2:
+		if flag == 2 {
+			// In a context, with no gradient to carry back: join it.
+			id, err := d.Uvarint()
+			if err != nil {
+				return err
+			}
+			w, err := workerOf(x.Agent)
+			if err != nil {
+				return err
+			}
+			w.join(ContextID(id)).addPeer(x.Peer)
+			x.SetValue(ctxKey{}, ContextID(id))
+		}
 		rg, err := d.Byte()
 		if err != nil {
 			return err

@@ -23,8 +23,14 @@
 // put in the caller's ctx, or, inside a handler, the one the arguments
 // arrived in (the handler's ctx carries it, so its own calls and its
 // result are recorded in it too, as PyTorch's thread-local context is).
-// Outside a context a Var travels as a plain leaf that keeps its
-// RequiresGrad flag.
+// A Var that needs no gradient (indices to look up, say) records nothing
+// but carries the context id all the same, so that the callee joins the
+// context and a result it computes from its own parameters is recorded:
+// wrap such arguments in a Var (Wrap(autograd.Const(t))) when the callee's
+// parameters need gradients, for a call whose arguments hold no Var does
+// not carry the context (PyTorch records every call made in a context)
+// and its result comes back as a leaf. Outside a context a Var travels
+// as a plain leaf that keeps its RequiresGrad flag.
 //
 // A context id is the creating worker's rank in the top 16 bits and a
 // counter below, unique across the job. Every other worker that joins a

@@ -3,6 +3,8 @@ package distautograd
 import (
 	"container/heap"
 	"fmt"
+	"math"
+	"sort"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/tensor"
@@ -69,8 +71,8 @@ type gradOut struct {
 type pass struct {
 	deps     map[autograd.Node]int
 	leafDeps map[*autograd.Var]int
-	grads    map[autograd.Node]*tensor.Tensor
-	leafGrad map[*autograd.Var]*tensor.Tensor
+	grads    map[autograd.Node][]contrib
+	leafGrad map[*autograd.Var][]contrib
 	ready    nodeHeap
 	recvs    map[autograd.Node]recvEdge
 	sends    map[uint64]autograd.Node
@@ -87,7 +89,7 @@ type pass struct {
 func newPass(roots []*autograd.Var, rootGrads []*tensor.Tensor, sends map[uint64]autograd.Node, recvs map[autograd.Node]recvEdge) (*pass, error) {
 	p := &pass{
 		deps: map[autograd.Node]int{}, leafDeps: map[*autograd.Var]int{},
-		grads: map[autograd.Node]*tensor.Tensor{}, leafGrad: map[*autograd.Var]*tensor.Tensor{},
+		grads: map[autograd.Node][]contrib{}, leafGrad: map[*autograd.Var][]contrib{},
 		recvs: recvs, sends: sends, waiting: map[uint64]bool{}, done: map[*autograd.Var]*tensor.Tensor{},
 	}
 	var stack []autograd.Node
@@ -138,7 +140,7 @@ func newPass(roots []*autograd.Var, rootGrads []*tensor.Tensor, sends map[uint64
 	}
 	for i, r := range roots {
 		if n := r.GradFn(); !n.IsZero() {
-			p.grads[n] = sum(p.grads[n], rootGrads[i])
+			p.grads[n] = append(p.grads[n], contrib{rootSeq, rootGrads[i]})
 		}
 	}
 	for _, i := range leafRoots {
@@ -149,7 +151,7 @@ func newPass(roots []*autograd.Var, rootGrads []*tensor.Tensor, sends map[uint64
 	}
 	for _, i := range leafRoots {
 		if roots[i].RequiresGrad() {
-			p.flowLeaf(roots[i], rootGrads[i])
+			p.flowLeaf(roots[i], rootSeq, rootGrads[i])
 		}
 	}
 	seen := map[autograd.Node]bool{}
@@ -176,7 +178,7 @@ func (p *pass) deliver(msg uint64, g *tensor.Tensor) error {
 		return fmt.Errorf("distautograd: a gradient of shape %v for message %d, whose Var has shape %v", g.Shape(), msg, n.Inputs()[0].Shape())
 	}
 	delete(p.waiting, msg)
-	p.grads[n] = g
+	p.grads[n] = []contrib{{rootSeq, g}}
 	heap.Push(&p.ready, n)
 	return nil
 }
@@ -186,7 +188,7 @@ func (p *pass) deliver(msg uint64, g *tensor.Tensor) error {
 func (p *pass) run() error {
 	for p.ready.Len() > 0 {
 		n := heap.Pop(&p.ready).(autograd.Node)
-		g := p.grads[n]
+		g := total(p.grads[n])
 		delete(p.grads, n)
 		p.left--
 		if e, ok := p.recvs[n]; ok {
@@ -209,26 +211,50 @@ func (p *pass) run() error {
 				gi = ins[i]
 			}
 			if m := in.GradFn(); !m.IsZero() {
-				p.grads[m] = sum(p.grads[m], gi)
+				p.grads[m] = append(p.grads[m], contrib{n.Seq(), gi})
 				if p.deps[m]--; p.deps[m] == 0 {
 					heap.Push(&p.ready, m)
 				}
 				continue
 			}
-			p.flowLeaf(in, gi)
+			p.flowLeaf(in, n.Seq(), gi)
 		}
 	}
 	return nil
 }
 
-func (p *pass) flowLeaf(v *autograd.Var, g *tensor.Tensor) {
-	p.leafGrad[v] = sum(p.leafGrad[v], g)
+func (p *pass) flowLeaf(v *autograd.Var, seq uint64, g *tensor.Tensor) {
+	p.leafGrad[v] = append(p.leafGrad[v], contrib{seq, g})
 	if p.leafDeps[v]--; p.leafDeps[v] == 0 {
-		if lg := p.leafGrad[v]; lg != nil {
+		if lg := total(p.leafGrad[v]); lg != nil {
 			p.done[v] = lg
 		}
 		delete(p.leafGrad, v)
 	}
+}
+
+// contrib is one contribution to a node's or leaf's gradient, from the
+// node of sequence number seq.
+type contrib struct {
+	seq uint64
+	g   *tensor.Tensor
+}
+
+// rootSeq ranks the roots' gradients, and a send node's one gradient,
+// before every node's.
+const rootSeq = math.MaxUint64
+
+// total adds the contributions in the order local backward would have
+// made them (their producers run newest first; one producer's in the
+// order of its inputs), whatever order they arrived in: gradients that
+// come over the network in varying order still sum to the same bits.
+func total(cs []contrib) *tensor.Tensor {
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].seq > cs[j].seq })
+	var g *tensor.Tensor
+	for _, c := range cs {
+		g = sum(g, c.g)
+	}
+	return g
 }
 
 // takeOut returns the gradients to send since the last call.

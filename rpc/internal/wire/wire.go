@@ -20,7 +20,8 @@
 // as its dtype and shape (its elements go to the data section).
 // Interfaces, functions and channels cannot be encoded: no code and no
 // type chosen by the sender ever crosses the wire. Unexported fields are
-// skipped, as encoding/gob and encoding/json do.
+// skipped, as encoding/gob and encoding/json do; a struct whose fields are
+// all unexported is refused, since it would travel empty.
 //
 // Both sides compute a fingerprint of the type's structure (Fingerprint);
 // the RPC layer sends it with the call, so that a caller and a callee that
@@ -730,6 +731,11 @@ func (b *builder) fill(p *plan, t reflect.Type) (string, error) {
 			fields = append(fields, field{i, fp})
 			p.min += fp.min
 			desc += f.Name + " " + fdesc + ";"
+		}
+		if len(fields) == 0 && t.NumField() > 0 {
+			// Only unexported fields: it would travel empty (an
+			// *autograd.Var, a mutex), which is never what was meant.
+			return "", fmt.Errorf("%w: %v has no exported fields, so nothing of it would travel", errNotEncoded, t)
 		}
 		p.enc = func(e *Encoder, v reflect.Value) error {
 			for _, f := range fields {

@@ -337,6 +337,13 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 		if t == nil {
 			return fmt.Errorf("%w: a Var without a tensor", wire.ErrMalformed)
 		}
+		if flag == 0 && rg == 1 && x.Context != nil {
+			if id, in := CurrentContext(x.Context); in {
+				// The other side computed it outside the context this
+				// call was made in: its gradient would be lost silently.
+				return fmt.Errorf("distautograd: a Var that needs gradients came from worker %d outside context %v, so its gradient could not flow back; give the call at least one argument wrapped with Wrap (Wrap(autograd.Const(t)) will do), so that the callee joins the context", x.Peer, id)
+			}
+		}
 		v.Var = autograd.NewVar(t, rg == 1)
 		return nil
 	case 1:

@@ -2,6 +2,7 @@ package distautograd_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/godist/godist/autograd"
@@ -64,4 +65,36 @@ func TestNoGradArgumentCarriesContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNoContexts(t, c)
+}
+
+// TestLostGradientRefused: a call inside a context whose arguments carry
+// no Var cannot bring the callee into the context; a result that needs
+// gradients then comes back as an error naming the remedy, not as a leaf
+// whose gradient would be lost without a word.
+func TestLostGradientRefused(t *testing.T) {
+	w := autograd.Param(tensor.Randn(tensor.NewRNG(3), 5, 2))
+	var lookup rpc.Fn[[]int64, *distautograd.Var]
+	c := startCluster(t, 2, func(_ int, reg *rpc.Registry) {
+		var err error
+		lookup, err = rpc.Register(reg, "lookupPlain", func(_ context.Context, idx []int64) (*distautograd.Var, error) {
+			return distautograd.Wrap(autograd.Embedding(tensor.FromInt64(idx, len(idx)), w)), nil
+		})
+		if err != nil {
+			panic(err)
+		}
+	})
+	a := c.agents[0]
+	ctx, id, err := distautograd.NewContext(testCtx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer distautograd.Release(ctx, id)
+	_, err = lookup.Call(ctx, a, "worker1", []int64{4, 0})
+	if err == nil || !strings.Contains(err.Error(), "Wrap") {
+		t.Fatalf("a gradient that could not flow back: %v", err)
+	}
+	// Outside a context the same call is fine: nothing is recorded.
+	if _, err := lookup.Call(testCtx(t), a, "worker1", []int64{4, 0}); err != nil {
+		t.Fatal(err)
+	}
 }

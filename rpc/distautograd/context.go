@@ -238,6 +238,17 @@ func (v *Var) EncodeWire(e *wire.Encoder) error {
 	if !inCtx {
 		id, inCtx = x.Value(ctxKey{}).(ContextID)
 	}
+	if inCtx && autograd.GradEnabled() && !v.RequiresGrad() {
+		// A Var that needs no gradient still brings the callee into the
+		// context, so that what the handler returns from its own
+		// parameters is recorded (PyTorch forces grad recording for
+		// Python functions the same way): the tutorial's parameter
+		// server gets a plain input and returns an output that needs
+		// gradients.
+		e.Byte(2)
+		e.Uvarint(uint64(id))
+		return e.Encode(v.Value())
+	}
 	if !v.RequiresGrad() || !autograd.GradEnabled() || !inCtx {
 		e.Byte(0)
 		if v.RequiresGrad() {
@@ -297,6 +308,26 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 			return fmt.Errorf("%w: a Var without a tensor", wire.ErrMalformed)
 		}
 		v.Var = autograd.NewVar(t, rg == 1)
+		return nil
+	case 2:
+		id, err := d.Uvarint()
+		if err != nil {
+			return err
+		}
+		var t *tensor.Tensor
+		if err := d.Decode(&t); err != nil {
+			return err
+		}
+		if t == nil {
+			return fmt.Errorf("%w: a Var without a tensor", wire.ErrMalformed)
+		}
+		w, err := workerOf(x.Agent)
+		if err != nil {
+			return err
+		}
+		w.join(ContextID(id))
+		x.SetValue(ctxKey{}, ContextID(id))
+		v.Var = autograd.NewVar(t, false)
 		return nil
 	case 1:
 	default:

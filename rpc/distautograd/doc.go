@@ -23,8 +23,12 @@
 // put in the caller's ctx, or, inside a handler, the one the arguments
 // arrived in (the handler's ctx carries it, so its own calls and its
 // result are recorded in it too, as PyTorch's thread-local context is).
-// Outside a context a Var travels as a plain leaf that keeps its
-// RequiresGrad flag.
+// A Var that needs no gradient, sent inside a context, carries only the
+// context id: the callee joins the context, so that what its handler
+// returns from its own parameters is recorded (PyTorch forces grad
+// recording for Python functions the same way; a parameter server's
+// input batch needs no gradient). Outside a context a Var travels as a
+// plain leaf that keeps its RequiresGrad flag.
 //
 // A context id is the creating worker's rank in the top 16 bits and a
 // counter below, unique across the job. Every other worker that joins a

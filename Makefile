@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps test vet bench bench-gemm bench-dist build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -38,6 +38,14 @@ demo-rpc-batch: bin/godist bin/rpc-batch
 # bytes with distributed autograd and the distributed optimizer.
 demo-rpc-rnn: bin/godist bin/rpc-rnn
 	bin/godist run --standalone --nproc-per-node 2 bin/rpc-rnn
+
+# The parameter-server tutorial: one server holding the MLP, two trainers
+# training through distributed autograd and the distributed optimizer.
+demo-rpc-ps: bin/godist bin/rpc-parameter-server
+	bin/godist run --standalone --nproc-per-node 3 bin/rpc-parameter-server
+
+bin/rpc-parameter-server:
+	$(GO) build -o $@ ./examples/rpc-parameter-server
 
 bin/rpc-rl:
 	$(GO) build -o $@ ./examples/rpc-rl

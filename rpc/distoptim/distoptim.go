@@ -16,10 +16,12 @@
 // Constructors are named, not sent: code never crosses the wire, so each
 // worker registers the same constructors (the same binary does). On each
 // owner, Step lends the context's gradients to the parameters' Grad for
-// the length of the optimizer's step (restoring what Grad held), under a
-// lock per local optimizer, so that trainers stepping concurrently
+// the length of the optimizer's step (restoring what Grad held), under
+// one lock per process, so that trainers stepping concurrently
 // (Hogwild-style, as PyTorch's parameter-server tutorial) take turns on
-// each owner.
+// each owner: each trainer's New makes its own local optimizer there, and
+// they lend gradients to the same parameters' Grad. (PyTorch's
+// _LocalOptimizer shares one global lock the same way.)
 package distoptim
 
 import (
@@ -55,9 +57,13 @@ func RegisterConstructor(name string, c Constructor) {
 
 // local is the optimizer on one owner.
 type local struct {
-	mu  sync.Mutex
 	opt optim.Optimizer
 }
+
+// stepMu serialises every local optimizer's step in this process: two
+// optimizers (two trainers' New) over the same parameters must not lend
+// their gradients to the same Grad at once.
+var stepMu sync.Mutex
 
 type createArgs struct {
 	Ctor   string
@@ -103,8 +109,8 @@ func step(ctx context.Context, l *local, id int64) (struct{}, error) {
 	if err != nil {
 		return struct{}{}, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	stepMu.Lock()
+	defer stepMu.Unlock()
 	ps := l.opt.Params()
 	saved := make([]*tensor.Tensor, len(ps))
 	for i, p := range ps {

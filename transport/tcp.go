@@ -92,7 +92,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	if err := opt.Store.Set(ctx, key(opt.Rank), []byte(addr)); err != nil {
 		return nil, fmt.Errorf("transport: rank %d: publish address: %w", opt.Rank, err)
 	}
-	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Token: opt.Token}
+	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Size: opt.Size, Token: opt.Token}
 
 	type result struct {
 		rank int

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -354,5 +355,30 @@ func TestSlowHandshakesDelayNoOne(t *testing.T) {
 	t.Logf("ranks 1 and 2 joined %v after 64 slow connections", took)
 	if took > 2*time.Second {
 		t.Fatalf("joining took %v with slow connections at the listener", took)
+	}
+}
+
+// TestWorldSizeMismatch: a rank started with another WORLD_SIZE than its
+// peer's fails to connect at once, naming both sizes, instead of hanging
+// in its first collective (issue 19, item 8).
+func TestWorldSizeMismatch(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		short, stop := context.WithTimeout(ctx, 3*time.Second)
+		defer stop()
+		if e, err := transport.NewTCP(short, transport.TCPOptions{Rank: 0, Size: 2, Store: st, JobID: "job", Token: []byte("t")}); err == nil {
+			e.Close()
+		}
+	}()
+	begin := time.Now()
+	_, err := transport.NewTCP(ctx, transport.TCPOptions{Rank: 1, Size: 3, Store: st, JobID: "job", Token: []byte("t")})
+	if err == nil || !strings.Contains(err.Error(), "world size") || !strings.Contains(err.Error(), "WORLD_SIZE") {
+		t.Fatalf("rank 1 of 3 joining rank 0 of 2: %v", err)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Fatalf("the mismatch was found after %v", d)
 	}
 }

@@ -7,16 +7,18 @@
 // Each side sends a hello:
 //
 //	magic   [4]byte  "GDHS"
-//	version uint16   1 (big endian, as every integer here)
+//	version uint16   2 (big endian, as every integer here)
 //	flags   uint16   bit 0: this side has a token
 //	proto   uint8 length + bytes   ("store", "transport")
 //	job id  uint8 length + bytes
 //	rank    int32    -1 when the side has none
+//	size    int32    the job's world size, 0 when the side does not state one
 //	nonce   [32]byte from crypto/rand
 //
 // Both sides write their hello and then read the peer's, reading at most
 // [MaxHelloSize] bytes. They check the magic, the version, the protocol, the
-// job id and that both or neither have a token. When tokens are in use each
+// job id, the world size (when both state one) and that both or neither
+// have a token. When tokens are in use each
 // side then sends
 //
 //	MAC = HMAC-SHA256(token, "godist handshake v1" || client hello || server hello || role)
@@ -55,7 +57,7 @@ import (
 
 const (
 	magic   = "GDHS"
-	version = 1
+	version = 2
 
 	flagToken = 1 << 0
 
@@ -63,7 +65,7 @@ const (
 	macLen   = sha256.Size
 
 	// fixedLen is the hello without the two variable-length strings.
-	fixedLen = 4 + 2 + 2 + 1 + 1 + 4 + nonceLen
+	fixedLen = 4 + 2 + 2 + 1 + 1 + 4 + 4 + nonceLen
 
 	// MaxHelloSize is the most bytes a hello can take, and so the most this
 	// side reads before it has checked the peer's hello.
@@ -80,6 +82,7 @@ type Config struct {
 	Proto   string        // what the connection is for: "store" or "transport"; both sides must agree (≤ 255 bytes)
 	JobID   string        // both sides must agree (≤ 255 bytes)
 	Rank    int           // this side's rank; -1 when it has none (a store client, a tool)
+	Size    int           // the job's world size as this side knows it; 0 states none
 	Token   []byte        // shared job secret; nil or empty means no authentication
 	Timeout time.Duration // bound on the whole handshake; 0 means DefaultTimeout
 }
@@ -96,7 +99,8 @@ type Peer struct {
 var ErrAuth = errors.New("handshake: authentication failed: the peer does not know this job's token (give both sides the same job token)")
 
 // MismatchError means the two sides disagree on something they must share:
-// Field is "magic", "version", "proto", "job id" or "authentication".
+// Field is "magic", "version", "proto", "job id", "world size" or
+// "authentication".
 type MismatchError struct {
 	Field  string // what differs
 	Local  string // this side's value
@@ -114,6 +118,8 @@ func (e *MismatchError) Error() string {
 		hint = "the address belongs to another kind of godist service; check the address and port"
 	case "job id":
 		hint = "the peer belongs to another job; check the address or give both sides the same job id"
+	case "world size":
+		hint = "start every rank with the same WORLD_SIZE (and every rank of it exactly once)"
 	case "authentication":
 		hint = "give both sides the same job token, or none to both"
 	default:
@@ -139,6 +145,7 @@ type hello struct {
 	proto   string
 	jobID   string
 	rank    int32
+	size    int32
 }
 
 func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
@@ -150,6 +157,9 @@ func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
 	}
 	if cfg.Rank < -1 || cfg.Rank > 1<<31-1 {
 		return Peer{}, fmt.Errorf("handshake: rank %d out of range", cfg.Rank)
+	}
+	if cfg.Size < 0 || cfg.Size > 1<<31-1 {
+		return Peer{}, fmt.Errorf("handshake: world size %d out of range", cfg.Size)
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
@@ -243,6 +253,7 @@ func encodeHello(cfg Config) ([]byte, error) {
 	b = append(b, byte(len(cfg.JobID)))
 	b = append(b, cfg.JobID...)
 	b = binary.BigEndian.AppendUint32(b, uint32(int32(cfg.Rank)))
+	b = binary.BigEndian.AppendUint32(b, uint32(int32(cfg.Size)))
 	var nonce [nonceLen]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, fmt.Errorf("handshake: making a nonce: %w", err)
@@ -281,11 +292,12 @@ func readHello(r io.Reader) ([]byte, hello, error) {
 	}
 	h.proto = string(p[:protoLen])
 	jobLen := int(p[protoLen])
-	if p, err = read(jobLen+4+nonceLen, "job id"); err != nil {
+	if p, err = read(jobLen+4+4+nonceLen, "job id"); err != nil {
 		return nil, h, err
 	}
 	h.jobID = string(p[:jobLen])
 	h.rank = int32(binary.BigEndian.Uint32(p[jobLen:]))
+	h.size = int32(binary.BigEndian.Uint32(p[jobLen+4:]))
 	return buf, h, nil
 }
 
@@ -295,6 +307,9 @@ func check(cfg Config, h hello) error {
 	}
 	if h.jobID != cfg.JobID {
 		return &MismatchError{Field: "job id", Local: strconv.Quote(cfg.JobID), Remote: strconv.Quote(h.jobID)}
+	}
+	if cfg.Size > 0 && h.size > 0 && int32(cfg.Size) != h.size {
+		return &MismatchError{Field: "world size", Local: strconv.Itoa(cfg.Size), Remote: strconv.Itoa(int(h.size))}
 	}
 	mine := len(cfg.Token) > 0
 	theirs := h.flags&flagToken != 0

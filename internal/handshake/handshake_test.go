@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,15 +153,36 @@ func TestMismatch(t *testing.T) {
 	}
 }
 
+// TestWorldSizeMismatch: two ranks started with different WORLD_SIZE
+// find out at their first connection, naming both sizes (issue 19, item
+// 8: one side hung in its first collective); a side that states no size
+// (a store client) is not checked.
+func TestWorldSizeMismatch(t *testing.T) {
+	a, b := cfg(0, ""), cfg(1, "")
+	a.Size, b.Size = 2, 3
+	c, s := pair(t, a, b)
+	for _, r := range []result{c, s} {
+		var me *MismatchError
+		if !errors.As(r.err, &me) || me.Field != "world size" || !strings.Contains(r.err.Error(), "WORLD_SIZE") {
+			t.Fatalf("got %v, want a world size mismatch", r.err)
+		}
+	}
+	b.Size = 0
+	c, s = pair(t, a, b)
+	if c.err != nil || s.err != nil {
+		t.Fatalf("a side stating no size: %v / %v", c.err, s.err)
+	}
+}
+
 func TestVersionMismatch(t *testing.T) {
 	h, err := encodeHello(cfg(1, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary.BigEndian.PutUint16(h[4:], 2)
+	binary.BigEndian.PutUint16(h[4:], version+1)
 	err = serveBytes(t, h, cfg(0, ""))
 	var me *MismatchError
-	if !errors.As(err, &me) || me.Field != "version" || me.Remote != "2" {
+	if !errors.As(err, &me) || me.Field != "version" || me.Remote != strconv.Itoa(version+1) {
 		t.Fatalf("got %v, want version mismatch", err)
 	}
 }

@@ -195,16 +195,10 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		res, err = train(ctx, a, f, c, log)
 	}
 	// Observers wait here until the agent is done with them.
-	if serr := shutdown(ctx, a, g); err == nil {
+	if serr := a.Shutdown(ctx, true); err == nil {
 		err = serr
 	}
 	return res, err
-}
-
-// shutdown shuts the RPC agent down gracefully: it returns once every
-// worker has called it and no call is in flight anywhere.
-func shutdown(ctx context.Context, a *rpc.Agent, _ *dist.Group) error {
-	return a.Shutdown(ctx, true)
 }
 
 // train is the agent's loop (the tutorial's Agent and run_worker for rank

@@ -83,6 +83,9 @@ type node struct {
 	seq      uint64 // creation order; backward runs the newest ready node first
 	backward func(g *tensor.Tensor) []*tensor.Tensor
 	inputs   []*Var
+	// maskable says backward computes only the gradients of the inputs
+	// that want() them (see BackwardSplit).
+	maskable bool
 	out      *Var
 	// release, if set, frees what backward kept once the graph is freed.
 	release func()
@@ -202,6 +205,9 @@ type engine struct {
 	// kept are tensors that leaves took as their gradient this pass (and
 	// the caller's root gradient); no second leaf may take their storage.
 	kept []*tensor.Tensor
+	// split, in the first part of a split pass, holds the weights whose
+	// gradients wait for the second.
+	split *WeightPass
 }
 
 // steal reports whether a leaf may keep g as its gradient without copying:
@@ -304,19 +310,27 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 			// A slice of its input: g goes into that slice of the
 			// input's buffer, with no tensor of the input's shape made.
 			if in := n.inputs[0]; in.requiresGrad {
+				if e.split != nil && e.split.weights[in] {
+					e.split.stash = append(e.split.stash, stashed{n: n, g: g, view: n.view})
+					continue
+				}
 				e.deliver(in, g, false, n.view, ready)
 			}
 			continue
 		}
 		var ins []*tensor.Tensor
-		if g != nil {
+		var hasWeights bool
+		switch {
+		case e.split != nil:
+			ins, hasWeights = e.splitBackward(n, g)
+		case g != nil:
 			ins = e.backward(n, g)
-			if len(ins) != len(n.inputs) {
-				panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
-			}
+		}
+		if ins != nil && len(ins) != len(n.inputs) {
+			panic(fmt.Sprintf("autograd: %s returned %d gradients for %d inputs", n.name, len(ins), len(n.inputs)))
 		}
 		for i, in := range n.inputs {
-			if in == nil || !in.requiresGrad {
+			if in == nil || !in.requiresGrad || hasWeights && e.split.weights[in] {
 				continue
 			}
 			var gi *tensor.Tensor

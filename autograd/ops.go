@@ -41,7 +41,7 @@ func Add(a, b *Var) *Var {
 func Sub(a, b *Var) *Var {
 	return record("Sub", nt().Sub(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
 		var gb *tensor.Tensor
-		if b.requiresGrad {
+		if b.wants() {
 			gb = reduceTo(nt().Neg(g), b.Shape())
 		}
 		return []*tensor.Tensor{reduceTo(g, a.Shape()), gb}
@@ -50,33 +50,33 @@ func Sub(a, b *Var) *Var {
 
 // Mul returns a * b elementwise with broadcasting.
 func Mul(a, b *Var) *Var {
-	return record("Mul", nt().Mul(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
+	return maskable(record("Mul", nt().Mul(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
 		var ga, gb *tensor.Tensor
-		if a.requiresGrad {
+		if a.wants() {
 			ga = reduceTo(nt().Mul(g, b.value), a.Shape())
 		}
-		if b.requiresGrad {
+		if b.wants() {
 			gb = reduceTo(nt().Mul(g, a.value), b.Shape())
 		}
 		return []*tensor.Tensor{ga, gb}
-	}, a, b)
+	}, a, b))
 }
 
 // Div returns a / b elementwise with broadcasting.
 func Div(a, b *Var) *Var {
 	out := nt().Div(a.value, b.value)
-	return record("Div", out, func(g *tensor.Tensor) []*tensor.Tensor {
+	return maskable(record("Div", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		var ga, gb *tensor.Tensor
-		if a.requiresGrad {
+		if a.wants() {
 			ga = reduceTo(nt().Div(g, b.value), a.Shape())
 		}
-		if b.requiresGrad {
+		if b.wants() {
 			// d(a/b)/db = -out/b
 			t := nt().Div(out, b.value)
 			gb = reduceTo(nt().Neg(t.Mul(t, g)), b.Shape())
 		}
 		return []*tensor.Tensor{ga, gb}
-	}, a, b)
+	}, a, b))
 }
 
 // AddScalar returns a + s.
@@ -264,12 +264,12 @@ func LogSoftmax(a *Var, dim int) *Var {
 
 // MatMul returns a·b (see tensor.MatMul for the shapes).
 func MatMul(a, b *Var) *Var {
-	return record("MatMul", nt().MatMul(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
+	return maskable(record("MatMul", nt().MatMul(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
 		var ga, gb *tensor.Tensor
-		if a.requiresGrad {
+		if a.wants() {
 			ga = nt().MatMul(g, b.value.Transpose(-1, -2))
 		}
-		if b.requiresGrad {
+		if b.wants() {
 			if b.value.Dim() == 2 && a.value.Dim() > 2 {
 				// b was shared by the whole batch: fold the batch.
 				k := a.value.Size(-1)
@@ -279,7 +279,7 @@ func MatMul(a, b *Var) *Var {
 			}
 		}
 		return []*tensor.Tensor{ga, gb}
-	}, a, b)
+	}, a, b))
 }
 
 // Linear returns x·wᵀ + b for x (..., in), w (out, in) and b (out) or nil,
@@ -299,20 +299,20 @@ func Linear(x, w, b *Var) *Var {
 			out.Add(out, b.value)
 		}
 	}
-	return record("Linear", out, func(g *tensor.Tensor) []*tensor.Tensor {
+	return maskable(record("Linear", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		var gx, gw, gb *tensor.Tensor
 		g2 := g.Reshape(-1, g.Size(-1))
-		if x.requiresGrad {
+		if x.wants() {
 			gx = nt().MatMul(g, w.value)
 		}
-		if w.requiresGrad {
+		if w.wants() {
 			gw = w.gradOut().MatMul(g2.T(), x.value.Reshape(-1, x.value.Size(-1)))
 		}
-		if b != nil && b.requiresGrad {
+		if b != nil && b.wants() {
 			gb = b.gradOut().Sum(g2, 0, false)
 		}
 		return []*tensor.Tensor{gx, gw, gb}
-	}, x, w, b)
+	}, x, w, b))
 }
 
 // Conv2d returns the 2-D convolution of x (N×C×H×W) with w (OC×C×KH×KW)
@@ -327,10 +327,10 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 		cols.Release() // no weight gradient will need them
 		cols = nil
 	}
-	v := record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
-		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.requiresGrad, w.requiresGrad, b != nil && b.requiresGrad)
+	v := maskable(record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
+		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.wants(), w.wants(), b != nil && b.wants())
 		return []*tensor.Tensor{gx, gw, gb}
-	}, x, w, b)
+	}, x, w, b))
 	if v.node != nil {
 		v.node.release = cols.Release
 	} else {
@@ -372,7 +372,10 @@ func Embedding(idx *tensor.Tensor, weight *Var) *Var {
 		out.Narrow(0, i, 1).Copy(weight.value.Narrow(0, int(id), 1))
 	}
 	shape := append(append([]int(nil), idx.Shape()...), dim)
-	return record("Embedding", out.Reshape(shape...), func(g *tensor.Tensor) []*tensor.Tensor {
+	return maskable(record("Embedding", out.Reshape(shape...), func(g *tensor.Tensor) []*tensor.Tensor {
+		if !weight.wants() {
+			return []*tensor.Tensor{nil}
+		}
 		gw := tensor.New(weight.DType(), num, dim)
 		g2 := g.Reshape(-1, dim)
 		for i, id := range ids {
@@ -380,7 +383,7 @@ func Embedding(idx *tensor.Tensor, weight *Var) *Var {
 			row.Add(row, g2.Narrow(0, i, 1))
 		}
 		return []*tensor.Tensor{gw}
-	}, weight)
+	}, weight))
 }
 
 // shape and layout

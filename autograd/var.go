@@ -20,6 +20,7 @@ type Var struct {
 	requiresGrad bool
 	node         *node // the operation that made this Var; nil for leaves
 	err          error // a failed forward (Fallible) this Var was computed from
+	masked       bool  // an operation's backward skips v's gradient (split passes)
 
 	mu struct {
 		sync.Mutex

@@ -75,9 +75,9 @@ func Simulate(s *Schedule, c Costs) (Result, error) {
 		PeakActivations: make([]int, s.Ranks),
 		Timeline:        make([][]Span, s.Ranks),
 	}
-	now := make([]float64, s.Ranks)  // when each rank is free
-	live := make([]int, s.Ranks)     // activations each rank holds
-	ready := make(map[key]float64)   // send -> when its data is at the receiver
+	now := make([]float64, s.Ranks) // when each rank is free
+	live := make([]int, s.Ranks)    // activations each rank holds
+	ready := make(map[key]float64)  // send -> when its data is at the receiver
 	stuck := s.run(func(r int, a Action) {
 		start, end := now[r], now[r]
 		switch a.Kind {

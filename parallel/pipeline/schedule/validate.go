@@ -144,7 +144,7 @@ func (s *Schedule) Validate() error {
 		}
 	}
 
-	// Dependencies within each program, and matching across programs.
+	// Dependencies within each program.
 	for r, prog := range s.Programs {
 		// before reports whether action k runs on rank r before index i.
 		before := func(k key, i int) bool {
@@ -178,9 +178,6 @@ func (s *Schedule) Validate() error {
 				}
 			case SendAct:
 				err = need(key{Forward, st, mi}, "")
-				if err == nil && !has(RecvAct, st+1, mi) {
-					err = at(r, i, "rank %d never receives it (no RecvAct%d.%d)", a.Peer, st+1, mi)
-				}
 			case Backward, BackwardInput:
 				err = need(key{Forward, st, mi}, "")
 				if err == nil && st < s.Stages-1 {
@@ -194,20 +191,33 @@ func (s *Schedule) Validate() error {
 				err = need(key{BackwardInput, st, mi}, "")
 			case SendGrad:
 				err = need(bwd(st, mi), "")
-				if err == nil && !has(RecvGrad, st-1, mi) {
-					err = at(r, i, "rank %d never receives it (no RecvGrad%d.%d)", a.Peer, st-1, mi)
-				}
-			case RecvAct:
-				if !has(SendAct, st-1, mi) {
-					err = at(r, i, "rank %d never sends it (no SendAct%d.%d)", a.Peer, st-1, mi)
-				}
-			case RecvGrad:
-				if !has(SendGrad, st+1, mi) {
-					err = at(r, i, "rank %d never sends it (no SendGrad%d.%d)", a.Peer, st+1, mi)
-				}
 			}
 			if err != nil {
 				return err
+			}
+		}
+	}
+
+	// Every transfer's other end.
+	for r, prog := range s.Programs {
+		for i, a := range prog {
+			var other key
+			switch a.Kind {
+			case SendAct:
+				other = key{RecvAct, a.Stage + 1, a.Micro}
+			case SendGrad:
+				other = key{RecvGrad, a.Stage - 1, a.Micro}
+			case RecvAct, RecvGrad:
+				other = sender(a)
+			default:
+				continue
+			}
+			if _, ok := where[other]; !ok {
+				verb := "receives"
+				if a.Kind == RecvAct || a.Kind == RecvGrad {
+					verb = "sends"
+				}
+				return at(r, i, "rank %d never %s it (no %v)", a.Peer, verb, other)
 			}
 		}
 	}

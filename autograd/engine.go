@@ -474,3 +474,28 @@ func Leaves(v *Var) map[*Var]bool {
 	}
 	return out
 }
+
+// GraphBytes returns the bytes of the values that the recorded operations
+// leading to v computed (v's own included): what the graph holds until a
+// backward pass frees it, counted once per operation. Pipeline schedules
+// report their activation memory with it.
+func GraphBytes(v *Var) int64 {
+	if v == nil || v.node == nil {
+		return 0
+	}
+	var n int64
+	seen := map[*node]bool{v.node: true}
+	stack := []*node{v.node}
+	for len(stack) > 0 {
+		nd := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n += int64(nd.out.value.Numel() * nd.out.value.DType().Size())
+		for _, in := range nd.inputs {
+			if in != nil && in.node != nil && !seen[in.node] {
+				seen[in.node] = true
+				stack = append(stack, in.node)
+			}
+		}
+	}
+	return n
+}

@@ -89,6 +89,14 @@ func isLayerNormWeight(name string) bool {
 
 // Forward returns the logits (B, T, Vocab) for token indices x (B, T).
 func (m *GPT) Forward(x *autograd.Var) *autograd.Var {
+	h := m.embed(x)
+	for _, b := range m.Blocks {
+		h = nn.Call(b, h)
+	}
+	return m.head(h, m.Wte.Weight) // the tied head
+}
+
+func (m *GPT) embed(x *autograd.Var) *autograd.Var {
 	idx := x.Value()
 	if idx.DType() != tensor.Int64 || idx.Dim() != 2 || idx.Size(1) > m.Config.Block || idx.Size(1) < 1 {
 		panic(fmt.Sprintf("models: GPT input %v%v; want int64 (batch, time) with 1 ≤ time ≤ %d", idx.DType(), idx.Shape(), m.Config.Block))
@@ -99,13 +107,51 @@ func (m *GPT) Forward(x *autograd.Var) *autograd.Var {
 		pos.Set(float64(i), i)
 	}
 	h := autograd.Add(autograd.Embedding(idx, m.Wte.Weight), autograd.Embedding(pos, m.Wpe.Weight))
-	h = nn.Call(m.Drop, h)
-	for _, b := range m.Blocks {
-		h = nn.Call(b, h)
-	}
-	h = nn.Call(m.LnF, h)
-	return autograd.Linear(h, m.Wte.Weight, nil) // the tied head
+	return nn.Call(m.Drop, h)
 }
+
+func (m *GPT) head(h, weight *autograd.Var) *autograd.Var {
+	return autograd.Linear(nn.Call(m.LnF, h), weight, nil)
+}
+
+// PipelineLayers returns the GPT as the sequence of layers a pipeline cuts
+// into stages: the embeddings (wte, wpe, dropout), each block, and the
+// head (ln_f and the output projection). Run in order they compute
+// Forward, operation for operation. head is the head's weight: the token
+// embedding's (nil), as in Forward, or a copy of it for a head on another
+// stage than the embedding, tied by the pipeline (pipeline.Tie).
+func (m *GPT) PipelineLayers(head *autograd.Var) []nn.Layer {
+	if head == nil {
+		head = m.Wte.Weight
+	}
+	e := &gptEmbed{m: m}
+	e.RegisterModule("wte", m.Wte)
+	e.RegisterModule("wpe", m.Wpe)
+	e.RegisterModule("drop", m.Drop)
+	layers := []nn.Layer{e}
+	for _, b := range m.Blocks {
+		layers = append(layers, b)
+	}
+	h := &gptHead{m: m, weight: head}
+	h.RegisterModule("ln_f", m.LnF)
+	h.RegisterParameter("weight", head)
+	return append(layers, h)
+}
+
+type gptEmbed struct {
+	nn.Base
+	m *GPT
+}
+
+func (e *gptEmbed) Forward(x *autograd.Var) *autograd.Var { return e.m.embed(x) }
+
+type gptHead struct {
+	nn.Base
+	m      *GPT
+	weight *autograd.Var
+}
+
+func (h *gptHead) Forward(x *autograd.Var) *autograd.Var { return h.m.head(x, h.weight) }
 
 // Loss returns the mean cross-entropy of the logits (B, T, Vocab) against
 // the next tokens y (int64, B×T).

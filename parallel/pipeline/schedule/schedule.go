@@ -26,6 +26,28 @@
 // in memory and no send or receive appears. Sends never block (the
 // executor starts them and waits for them at the end of the step); a
 // receive blocks until its data has arrived.
+//
+// GPipe, OneFOneB, Interleaved1F1B and ZBH1 (or ByName) build schedules;
+// Validate checks that one can run, Simulate times it from the cost of
+// each kind of action:
+//
+//	s, err := schedule.OneFOneB(4, 8) // 4 ranks, 8 micro-batches
+//	...
+//	res, err := schedule.Simulate(s, schedule.Costs{Forward: 1, Backward: 2})
+//	// res.Bubble == 3/11, res.PeakActivations == [4 3 2 1]
+//
+// Every schedule here runs the backwards of each stage in micro-batch
+// order (and the weight passes too), so gradients accumulate in the same
+// order under all of them. With p ranks, m micro-batches, no latency and
+// the idle share of the ranks' time called the bubble, the tests check:
+//
+//   - GPipe and OneFOneB: (p-1)/(m+p-1); GPipe holds m micro-batches'
+//     activations on every rank, OneFOneB min(p-r, m) on rank r.
+//   - Interleaved1F1B with v chunks per rank, m a multiple of p and a
+//     chunk costing 1/v of a stage: (p-1)/(v*m+p-1).
+//   - ZBH1 with F = BI = BW and m >= p: (p-1)/(3m+p-1); each rank idles
+//     (p-1)(F+BI-BW), a third of OneFOneB's (p-1)(F+B) with B = BI+BW. It
+//     holds min(p, m) micro-batches on every rank, OneFOneB's peak.
 package schedule
 
 import "fmt"

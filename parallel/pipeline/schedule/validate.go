@@ -224,23 +224,22 @@ func (s *Schedule) Validate() error {
 
 	// Per-stage order of backwards and of weight passes.
 	for r, prog := range s.Programs {
-		lastB := make(map[int]int)  // stage -> micro of its latest B or BI
-		lastW := make(map[int]int)  // stage -> micro of its latest BW
-		lastI := make(map[int]int)  // stage -> index of that B or BI
-		lastWI := make(map[int]int) // stage -> index of that BW
+		// latest[0][st] is the index of stage st's latest B or BI so far,
+		// latest[1][st] of its latest BW.
+		latest := [2]map[int]int{{}, {}}
 		for i, a := range prog {
-			last, lastIdx, what := lastB, lastI, "backwards"
+			c, what := 0, "backwards"
 			switch a.Kind {
 			case Backward, BackwardInput:
 			case BackwardWeight:
-				last, lastIdx, what = lastW, lastWI, "weight passes"
+				c, what = 1, "weight passes"
 			default:
 				continue
 			}
-			if m, ok := last[a.Stage]; ok && a.Micro < m {
-				return at(r, i, "after %v at action %d: the %s of stage %d must run in increasing micro-batch order", prog[lastIdx[a.Stage]], lastIdx[a.Stage], what, a.Stage)
+			if j, ok := latest[c][a.Stage]; ok && prog[j].Micro > a.Micro {
+				return at(r, i, "after %v at action %d: the %s of stage %d must run in increasing micro-batch order", prog[j], j, what, a.Stage)
 			}
-			last[a.Stage], lastIdx[a.Stage] = a.Micro, i
+			latest[c][a.Stage] = i
 		}
 	}
 

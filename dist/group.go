@@ -264,6 +264,21 @@ func (g *Group) flushAbort() {
 	}
 }
 
+// Abort fails the group with err, unless it has failed already, and tells
+// the other members, whose calls then return an *AbortError carrying err's
+// text (PyTorch's ProcessGroup abort). A strategy that learns of a failure
+// elsewhere (a rank of another group of the job died) uses it so that its
+// peers in this group hear the root cause at once, not a timeout or this
+// rank's departure.
+func (g *Group) Abort(err error) {
+	if err == nil {
+		err = errors.New("aborted")
+	}
+	g.decide(func(s *callState, _ time.Time) output {
+		return s.fail(err, &control{Kind: ctlAbort, Text: err.Error()})
+	})
+}
+
 // fail fails the group with err unless it has failed already.
 func (g *Group) fail(err error) {
 	g.decide(func(s *callState, _ time.Time) output { return s.fail(err, nil) })

@@ -2,6 +2,7 @@ package dist_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -91,6 +92,28 @@ func TestMeshBadArguments(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				return fmt.Errorf("NewMesh(%v, %q) = %v, want an error containing %q", c.shape, c.names, err, c.want)
 			}
+		}
+		return nil
+	})
+}
+
+// TestAbortTellsTheMembers: a member that aborts a group fails its peers'
+// calls in flight at once with an *AbortError carrying its reason.
+func TestAbortTellsTheMembers(t *testing.T) {
+	disttest.Spawn(t, 3, func(g *dist.Group) error {
+		ctx := context.Background()
+		if g.Rank() == 2 {
+			g.Abort(fmt.Errorf("rank 7 of another group is gone"))
+			if err := g.Barrier(ctx); err == nil || !strings.Contains(err.Error(), "rank 7 of another group is gone") {
+				return fmt.Errorf("a call after Abort: %v", err)
+			}
+			return nil
+		}
+		x := tensor.New(tensor.Float32, 4)
+		err := g.AllReduce(ctx, x, dist.Sum)
+		var ae *dist.AbortError
+		if !errors.As(err, &ae) || ae.Rank != 2 || !strings.Contains(ae.Reason, "rank 7 of another group is gone") {
+			return fmt.Errorf("all_reduce with rank 2 aborting: %v, want an *AbortError from rank 2 with its reason", err)
 		}
 		return nil
 	})

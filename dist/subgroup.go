@@ -130,6 +130,11 @@ func (g *Group) Destroy() error {
 		g.releaseShared(destroyWait)
 		return nil
 	}
+	// The subgroups' news too (an Abort, a desync) goes out before the
+	// connections close.
+	for _, o := range others {
+		o.flushAbort()
+	}
 	err := g.world.ep.Close()
 	for _, c := range g.world.closers {
 		if cerr := c(); cerr != nil && err == nil {

@@ -164,13 +164,14 @@ func (p *Pipeline) Stats() Stats { return p.stats }
 
 // StepError is the failure of one action of a step.
 type StepError struct {
-	Rank   int // this rank in the pipeline group
-	Action schedule.Action
-	Err    error
+	Rank      int // this rank in the pipeline group
+	WorldRank int // and in the job
+	Action    schedule.Action
+	Err       error
 }
 
 func (e *StepError) Error() string {
-	return fmt.Sprintf("pipeline: rank %d, %s: %v", e.Rank, describe(e.Action), e.Err)
+	return fmt.Sprintf("pipeline: rank %d (pipeline rank %d), %s: %v", e.WorldRank, e.Rank, describe(e.Action), e.Err)
 }
 
 func (e *StepError) Unwrap() error { return e.Err }
@@ -232,25 +233,51 @@ func (p *Pipeline) Step(ctx context.Context, inputs, targets []*tensor.Tensor) e
 		go func() {
 			select {
 			case <-g.Failed():
-				cancel(g.Err())
+				// Tell the pipeline and data-parallel peers the root
+				// cause before this rank's calls stop (a peer waiting on
+				// this rank would otherwise hear only that it left).
+				cause := g.Err()
+				p.g.Abort(cause)
+				if p.opt.DataParallel != nil {
+					p.opt.DataParallel.Abort(cause)
+				}
+				cancel(cause)
 			case <-ctx.Done():
 			}
 		}()
 	}
 	st := &step{p: p, ctx: ctx, inputs: inputs, targets: targets, mbs: map[[2]int]*micro{}}
 	err := st.run()
+	if err == nil {
+		p.stats = Stats{Loss: st.loss / float64(m), PeakActivationBytes: st.peakBytes, PeakLive: st.peakLive}
+		err = p.reduceGrads(ctx)
+	}
 	if err != nil {
-		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
-			// A watched group failed: say so rather than "canceled".
-			var se *StepError
-			if errors.As(err, &se) && errors.Is(se.Err, context.Canceled) {
-				se.Err = c
-			}
+		// The peers are mid-step and cannot finish it: tell them why
+		// (they would otherwise wait on this rank, or hear only that it
+		// left), and fail the pipeline's groups for good.
+		err = explain(ctx, err)
+		p.g.Abort(err)
+		if p.opt.DataParallel != nil {
+			p.opt.DataParallel.Abort(err)
 		}
+	}
+	return err
+}
+
+// explain replaces, in err, the cancellation that a watched group's
+// failure caused by that failure: the rank that died, not "canceled".
+func explain(ctx context.Context, err error) error {
+	c := context.Cause(ctx)
+	if err == nil || c == nil || errors.Is(c, context.Canceled) || !errors.Is(err, context.Canceled) {
 		return err
 	}
-	p.stats = Stats{Loss: st.loss / float64(m), PeakActivationBytes: st.peakBytes, PeakLive: st.peakLive}
-	return p.reduceGrads(ctx)
+	var se *StepError
+	if errors.As(err, &se) {
+		se.Err = c
+		return err
+	}
+	return fmt.Errorf("%v: interrupted because %w", err, c)
 }
 
 type step struct {
@@ -280,12 +307,12 @@ func (st *step) run() error {
 	for _, a := range p.prog {
 		if err := st.do(a); err != nil {
 			st.drain()
-			return &StepError{Rank: p.g.Rank(), Action: a, Err: err}
+			return &StepError{Rank: p.g.Rank(), WorldRank: p.g.WorldRank(), Action: a, Err: err}
 		}
 	}
 	for _, w := range st.sends {
 		if err := w.Wait(st.ctx); err != nil {
-			return &StepError{Rank: p.g.Rank(), Action: schedule.Action{Kind: schedule.SendAct, Peer: -1}, Err: err}
+			return &StepError{Rank: p.g.Rank(), WorldRank: p.g.WorldRank(), Action: schedule.Action{Kind: schedule.SendAct, Peer: -1}, Err: err}
 		}
 	}
 	return nil

@@ -7,7 +7,7 @@ import "fmt"
 // backwards uses Backward; one that splits them uses BackwardInput and
 // BackwardWeight (typically adding up to Backward). Comm is the latency
 // from a send to its data being ready at the receiver; transfers take no
-// time of either rank. Every cost must be >= 0.
+// time of either rank. Every cost, ignored ones included, must be >= 0.
 type Costs struct {
 	Forward, Backward, BackwardInput, BackwardWeight, Comm float64
 

@@ -37,3 +37,27 @@ func ExampleSimulate() {
 	// Output:
 	// bubble 0.2727 (3/11 = 0.2727), peak activations [4 3 2 1]
 }
+
+// Time 1F1B for a GPT cut into 4 stages whose first carries the
+// embeddings and whose last the output head and the loss, first with a
+// core per rank, then with the 4 ranks on a 2-core machine. With a core
+// per rank the step is the last stage's work, 8·6 = 48, plus the
+// forwards before it and the backwards after it, 3.5 + 7; sharing two
+// cores it cannot beat the total work over the cores, 132/2 = 66.
+func ExampleCosts() {
+	s, _ := schedule.OneFOneB(4, 8)
+	c := schedule.Costs{Stages: []schedule.StageCosts{
+		{Forward: 1.5, Backward: 3},
+		{Forward: 1, Backward: 2},
+		{Forward: 1, Backward: 2},
+		{Forward: 2, Backward: 4},
+	}}
+	own, _ := schedule.Simulate(s, c)
+	c.Cores = 2
+	shared, _ := schedule.Simulate(s, c)
+	fmt.Printf("a core per rank: makespan %v, bubble %.3f\n", own.Makespan, own.Bubble)
+	fmt.Printf("2 cores: makespan %v, bubble %.3f (at least 1 - 2/4)\n", shared.Makespan, shared.Bubble)
+	// Output:
+	// a core per rank: makespan 58.5, bubble 0.436
+	// 2 cores: makespan 71.5, bubble 0.538 (at least 1 - 2/4)
+}

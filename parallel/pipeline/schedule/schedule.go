@@ -36,10 +36,17 @@
 //	res, err := schedule.Simulate(s, schedule.Costs{Forward: 1, Backward: 2})
 //	// res.Bubble == 3/11, res.PeakActivations == [4 3 2 1]
 //
+// Costs.Stages gives each stage its own costs (a GPT's first stage holds
+// the embeddings, its last the output head and the loss), and
+// Costs.Cores runs the ranks on that many processors, shared equally by
+// the ranks computing at a time: together they predict a step on a real
+// machine, where stages differ and pipeline ranks may outnumber cores.
+//
 // Every schedule here runs the backwards of each stage in micro-batch
 // order (and the weight passes too), so gradients accumulate in the same
-// order under all of them. With p ranks, m micro-batches, no latency and
-// the idle share of the ranks' time called the bubble, the tests check:
+// order under all of them. With p ranks, m micro-batches, no latency,
+// every stage costing the same, a processor per rank and the idle share
+// of the ranks' time called the bubble, the tests check:
 //
 //   - GPipe and OneFOneB: (p-1)/(m+p-1); GPipe holds m micro-batches'
 //     activations on every rank, OneFOneB min(p-r, m) on rank r.

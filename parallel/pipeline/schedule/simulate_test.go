@@ -2,7 +2,9 @@ package schedule
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -249,5 +251,328 @@ func TestSimulateErrors(t *testing.T) {
 	res := sim(t, s, Costs{})
 	if res.Makespan != 0 || res.Bubble != 0 {
 		t.Errorf("free actions: makespan %v, bubble %v", res.Makespan, res.Bubble)
+	}
+}
+
+// diff returns where two results differ by more than 1e-9, "" when they
+// do not.
+func diff(a, b Result) string {
+	far := func(x, y float64) bool { return math.Abs(x-y) > 1e-9 }
+	switch {
+	case far(a.Makespan, b.Makespan):
+		return fmt.Sprintf("makespan %v, want %v", a.Makespan, b.Makespan)
+	case far(a.Bubble, b.Bubble):
+		return fmt.Sprintf("bubble %v, want %v", a.Bubble, b.Bubble)
+	case !slices.Equal(a.PeakActivations, b.PeakActivations):
+		return fmt.Sprintf("peak activations %v, want %v", a.PeakActivations, b.PeakActivations)
+	case len(a.Busy) != len(b.Busy) || len(a.Timeline) != len(b.Timeline):
+		return fmt.Sprintf("%d ranks busy, %d timelines; want %d, %d", len(a.Busy), len(a.Timeline), len(b.Busy), len(b.Timeline))
+	}
+	for r := range a.Busy {
+		if far(a.Busy[r], b.Busy[r]) {
+			return fmt.Sprintf("rank %d busy %v, want %v", r, a.Busy[r], b.Busy[r])
+		}
+		if len(a.Timeline[r]) != len(b.Timeline[r]) {
+			return fmt.Sprintf("rank %d: %d spans, want %d", r, len(a.Timeline[r]), len(b.Timeline[r]))
+		}
+		for i, x := range a.Timeline[r] {
+			if y := b.Timeline[r][i]; x.Action != y.Action || far(x.Start, y.Start) || far(x.End, y.End) {
+				return fmt.Sprintf("rank %d span %d: %v [%v,%v], want %v [%v,%v]", r, i, x.Action, x.Start, x.End, y.Action, y.Start, y.End)
+			}
+		}
+	}
+	return ""
+}
+
+// uneven returns per-stage costs that differ from stage to stage (the
+// first and last heavier, as a GPT's embeddings and head make them).
+func uneven(stages int) []StageCosts {
+	out := make([]StageCosts, stages)
+	for k := range out {
+		f := 1 + 0.25*float64(k%3)
+		if k == 0 {
+			f += 0.5
+		}
+		if k == stages-1 {
+			f += 1.5
+		}
+		out[k] = StageCosts{Forward: f, Backward: 2 * f, BackwardInput: 1.25 * f, BackwardWeight: 0.75 * f}
+	}
+	return out
+}
+
+// TestCoresEnough: with at least as many cores as ranks no rank ever
+// waits for a processor, so the event-driven simulation gives exactly the
+// results of the one that gives each rank its own, for every schedule and
+// size, with and without latency and per-stage costs.
+func TestCoresEnough(t *testing.T) {
+	each(t, func(t *testing.T, s *Schedule, _ int) {
+		for _, c := range []Costs{
+			{Forward: 1, Backward: 2.5, BackwardInput: 1.25, BackwardWeight: 1.25, Comm: 0.5},
+			{Forward: 1, Backward: 2, BackwardInput: 1, BackwardWeight: 1},
+			{Comm: 0.3, Stages: uneven(s.Stages)},
+		} {
+			own := sim(t, s, c)
+			for _, cores := range []int{s.Ranks, s.Ranks + 3} {
+				c.Cores = cores
+				if d := diff(sim(t, s, c), own); d != "" {
+					t.Fatalf("%s p=%d m=%d cores=%d comm=%v: %s", s.Name, s.Ranks, s.Micros, cores, c.Comm, d)
+				}
+			}
+		}
+	})
+}
+
+// TestStagesEqual: per-stage costs all equal to the scalar ones time a
+// schedule exactly as the scalars do, on processors of their own or
+// shared.
+func TestStagesEqual(t *testing.T) {
+	scalar := Costs{Forward: 1, Backward: 2.5, BackwardInput: 1.5, BackwardWeight: 1, Comm: 0.25}
+	each(t, func(t *testing.T, s *Schedule, _ int) {
+		per := scalar
+		per.Stages = make([]StageCosts, s.Stages)
+		for k := range per.Stages {
+			per.Stages[k] = StageCosts{scalar.Forward, scalar.Backward, scalar.BackwardInput, scalar.BackwardWeight}
+		}
+		per.Forward, per.Backward = 7, 9 // ignored when Stages is set
+		for _, cores := range []int{0, 1, 2} {
+			a, b := scalar, per
+			a.Cores, b.Cores = cores, cores
+			if d := diff(sim(t, s, b), sim(t, s, a)); d != "" {
+				t.Fatalf("%s p=%d m=%d cores=%d: %s", s.Name, s.Ranks, s.Micros, cores, d)
+			}
+		}
+	})
+}
+
+// wantSpans checks res's timeline against [start, end] pairs per rank.
+func wantSpans(t *testing.T, what string, res Result, want [][][2]float64) {
+	t.Helper()
+	for r, spans := range want {
+		if len(res.Timeline[r]) != len(spans) {
+			t.Fatalf("%s rank %d: %d spans, want %d", what, r, len(res.Timeline[r]), len(spans))
+		}
+		for i, w := range spans {
+			if sp := res.Timeline[r][i]; !near(sp.Start, w[0]) || !near(sp.End, w[1]) {
+				t.Errorf("%s rank %d: %v [%v,%v], want [%v,%v]", what, r, sp.Action, sp.Start, sp.End, w[0], w[1])
+			}
+		}
+	}
+}
+
+// TestOneCore: GPipe on two ranks, two micro-batches, F = 1, B = 2, one
+// core. By hand (rate 1/2 while both ranks compute):
+//
+//	[0,1]  rank 0 alone: F0.0
+//	[1,3]  both: F0.1 and F1.0, a unit of work each at half speed
+//	[3,4]  rank 1 alone (rank 0 waits for a gradient): F1.1
+//	[4,6]  rank 1 alone: B1.0, which sends the gradient at 6
+//	[6,10] both: B0.0 and B1.1, two units each at half speed
+//	[10,12] rank 0 alone: B0.1
+//
+// The core never idles, so the step takes the total work 2·2·(1+2) = 12,
+// against (m+p-1)(F+B) = 9 with a core per rank, and the bubble is
+// 1 - 12/(2·12) = 1/2 = 1 - Cores/Ranks, its least.
+func TestOneCore(t *testing.T) {
+	res := sim(t, must(GPipe(2, 2)), Costs{Forward: 1, Backward: 2, Cores: 1})
+	if res.Makespan != 12 || res.Bubble != 0.5 {
+		t.Errorf("makespan %v, bubble %v; want 12, 0.5", res.Makespan, res.Bubble)
+	}
+	if !slices.Equal(res.Busy, []float64{6, 6}) {
+		t.Errorf("busy %v, want [6 6]", res.Busy)
+	}
+	wantSpans(t, "gpipe p=2 m=2 one core", res, [][][2]float64{
+		// F0.0 SendAct0.0 F0.1 SendAct0.1 RecvGrad0.0 B0.0 RecvGrad0.1 B0.1
+		{{0, 1}, {1, 1}, {1, 3}, {3, 3}, {3, 6}, {6, 10}, {10, 10}, {10, 12}},
+		// RecvAct1.0 F1.0 RecvAct1.1 F1.1 B1.0 SendGrad1.0 B1.1 SendGrad1.1
+		{{0, 1}, {1, 3}, {3, 3}, {3, 4}, {4, 6}, {6, 6}, {6, 10}, {10, 10}},
+	})
+
+	// In general, with one core and no latency the core idles only when
+	// every unfinished rank waits for data that was never sent, a
+	// deadlock; so every schedule takes exactly its total work.
+	each(t, func(t *testing.T, s *Schedule, _ int) {
+		for _, c := range []Costs{
+			{Forward: 1, Backward: 2, BackwardInput: 1.25, BackwardWeight: 0.75, Cores: 1},
+			{Stages: uneven(s.Stages), Cores: 1},
+		} {
+			res := sim(t, s, c)
+			total := 0.0
+			for _, b := range res.Busy {
+				total += b
+			}
+			if math.Abs(res.Makespan-total) > 1e-9*total {
+				t.Fatalf("%s p=%d m=%d: makespan %v with one core, want the total work %v", s.Name, s.Ranks, s.Micros, res.Makespan, total)
+			}
+		}
+	})
+}
+
+// TestStageCosts: 1F1B on two ranks, two micro-batches, stage 0 costing
+// F = 1, B = 2 and stage 1 twice that, F = 2, B = 4. By hand:
+//
+//	rank 0: F0.0 [0,1] F0.1 [1,2]  (waits)  B0.0 [7,9]  (waits)  B0.1 [13,15]
+//	rank 1: F1.0 [1,3] B1.0 [3,7] F1.1 [7,9] B1.1 [9,13]
+//
+// Rank 1, the bottleneck, computes without a break from 1 to 13; the step
+// is its work m(F1+B1) = 12 plus stage 0's forward before it and backward
+// after it, 1 + 12 + 2 = 15, where stages costing the average (1.5, 3)
+// would take (m+p-1)(F+B) = 13.5. Busy is 6 and 12, so the bubble is
+// 1 - 18/30 = 0.4.
+func TestStageCosts(t *testing.T) {
+	c := Costs{Stages: []StageCosts{{Forward: 1, Backward: 2}, {Forward: 2, Backward: 4}}}
+	res := sim(t, must(OneFOneB(2, 2)), c)
+	if res.Makespan != 15 || !near(res.Bubble, 0.4) || !slices.Equal(res.Busy, []float64{6, 12}) {
+		t.Errorf("makespan %v, bubble %v, busy %v; want 15, 0.4, [6 12]", res.Makespan, res.Bubble, res.Busy)
+	}
+	wantSpans(t, "1f1b p=2 m=2 stage 1 doubled", res, [][][2]float64{
+		// F0.0 SendAct0.0 F0.1 SendAct0.1 RecvGrad0.0 B0.0 RecvGrad0.1 B0.1
+		{{0, 1}, {1, 1}, {1, 2}, {2, 2}, {2, 7}, {7, 9}, {9, 13}, {13, 15}},
+		// RecvAct1.0 F1.0 B1.0 SendGrad1.0 RecvAct1.1 F1.1 B1.1 SendGrad1.1
+		{{0, 1}, {1, 3}, {3, 7}, {7, 7}, {7, 7}, {7, 9}, {9, 13}, {13, 13}},
+	})
+	even := sim(t, must(OneFOneB(2, 2)), Costs{Forward: 1.5, Backward: 3})
+	if even.Makespan != 13.5 {
+		t.Errorf("average stages: makespan %v, want 13.5", even.Makespan)
+	}
+}
+
+// TestShared: with fewer cores than ranks no step can beat the total
+// work over the cores, nor the step on a processor per rank (sharing
+// only slows computations down, and every start is a max of earlier
+// ends), and the bubble is at least 1 - Cores/Ranks. And the timelines
+// obey the model: each computation gets exactly its nominal work from
+// the rate min(1, Cores/k) it was given while k ranks were computing.
+func TestShared(t *testing.T) {
+	each(t, func(t *testing.T, s *Schedule, _ int) {
+		if s.Ranks < 2 {
+			return
+		}
+		for _, c := range []Costs{
+			{Forward: 1, Backward: 2, BackwardInput: 1.25, BackwardWeight: 0.75},
+			{Comm: 0.5, Stages: uneven(s.Stages)},
+		} {
+			own := sim(t, s, c)
+			for cores := 1; cores < s.Ranks; cores++ {
+				if cores > 2 && s.Ranks != 4 && cores != s.Ranks-1 {
+					continue // keep the test short: all of 4 ranks, 1, 2 and p-1 elsewhere
+				}
+				c.Cores = cores
+				res := sim(t, s, c)
+				what := fmt.Sprintf("%s p=%d m=%d cores=%d comm=%v", s.Name, s.Ranks, s.Micros, cores, c.Comm)
+				total := 0.0
+				for _, b := range res.Busy {
+					total += b
+				}
+				// Busy counts nominal work; peaks follow program order.
+				if !slices.Equal(res.Busy, own.Busy) || !slices.Equal(res.PeakActivations, own.PeakActivations) {
+					t.Fatalf("%s: busy %v, peaks %v; want %v, %v as with a core per rank", what, res.Busy, res.PeakActivations, own.Busy, own.PeakActivations)
+				}
+				if res.Makespan < total/float64(cores)-1e-9 || res.Makespan < own.Makespan-1e-9 {
+					t.Fatalf("%s: makespan %v below the total work over the cores %v or the makespan with a core per rank %v", what, res.Makespan, total/float64(cores), own.Makespan)
+				}
+				if least := 1 - float64(cores)/float64(s.Ranks); res.Bubble < least-1e-9 {
+					t.Fatalf("%s: bubble %v below 1 - Cores/Ranks = %v", what, res.Bubble, least)
+				}
+				checkShared(t, what, s, c, res)
+			}
+		}
+	})
+}
+
+// checkShared checks a timeline simulated with c.Cores > 0: spans in
+// program order without gaps, receives ending when their data arrives,
+// and each computation's nominal cost equal to the integral of the rate
+// min(1, Cores/k(t)) over its span, k(t) counting the computations in
+// progress at t.
+func checkShared(t *testing.T, what string, s *Schedule, c Costs, res Result) {
+	t.Helper()
+	sentAt := make(map[key]float64)
+	var comp []Span
+	for _, spans := range res.Timeline {
+		for _, sp := range spans {
+			if a := sp.Action; a.Kind == SendAct || a.Kind == SendGrad {
+				sentAt[key{a.Kind, a.Stage, a.Micro}] = sp.Start
+			} else if a.Kind.Compute() {
+				comp = append(comp, sp)
+			}
+		}
+	}
+	last := 0.0
+	for r, spans := range res.Timeline {
+		at := 0.0
+		for i, sp := range spans {
+			a := sp.Action
+			if a != s.Programs[r][i] || sp.Start != at || sp.End < sp.Start {
+				t.Fatalf("%s rank %d span %d: %v [%v,%v] after %v", what, r, i, a, sp.Start, sp.End, at)
+			}
+			if a.Kind == RecvAct || a.Kind == RecvGrad {
+				if want := max(sp.Start, sentAt[sender(a)]+c.Comm); sp.End != want {
+					t.Fatalf("%s rank %d span %d: %v ends at %v, want %v", what, r, i, a, sp.End, want)
+				}
+			}
+			at = sp.End
+		}
+		last = max(last, at)
+	}
+	if last != res.Makespan {
+		t.Fatalf("%s: makespan %v, last span ends at %v", what, res.Makespan, last)
+	}
+
+	// work(x) is the nominal work one computation in progress from 0 to x
+	// would do: the integral of the rate, piecewise constant between the
+	// starts and ends of the computations.
+	var times []float64
+	for _, sp := range comp {
+		times = append(times, sp.Start, sp.End)
+	}
+	slices.Sort(times)
+	times = slices.Compact(times)
+	starts, ends := make([]float64, len(comp)), make([]float64, len(comp))
+	for i, sp := range comp {
+		starts[i], ends[i] = sp.Start, sp.End
+	}
+	slices.Sort(starts)
+	slices.Sort(ends)
+	work := make([]float64, len(times))
+	si, ei := 0, 0
+	for i := 1; i < len(times); i++ {
+		a := times[i-1]
+		for si < len(starts) && starts[si] <= a {
+			si++
+		}
+		for ei < len(ends) && ends[ei] <= a {
+			ei++
+		}
+		rate := min(1, float64(c.Cores)/float64(max(si-ei, 1)))
+		work[i] = work[i-1] + rate*(times[i]-a)
+	}
+	workAt := func(x float64) float64 {
+		i, _ := slices.BinarySearch(times, x)
+		return work[i]
+	}
+	for _, sp := range comp {
+		cost := c.of(sp.Action)
+		if got := workAt(sp.End) - workAt(sp.Start); math.Abs(got-cost) > 1e-9*max(1, cost) {
+			t.Fatalf("%s: %v [%v,%v] did %v of its %v work", what, sp.Action, sp.Start, sp.End, got, cost)
+		}
+	}
+}
+
+func TestSimulateCostErrors(t *testing.T) {
+	s := must(Interleaved1F1B(2, 2, 2)) // 4 stages
+	for _, c := range []Costs{
+		{Forward: 1, Stages: make([]StageCosts, 2)},
+		{Forward: 1, Stages: []StageCosts{}},
+		{Stages: []StageCosts{{}, {}, {Backward: -1}, {}}},
+		{Stages: []StageCosts{{}, {}, {}, {BackwardWeight: math.NaN()}}},
+		{Forward: 1, Backward: 2, Cores: -1},
+	} {
+		if _, err := Simulate(s, c); !errors.Is(err, ErrArgument) {
+			t.Errorf("%+v: %v, want an error wrapping ErrArgument", c, err)
+		}
+	}
+	if _, err := Simulate(s, Costs{Stages: make([]StageCosts, 4), Cores: 1}); err != nil {
+		t.Errorf("4 free stages on one core: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ const (
 	meshSteps = 12
 	meshBatch = 16 // global batch of windows per step
 	meshBlock = 32
+	meshClip  = 0.5 // below the gradients' norm in most steps: clipping is exercised
 )
 
 var meshConfig = models.GPTConfig{Vocab: 256, Block: meshBlock, Layers: 2, Heads: 2, Dim: 32}
@@ -63,6 +64,7 @@ func ddpCurve(t *testing.T, corpus *data.TextCorpus) []float64 {
 			if err := d.Backward(ctx, loss); err != nil {
 				return err
 			}
+			nn.ClipGradNorm(nn.Parameters(m), meshClip)
 			opt.Step()
 			l := tensor.FromFloat64([]float64{loss.Value().At()})
 			if err := g.AllReduce(ctx, l, dist.Avg); err != nil {
@@ -131,6 +133,9 @@ func pipelineCurve(t *testing.T, corpus *data.TextCorpus, name string) []float64
 			}
 			opt.ZeroGrad(true)
 			if err := p.Step(ctx, xs, ys); err != nil {
+				return err
+			}
+			if _, err := p.ClipGradNorm(ctx, meshClip); err != nil {
 				return err
 			}
 			opt.Step()

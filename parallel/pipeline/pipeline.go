@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/godist/godist/autograd"
@@ -220,12 +221,37 @@ const (
 // sched.Micros long. Gradients are accumulated into the parameters (zero
 // them before, as with any backward pass); Stats then holds the mean loss.
 func (p *Pipeline) Step(ctx context.Context, inputs, targets []*tensor.Tensor) error {
+	st, err := p.run(ctx, false, inputs, targets)
+	if err == nil {
+		p.stats = Stats{Loss: st.loss / float64(p.sched.Micros), PeakActivationBytes: st.peakBytes, PeakLive: st.peakLive}
+	}
+	return err
+}
+
+// Eval runs the micro-batches through the stages' forward passes only,
+// as Step's schedule orders them without its backward actions, and
+// returns on the last stage's rank the mean of their losses (zero
+// elsewhere). No gradients are computed and no graph is kept past its
+// micro-batch. Every rank of the pipeline must call it, like Step.
+func (p *Pipeline) Eval(ctx context.Context, inputs, targets []*tensor.Tensor) (float64, error) {
+	st, err := p.run(ctx, true, inputs, targets)
+	if err != nil || !p.HasLast() {
+		return 0, err
+	}
+	return st.loss / float64(p.sched.Micros), nil
+}
+
+// run runs this rank's program once (its forward actions only for eval)
+// and, for a training step, reduces the gradients. It watches the
+// groups of Options.Watch, and on any failure aborts the pipeline's
+// groups with the root cause.
+func (p *Pipeline) run(ctx context.Context, eval bool, inputs, targets []*tensor.Tensor) (*step, error) {
 	m := p.sched.Micros
 	if p.HasFirst() && len(inputs) != m {
-		return fmt.Errorf("pipeline: rank %d holds the first stage: want %d input micro-batches, got %d", p.g.Rank(), m, len(inputs))
+		return nil, fmt.Errorf("pipeline: rank %d holds the first stage: want %d input micro-batches, got %d", p.g.Rank(), m, len(inputs))
 	}
 	if p.HasLast() && len(targets) != m {
-		return fmt.Errorf("pipeline: rank %d holds the last stage: want %d target micro-batches, got %d", p.g.Rank(), m, len(targets))
+		return nil, fmt.Errorf("pipeline: rank %d holds the last stage: want %d target micro-batches, got %d", p.g.Rank(), m, len(targets))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -237,19 +263,15 @@ func (p *Pipeline) Step(ctx context.Context, inputs, targets []*tensor.Tensor) e
 				// cause before this rank's calls stop (a peer waiting on
 				// this rank would otherwise hear only that it left).
 				cause := g.Err()
-				p.g.Abort(cause)
-				if p.opt.DataParallel != nil {
-					p.opt.DataParallel.Abort(cause)
-				}
+				p.abort(cause)
 				cancel(cause)
 			case <-ctx.Done():
 			}
 		}()
 	}
-	st := &step{p: p, ctx: ctx, inputs: inputs, targets: targets, mbs: map[[2]int]*micro{}}
+	st := &step{p: p, eval: eval, ctx: ctx, inputs: inputs, targets: targets, mbs: map[[2]int]*micro{}}
 	err := st.run()
-	if err == nil {
-		p.stats = Stats{Loss: st.loss / float64(m), PeakActivationBytes: st.peakBytes, PeakLive: st.peakLive}
+	if err == nil && !eval {
 		err = p.reduceGrads(ctx)
 	}
 	if err != nil {
@@ -257,12 +279,17 @@ func (p *Pipeline) Step(ctx context.Context, inputs, targets []*tensor.Tensor) e
 		// (they would otherwise wait on this rank, or hear only that it
 		// left), and fail the pipeline's groups for good.
 		err = explain(ctx, err)
-		p.g.Abort(err)
-		if p.opt.DataParallel != nil {
-			p.opt.DataParallel.Abort(err)
-		}
+		p.abort(err)
+		return nil, err
 	}
-	return err
+	return st, nil
+}
+
+func (p *Pipeline) abort(err error) {
+	p.g.Abort(err)
+	if p.opt.DataParallel != nil {
+		p.opt.DataParallel.Abort(err)
+	}
 }
 
 // explain replaces, in err, the cancellation that a watched group's
@@ -282,6 +309,7 @@ func explain(ctx context.Context, err error) error {
 
 type step struct {
 	p               *Pipeline
+	eval            bool // forwards only, no graphs kept (Eval)
 	ctx             context.Context
 	inputs, targets []*tensor.Tensor
 	mbs             map[[2]int]*micro
@@ -305,6 +333,11 @@ func (st *step) run() error {
 	p := st.p
 	st.shapes = map[int]meta{}
 	for _, a := range p.prog {
+		if st.eval && a.Kind != schedule.Forward && a.Kind != schedule.SendAct && a.Kind != schedule.RecvAct {
+			// Dropping the backward actions only removes waits: the
+			// forwards never depend on them.
+			continue
+		}
 		if err := st.do(a); err != nil {
 			st.drain()
 			return &StepError{Rank: p.g.Rank(), WorldRank: p.g.WorldRank(), Action: a, Err: err}
@@ -399,7 +432,7 @@ func (st *step) forward(s *stage, a schedule.Action, mb *micro) error {
 		if err := mb.recvAct.Wait(st.ctx); err != nil {
 			return err
 		}
-		mb.in = autograd.Param(mb.act)
+		mb.in = autograd.NewVar(mb.act, !st.eval)
 		x = mb.in
 	default:
 		// The previous stage is on this rank: its output is handed over
@@ -408,7 +441,7 @@ func (st *step) forward(s *stage, a schedule.Action, mb *micro) error {
 		if prev == nil || prev.out == nil || p.stages[a.Stage-1] == nil {
 			return errors.New("the schedule runs a forward before its input is there")
 		}
-		mb.in = autograd.Param(prev.out.Value())
+		mb.in = autograd.NewVar(prev.out.Value(), !st.eval)
 		x = mb.in
 	}
 	out := nn.Call(s.Module, x)
@@ -422,6 +455,10 @@ func (st *step) forward(s *stage, a schedule.Action, mb *micro) error {
 	}
 	if err := out.Err(); err != nil {
 		return err
+	}
+	if st.eval {
+		mb.out = autograd.Const(out.Value()) // the graph goes at once
+		return nil
 	}
 	mb.out = out
 	mb.bytes = autograd.GraphBytes(out)
@@ -571,4 +608,36 @@ func (p *Pipeline) reduceGrads(ctx context.Context) error {
 		at += k
 	}
 	return nil
+}
+
+// ClipGradNorm clips the gradients of the whole model, spread over the
+// pipeline's ranks, to a global L2 norm of maxNorm, as nn.ClipGradNorm
+// does for a model on one rank, and returns the norm before clipping.
+// Call it after Step (whose data-parallel averaging leaves every replica
+// the same gradients) on every rank of the pipeline. A tied parameter
+// counts once: only the copy on the lowest rank of its Tie group adds to
+// the norm; every copy is scaled.
+func (p *Pipeline) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
+	params := p.Parameters()
+	var counted []*autograd.Var
+	for _, q := range params {
+		counts := true
+		for _, t := range p.opt.Tied {
+			if t.Param == q && t.Group.Rank() != 0 {
+				counts = false
+			}
+		}
+		if counts {
+			counted = append(counted, q)
+		}
+	}
+	sq := tensor.FromFloat64([]float64{nn.GradNormSquared(counted)})
+	if err := p.g.AllReduce(ctx, sq, dist.Sum); err != nil {
+		err = fmt.Errorf("pipeline: the gradients' global norm: %w", err)
+		p.abort(err)
+		return 0, err
+	}
+	total := math.Sqrt(sq.Float64s()[0])
+	nn.ClipGradsWithNorm(params, maxNorm, total)
+	return total, nil
 }

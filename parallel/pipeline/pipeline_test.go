@@ -181,3 +181,57 @@ func sameBits(got, want *tensor.Tensor) error {
 	}
 	return nil
 }
+
+// TestEvalMatchesForward: Eval gives, on the last stage, exactly the mean
+// loss of the unsplit model's forward passes, leaves no gradients, and
+// training steps afterwards still match (no graph or stream left behind).
+func TestEvalMatchesForward(t *testing.T) {
+	for _, c := range []schedCase{{"1f1b", 2, 1, 4}, {"zbh1", 4, 1, 4}, {"interleaved1f1b", 2, 2, 4}} {
+		t.Run(c.String(), func(t *testing.T) {
+			stages := c.ranks * c.chunks
+			disttest.Spawn(t, c.ranks, func(g *dist.Group) error {
+				ctx := context.Background()
+				sched, err := schedule.ByName(c.name, c.ranks, c.chunks, c.micros)
+				if err != nil {
+					return err
+				}
+				_, layers := gptLayers(t, stages, true)
+				_, refLayers := gptLayers(t, stages, true)
+				points, _ := pipeline.Balance(layers, stages)
+				parts, _ := pipeline.Split(layers, points)
+				var mine []pipeline.Stage
+				for _, s := range sched.StagesOf(g.Rank()) {
+					mine = append(mine, pipeline.Stage{Index: s, Module: parts[s]})
+				}
+				p, err := pipeline.New(g, sched, mine, pipeline.Options{Loss: gptLoss})
+				if err != nil {
+					return err
+				}
+				xs, ys := microBatches(77, c.micros, 2, 8, 32)
+				got, err := p.Eval(ctx, xs, ys)
+				if err != nil {
+					return err
+				}
+				for _, q := range p.Parameters() {
+					if q.Grad() != nil {
+						return fmt.Errorf("Eval left a gradient")
+					}
+				}
+				want := reference(refLayers, xs, ys) // (its gradients are not looked at)
+				if p.HasLast() && got != want {
+					return fmt.Errorf("Eval loss %v, unsplit forward %v", got, want)
+				}
+				if !p.HasLast() && got != 0 {
+					return fmt.Errorf("Eval returned %v on a rank without the last stage", got)
+				}
+				if err := p.Step(ctx, xs, ys); err != nil {
+					return err
+				}
+				if p.HasLast() && p.Stats().Loss != want {
+					return fmt.Errorf("the step after Eval: loss %v, want %v", p.Stats().Loss, want)
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps test vet bench bench-gemm bench-dist bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -44,8 +44,15 @@ demo-rpc-rnn: bin/godist bin/rpc-rnn
 demo-rpc-ps: bin/godist bin/rpc-parameter-server
 	bin/godist run --standalone --nproc-per-node 3 bin/rpc-parameter-server
 
+# The tiny GPT on 4 ranks as 2 pipeline stages × 2 data-parallel replicas.
+demo-pipeline: bin/godist bin/pipeline-gpt
+	bin/godist run --standalone --nproc-per-node 4 bin/pipeline-gpt --pp 2 --schedule 1f1b --steps 200
+
 bin/rpc-parameter-server:
 	$(GO) build -o $@ ./examples/rpc-parameter-server
+
+bin/pipeline-gpt:
+	$(GO) build -o $@ ./examples/pipeline-gpt
 
 bin/rpc-rl:
 	$(GO) build -o $@ ./examples/rpc-rl

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/godist/godist/store"
@@ -42,6 +43,13 @@ type Options struct {
 	// godist run; the token in hex, or raw when it is not hex).
 	JobID string
 	Token []byte
+	// Insecure allows a job without a token to listen on interfaces other
+	// than loopback (default: the GODIST_INSECURE variable, 1 or true).
+	// Without a token and without Insecure, Init serves the store and
+	// accepts ranks on loopback only, and refuses a MASTER_ADDR or Host
+	// that is not a loopback address: with no token, anyone who can reach
+	// the ports could join the job, read its data or replace a rank.
+	Insecure bool
 	// Host is the address the other ranks reach this one at (default: the
 	// GODIST_HOST variable, else the local address that routes to the
 	// store's host, else 127.0.0.1).
@@ -242,7 +250,20 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 			}
 			addr := net.JoinHostPort(masterHost, strconv.Itoa(port))
 			if rank == 0 {
-				srv, err := store.NewServer(rctx, net.JoinHostPort("", strconv.Itoa(port)), store.ServerOptions{Token: opt.Token, JobID: opt.JobID})
+				// A store for ranks on this host only listens on
+				// loopback; one for other hosts needs a token or an
+				// explicit Insecure.
+				bind := ""
+				switch {
+				case isLoopback(masterHost):
+					bind = masterHost
+					if masterHost == "localhost" || masterHost == "" {
+						bind = "127.0.0.1"
+					}
+				case len(opt.Token) == 0 && !opt.Insecure:
+					return nil, fmt.Errorf("dist: rank 0 would serve the job's store on %s without a job token, so anyone who can reach it could rewrite the job's addresses and join as any rank; set GODIST_TOKEN to the same secret on every rank (godist run does), use a loopback MASTER_ADDR for a one-host job, or set GODIST_INSECURE=1 (Options.Insecure) on a private network", masterHost)
+				}
+				srv, err := store.NewServer(rctx, net.JoinHostPort(bind, strconv.Itoa(port)), store.ServerOptions{Token: opt.Token, JobID: opt.JobID})
 				if err != nil {
 					return nil, fmt.Errorf("dist: rank 0 cannot serve the store on port %d: %w (is another job using it? set MASTER_PORT)", port, err)
 				}
@@ -268,6 +289,17 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	host := opt.Host
 	if host == "" {
 		host = localAddrFor(masterHost)
+	}
+	if len(opt.Token) == 0 && !opt.Insecure && !isLoopback(host) {
+		for _, c := range closers {
+			c()
+		}
+		return nil, fmt.Errorf("dist: rank %d would accept connections at %s without a job token, so anyone who can reach it could join the job or take a rank's place; set GODIST_TOKEN to the same secret on every rank (godist run does), or GODIST_INSECURE=1 (Options.Insecure) on a private network", rank, host)
+	}
+	if len(opt.Token) == 0 && !isLoopback(host) {
+		insecureOnce.Do(func() {
+			fmt.Fprintf(os.Stderr, "dist: warning: no job token: rank %d accepts unauthenticated connections at %s (GODIST_INSECURE)\n", rank, host)
+		})
 	}
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
@@ -312,6 +344,9 @@ func withEnv(opt Options, get func(string) string) Options {
 	}
 	if opt.Host == "" {
 		opt.Host = get("GODIST_HOST")
+	}
+	if v := get("GODIST_INSECURE"); !opt.Insecure && (v == "1" || strings.EqualFold(v, "true")) {
+		opt.Insecure = true
 	}
 	if opt.SharedMemory == SharedMemoryDefault {
 		opt.SharedMemory = SharedMemoryOn
@@ -364,6 +399,19 @@ func (opt Options) spin() time.Duration {
 
 // localAddrFor returns the local address that routes to host (without
 // sending anything), or 127.0.0.1.
+// isLoopback reports whether host names this machine's loopback
+// interface (an empty host, as a default MASTER_ADDR, counts).
+func isLoopback(host string) bool {
+	if host == "" || host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// insecureOnce says the no-token warning once per process.
+var insecureOnce sync.Once
+
 func localAddrFor(host string) string {
 	if host == "" || host == "localhost" || strings.HasPrefix(host, "127.") {
 		return "127.0.0.1"

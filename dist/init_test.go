@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -275,4 +276,76 @@ func TestInitOptionsOverrideEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nonLoopbackIP returns an address of this machine outside loopback, or
+// skips.
+func nonLoopbackIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address")
+	return ""
+}
+
+// TestInitWithoutTokenStaysOnLoopback (issue 19, item 2): without a job
+// token, rank 0's store listens on loopback only (it listened on every
+// interface, where any host could rewrite the job's addresses), and Init
+// refuses a master address or host outside loopback unless told that the
+// network is private.
+func TestInitWithoutTokenStaysOnLoopback(t *testing.T) {
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	t.Setenv("GODIST_INSECURE", "")
+	ip := nonLoopbackIP(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// A one-host job without a token: the store is not reachable from
+	// the machine's other address.
+	port := freePort(t)
+	g, err := dist.Init(ctx, dist.Options{InitMethod: fmt.Sprintf("tcp://127.0.0.1:%d", port), Rank: 0, WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second); err == nil {
+		c.Close()
+		t.Errorf("the store of a job without a token answers on %s", ip)
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second); err != nil {
+		t.Errorf("the store does not answer on loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	g.Destroy()
+
+	// Outside loopback without a token: refused, saying what to do.
+	for _, opt := range []dist.Options{
+		{InitMethod: fmt.Sprintf("tcp://%s:%d", ip, freePort(t)), Rank: 0, WorldSize: 2},
+		{InitMethod: fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), Rank: 0, WorldSize: 2, Host: ip},
+	} {
+		g, err := dist.Init(ctx, opt)
+		if err == nil {
+			g.Destroy()
+			t.Fatalf("Init(%+v) without a token succeeded", opt)
+		}
+		if !strings.Contains(err.Error(), "GODIST_TOKEN") || !strings.Contains(err.Error(), "GODIST_INSECURE") {
+			t.Errorf("Init(%+v): %v, want an error naming GODIST_TOKEN and GODIST_INSECURE", opt, err)
+		}
+	}
+
+	// Told that the network is private, it runs as before.
+	t.Setenv("GODIST_INSECURE", "1")
+	g, err = dist.Init(ctx, dist.Options{InitMethod: fmt.Sprintf("tcp://%s:%d", ip, freePort(t)), Rank: 0, WorldSize: 1})
+	if err != nil {
+		t.Fatalf("GODIST_INSECURE=1: %v", err)
+	}
+	g.Destroy()
 }

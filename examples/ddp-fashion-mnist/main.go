@@ -62,7 +62,12 @@ type config struct {
 	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
 	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
 	stepLog   string // prefix of per-rank files of step timestamps
+	stopAt    int    // tests: return errStopped, saving nothing, before this run's step stopAt (0: never)
 }
+
+// errStopped is train's error when config.stopAt stops it: a run that died
+// mid-epoch, for the resume tests.
+var errStopped = errors.New("stopped by config.stopAt")
 
 type result struct {
 	Model       string    `json:"model"`
@@ -253,6 +258,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		t0 := time.Now()
 		for s := range nb {
+			if c.stopAt > 0 && steps == c.stopAt {
+				return nil, errStopped
+			}
 			if g.Rank() == killRank && steps == killStep && os.Getenv("GODIST_RESTART_COUNT") == "0" {
 				fmt.Fprintf(log, "rank %d: killing myself at step %d (--kill-at)\n", g.Rank(), steps)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)

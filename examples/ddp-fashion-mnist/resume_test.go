@@ -65,7 +65,8 @@ func TestResumeIsExact(t *testing.T) {
 }
 
 // compareCheckpoints fails t unless the two files hold the same tensors,
-// bit for bit, naming the largest difference otherwise.
+// bit for bit, and the same metadata, naming the largest difference
+// otherwise.
 func compareCheckpoints(t *testing.T, wantPath, gotPath string) {
 	t.Helper()
 	want, wmeta, err := checkpoint.LoadFile(wantPath)
@@ -76,8 +77,16 @@ func compareCheckpoints(t *testing.T, wantPath, gotPath string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wmeta["epoch"] != gmeta["epoch"] {
-		t.Fatalf("resumed run ended at epoch %s, uninterrupted at %s", gmeta["epoch"], wmeta["epoch"])
+	// The metadata too: position, loss history, bucket plan.
+	for k, w := range wmeta {
+		if g := gmeta[k]; g != w {
+			t.Errorf("metadata %s: resumed run %.200q, uninterrupted %.200q", k, g, w)
+		}
+	}
+	for k := range gmeta {
+		if _, ok := wmeta[k]; !ok {
+			t.Errorf("metadata %s: only in the resumed run's checkpoint", k)
+		}
 	}
 	var keys []string
 	for k := range want {

@@ -10,8 +10,10 @@
 // installed, else the real subset shipped in testdata/fashion-mnist, and
 // says which. Rank 0 shows a progress bar (plain lines when stderr is not a
 // terminal), evaluates test accuracy after every epoch, writes a checkpoint
-// (model and optimizer, safetensors) and a loss/accuracy plot (PNG), and
-// ends with one JSON line. --resume continues from the checkpoint.
+// (ddp.SaveCheckpoint: model, optimizer, position, history and DDP's
+// bucket plan, safetensors) and a loss/accuracy plot (PNG), and ends with
+// one JSON line. --resume continues from the checkpoint, at the same world
+// size ending bit for bit where the run that never stopped ends.
 package main
 
 import (
@@ -32,7 +34,6 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/godist/godist/autograd"
-	"github.com/godist/godist/checkpoint"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/examples/internal/progress"
@@ -62,7 +63,12 @@ type config struct {
 	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
 	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
 	stepLog   string // prefix of per-rank files of step timestamps
+	stopAt    int    // tests: return errStopped, saving nothing, before this run's step stopAt (0: never)
 }
+
+// errStopped is train's error when config.stopAt stops it: a run that died
+// mid-epoch, for the resume tests.
+var errStopped = errors.New("stopped by config.stopAt")
 
 type result struct {
 	Model       string    `json:"model"`
@@ -199,12 +205,14 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		return nil, err
 	}
 	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: c.lr, Momentum: c.mom})
-	start := 0
+	start, done := 0, 0 // epochs and optimizer steps before this run
 	var hist history
 	if _, statErr := os.Stat(c.ckpt); c.resume && statErr == nil {
-		if start, hist, err = load(c.ckpt, model, opt); err != nil {
+		var pos ddp.Position
+		if pos, hist, err = load(ctx, c.ckpt, model, opt); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
+		start, done = pos.Epoch, pos.Step
 		if rank0 {
 			fmt.Fprintf(log, "resumed from %s after epoch %d\n", c.ckpt, start)
 		}
@@ -253,6 +261,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		t0 := time.Now()
 		for s := range nb {
+			if c.stopAt > 0 && steps == c.stopAt {
+				return nil, errStopped
+			}
 			if g.Rank() == killRank && steps == killStep && os.Getenv("GODIST_RESTART_COUNT") == "0" {
 				fmt.Fprintf(log, "rank %d: killing myself at step %d (--kill-at)\n", g.Rank(), steps)
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -301,7 +312,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		hist.Acc = append(hist.Acc, acc)
 		res.TestAcc = acc
-		if err := save(ctx, g, c.ckpt, model, opt, ep+1, hist); err != nil {
+		if err := save(ctx, c.ckpt, model, opt, ep+1, done+steps, hist); err != nil {
 			return nil, err
 		}
 		if rank0 && c.plotPath != "" {
@@ -328,59 +339,80 @@ type history struct {
 	Acc  []float64
 }
 
-// save writes the checkpoint on rank 0 (model, optimizer, epoch and
-// history), then a barrier, so that no rank reads a half-written file.
-func save(ctx context.Context, g *dist.Group, path string, model *ddp.DDP, opt optim.Optimizer, epoch int, h history) error {
-	if g.Rank() == 0 {
-		ts := map[string]*tensor.Tensor{}
-		for k, v := range nn.StateDict(model) {
-			ts["model."+k] = v
-		}
-		for k, v := range opt.StateDict() {
-			ts["optim."+k] = v
-		}
-		ts["history.loss"] = tensor.FromFloat64(append([]float64{}, h.Loss...))
-		ts["history.acc"] = tensor.FromFloat64(append([]float64{}, h.Acc...))
-		meta := map[string]string{"epoch": strconv.Itoa(epoch)}
-		if err := checkpoint.SaveFile(path, ts, meta); err != nil {
-			return err
-		}
-	}
-	return g.Barrier(ctx)
+// Checkpoint metadata keys of the history: the values, comma-separated,
+// each as strconv.FormatFloat(v, 'g', -1, 64) writes it (exact, and NaN
+// and infinities too).
+const (
+	metaLoss = "history.loss"
+	metaAcc  = "history.acc"
+)
+
+// save writes the checkpoint through ddp.SaveCheckpoint (rank 0 writes,
+// every rank waits for the file): model, optimizer, the position (the
+// next epoch, from its start), the history and DDP's bucket plan. The plan
+// matters for exact resume: from world 3 on, the layout of a bucket
+// decides the order in which each gradient element's sum over the ranks
+// is taken (the chunk it falls in), and a resumed run that reduced its
+// first step in the initial layout, as a new DDP does before it rebuilds
+// its buckets, would drift from the run that never stopped.
+func save(ctx context.Context, path string, model *ddp.DDP, opt optim.Optimizer, epoch, steps int, h history) error {
+	meta := ddp.Position{Epoch: epoch, Step: steps}.Meta()
+	meta[metaLoss], meta[metaAcc] = formatFloats(h.Loss), formatFloats(h.Acc)
+	return ddp.SaveCheckpoint(ctx, path, model, opt, meta)
 }
 
-func load(path string, model *ddp.DDP, opt optim.Optimizer) (int, history, error) {
-	ts, meta, err := checkpoint.LoadFile(path)
+// load reads a checkpoint written by save into model and opt on every
+// rank, and returns the epoch to go on from, the optimizer steps taken
+// and the history.
+func load(ctx context.Context, path string, model *ddp.DDP, opt optim.Optimizer) (ddp.Position, history, error) {
+	meta, err := ddp.LoadCheckpoint(ctx, path, model, opt)
 	if err != nil {
-		return 0, history{}, err
+		return ddp.Position{}, history{}, err
 	}
-	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
-	for k, v := range ts {
-		switch {
-		case strings.HasPrefix(k, "model."):
-			ms[strings.TrimPrefix(k, "model.")] = v
-		case strings.HasPrefix(k, "optim."):
-			os[strings.TrimPrefix(k, "optim.")] = v
-		}
-	}
-	if err := nn.LoadStateDict(model, ms, true); err != nil {
-		return 0, history{}, err
-	}
-	if err := opt.LoadStateDict(os); err != nil {
-		return 0, history{}, err
-	}
-	epoch, err := strconv.Atoi(meta["epoch"])
+	pos, err := ddp.ParsePosition(meta)
 	if err != nil {
-		return 0, history{}, fmt.Errorf("checkpoint %s has no epoch", path)
+		return ddp.Position{}, history{}, err
+	}
+	if _, ok := meta[ddp.MetaEpoch]; !ok || pos.Batch != 0 {
+		return ddp.Position{}, history{}, fmt.Errorf("checkpoint %s holds no epoch boundary (metadata %s=%q, %s=%q)", path, ddp.MetaEpoch, meta[ddp.MetaEpoch], ddp.MetaBatch, meta[ddp.MetaBatch])
 	}
 	var h history
-	if t := ts["history.loss"]; t != nil {
-		h.Loss = t.Values()
+	for _, f := range []struct {
+		key string
+		dst *[]float64
+	}{{metaLoss, &h.Loss}, {metaAcc, &h.Acc}} {
+		if *f.dst, err = parseFloats(meta[f.key]); err != nil {
+			return ddp.Position{}, history{}, fmt.Errorf("checkpoint %s: metadata %s: %w", path, f.key, err)
+		}
 	}
-	if t := ts["history.acc"]; t != nil {
-		h.Acc = t.Values()
+	return pos, h, nil
+}
+
+func formatFloats(vs []float64) string {
+	var b []byte
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendFloat(b, v, 'g', -1, 64)
 	}
-	return epoch, h, nil
+	return string(b)
+}
+
+func parseFloats(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	fs := strings.Split(s, ",")
+	out := make([]float64, len(fs))
+	for i, f := range fs {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 func (h history) plot(path string) error {

@@ -292,15 +292,19 @@ func TestCheckpointErrors(t *testing.T) {
 // 40,000 hidden units here and without the saved layout, the resumed run's
 // first step (on the initial layout) differed in the last bits from the
 // uninterrupted run's (on the rebuilt one), and the losses parted two
-// steps later. The test keeps the model small and checks the layout.
+// steps later. The test keeps the model small and checks the layout, and
+// the final state bit for bit; with 6,000 hidden units (a bucket of 217
+// KiB) over TCP with shared memory, the bucket is reduced in place, each
+// rank summing its own chunk: the layout decides the chunk, hence the
+// order, too.
 type backwards struct {
 	nn.Base
 	a, b *nn.Linear
 }
 
-func newBackwards(seed uint64) *backwards {
+func newBackwards(seed uint64, hidden int) *backwards {
 	rng := tensor.NewRNG(seed)
-	m := &backwards{b: nn.NewLinear(rng, 100, 3, true), a: nn.NewLinear(rng, 6, 100, true)}
+	m := &backwards{b: nn.NewLinear(rng, hidden, 3, true), a: nn.NewLinear(rng, 6, hidden, true)}
 	m.RegisterModule("b", m.b)
 	m.RegisterModule("a", m.a)
 	return m
@@ -311,10 +315,21 @@ func (m *backwards) Forward(x *autograd.Var) *autograd.Var {
 }
 
 func TestCheckpointKeepsBucketLayout(t *testing.T) {
+	for _, tc := range []struct {
+		world, hidden int
+		shm           bool
+	}{{3, 100, false}, {4, 100, false}, {3, 6000, true}, {4, 6000, true}} {
+		t.Run(fmt.Sprintf("world%d/hidden%d/shm=%v", tc.world, tc.hidden, tc.shm), func(t *testing.T) {
+			testKeepsBucketLayout(t, tc.world, tc.hidden, tc.shm)
+		})
+	}
+}
+
+func testKeepsBucketLayout(t *testing.T, world, hidden int, shm bool) {
 	path := filepath.Join(t.TempDir(), "ckpt.safetensors")
-	disttest.Spawn(t, 3, func(g *dist.Group) error {
+	disttest.SpawnWith(t, world, disttest.Options{TCP: shm, SharedMemory: shm}, func(_ *disttest.Job, g *dist.Group) error {
 		ctx := context.Background()
-		m, err := ddp.New(ctx, newBackwards(uint64(g.Rank())), g, ddp.Options{})
+		m, err := ddp.New(ctx, newBackwards(uint64(g.Rank()), hidden), g, ddp.Options{})
 		if err != nil {
 			return err
 		}
@@ -334,7 +349,7 @@ func TestCheckpointKeepsBucketLayout(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		m2, err := ddp.New(ctx, newBackwards(9), g, ddp.Options{})
+		m2, err := ddp.New(ctx, newBackwards(9, hidden), g, ddp.Options{})
 		if err != nil {
 			return err
 		}
@@ -352,6 +367,16 @@ func TestCheckpointKeepsBucketLayout(t *testing.T) {
 		for i := range want {
 			if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
 				return fmt.Errorf("resumed loss %d is %v, uninterrupted %v", i, got[i], want[i])
+			}
+		}
+		for name, sd := range map[string][2]map[string]*tensor.Tensor{
+			"parameter": {nn.StateDict(m), nn.StateDict(m2)},
+			"optimizer": {opt.StateDict(), opt2.StateDict()},
+		} {
+			for k, w := range sd[0] {
+				if !tensor.Equal(w, sd[1][k]) {
+					return fmt.Errorf("%s state %s differs from the uninterrupted run's after the resumed steps", name, k)
+				}
 			}
 		}
 		return nil

@@ -558,5 +558,10 @@ func (d *DDP) NoSync(fn func() error) error {
 }
 
 // StateDict returns the wrapped module's state under "module." names, as
-// PyTorch's DDP.
+// PyTorch's DDP. It does not hold the bucket plan: a run resumed from it
+// reduces its first step in the initial layout where the run that never
+// stopped used the rebuilt one, and from world 3 on the layout decides
+// each gradient element's summation order, so the two part in the last
+// bits. SaveCheckpoint and LoadCheckpoint keep the plan: resume is then
+// exact.
 func (d *DDP) StateDict() map[string]*tensor.Tensor { return nn.StateDict(d) }

@@ -36,7 +36,6 @@ const (
 	stateKey = "state"
 	beatKey  = "beat/"  // + node ID: "<unix nanos>" or "done"
 	roundKey = "round/" // + round + "/master": "host:port" of the workers' store
-	tokenKey = "token"
 )
 
 // StoreRendezvous runs rendezvous through a store: the state is one JSON
@@ -351,17 +350,6 @@ func (r *StoreRendezvous) Finish(ctx context.Context, round int, wait bool) erro
 func (r *StoreRendezvous) Close() error {
 	r.stopHeartbeat()
 	return nil
-}
-
-// SharedToken returns the job token every node uses: the first node to
-// ask stores a fresh random one.
-func (r *StoreRendezvous) SharedToken(ctx context.Context) (string, error) {
-	tok := NewToken()
-	got, err := r.Store.CompareAndSet(ctx, tokenKey, nil, []byte(tok))
-	if err != nil {
-		return "", err
-	}
-	return string(got), nil
 }
 
 // NewToken returns a fresh random job token, hex encoded.

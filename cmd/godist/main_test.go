@@ -364,3 +364,27 @@ func TestBenchTimeout(t *testing.T) {
 		t.Errorf("stderr does not name the timeout:\n%s", stderr.String())
 	}
 }
+
+// TestStoreListenAddr (issue 19, item 2): godist store without a token
+// listens on loopback only; it listened on every interface.
+func TestStoreListenAddr(t *testing.T) {
+	for _, c := range []struct {
+		addr            string
+		token, insecure bool
+		want, err       string
+	}{
+		{":29500", false, false, "127.0.0.1:29500", ""},
+		{"127.0.0.1:7", false, false, "127.0.0.1:7", ""},
+		{"localhost:7", false, false, "localhost:7", ""},
+		{"10.1.2.3:7", false, false, "", "refusing to listen on 10.1.2.3:7"},
+		{"0.0.0.0:7", false, false, "", "refusing"},
+		{":29500", true, false, ":29500", ""},
+		{"10.1.2.3:7", false, true, "10.1.2.3:7", ""},
+		{"nonsense", false, false, "", "--addr"},
+	} {
+		got, _, err := storeListenAddr(c.addr, c.token, c.insecure, "GODIST_TOKEN")
+		if got != c.want || (c.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("storeListenAddr(%q, token %v, insecure %v) = %q, %v; want %q, error %q", c.addr, c.token, c.insecure, got, err, c.want, c.err)
+		}
+	}
+}

@@ -31,6 +31,7 @@ type runOptions struct {
 	rdzvID             string
 	runID              string
 	standalone         bool
+	insecure           bool // no job token off loopback, on purpose
 	maxRestarts        int
 	monitor            time.Duration
 	stopGrace          time.Duration
@@ -100,6 +101,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	conf := fs.String("rdzv-conf", "", "rendezvous settings, `key=value,...`: last_call_timeout (seconds, default 30), join_timeout (600), keep_alive_timeout (15)")
 	runID := fs.String("run-id", "", "run `id` given to the workers (default: --rdzv-id, or a random one with --standalone)")
 	standalone := fs.Bool("standalone", false, "one node: a rendezvous store on a free local port, no other rendezvous flags needed")
+	insecure := fs.Bool("insecure", false, "allow a job whose rendezvous is not on loopback to run without GODIST_TOKEN (a private network only: anyone who can reach its ports could join the job)")
 	maxRestarts := fs.Int("max-restarts", 0, "restarts of the worker group after a failure before giving up")
 	monitor := fs.String("monitor-interval", "0.1", "how often, in `seconds` (or a duration such as 100ms), the launcher checks rendezvous for joining and leaving nodes")
 	timeout := fs.String("timeout", "", "how long the workers' collectives and rendezvous may wait, in `seconds` or a duration (10m); sets GODIST_TIMEOUT for them (default: theirs, 30 minutes)")
@@ -129,7 +131,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		return fail("no PROGRAM to run (usage: godist run [flags] PROGRAM [ARGS...]; -h lists the flags)")
 	}
 	o := &runOptions{nodeRank: *nodeRank, masterAddr: *masterAddr, masterPort: *masterPort, backend: *backend,
-		endpoint: *endpoint, rdzvID: *rdzvID, runID: *runID, standalone: *standalone, maxRestarts: *maxRestarts,
+		endpoint: *endpoint, rdzvID: *rdzvID, runID: *runID, standalone: *standalone, insecure: *insecure, maxRestarts: *maxRestarts,
 		stopGrace: *grace, logDir: *logDir, role: *role, localAddr: *localAddr, program: prog,
 		lastCall: 30 * time.Second, joinTimeout: 10 * time.Minute, keepAlive: 15 * time.Second}
 	if o.minNodes, o.maxNodes, err = parseNNodes(*nnodes); err != nil {
@@ -269,6 +271,29 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	)
 	sctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	defer cancel()
+	// The job token authenticates every connection of the job. A
+	// standalone launcher makes one; launchers on several nodes cannot
+	// agree on a secret through a store that anyone could read, so the
+	// operator gives the same one to every node. Without one, the
+	// rendezvous and the workers stay on loopback unless --insecure.
+	rdzvHost := o.masterAddr
+	if o.backend == "store" && !o.standalone {
+		rdzvHost, _, _ = net.SplitHostPort(o.endpoint)
+	}
+	loopback := o.standalone || isLoopbackHost(rdzvHost)
+	if envToken == "" && !o.standalone && !loopback && !o.insecure {
+		logf("a job whose nodes meet at %s needs a job token: set GODIST_TOKEN to the same secret on every node (for example: export GODIST_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')), or pass --insecure on a private network", rdzvHost)
+		return exitUsage
+	}
+	if envToken == "" && !loopback {
+		logf("warning: --insecure: no job token; anyone who can reach %s or the workers can join this job", rdzvHost)
+	}
+	// Without a token a store serves loopback only (with --insecure:
+	// every interface, as asked).
+	bindHost := ""
+	if envToken == "" && !o.insecure {
+		bindHost = "127.0.0.1"
+	}
 	switch {
 	case o.standalone:
 		if envToken == "" {
@@ -284,7 +309,7 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		self.NodeRank = o.nodeRank
 		dialTo = net.JoinHostPort(o.masterAddr, strconv.Itoa(o.masterPort))
 		if o.nodeRank == 0 {
-			if srv, err = store.NewServer(sctx, net.JoinHostPort("", strconv.Itoa(o.masterPort)), store.ServerOptions{Token: storeToken, JobID: o.runID}); err != nil {
+			if srv, err = store.NewServer(sctx, net.JoinHostPort(bindHost, strconv.Itoa(o.masterPort)), store.ServerOptions{Token: storeToken, JobID: o.runID}); err != nil {
 				logf("node rank 0 cannot serve the rendezvous store on --master-port %d: %v (is another job using it?)", o.masterPort, err)
 				return exitFail
 			}
@@ -295,7 +320,7 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		h, p, _ := net.SplitHostPort(o.endpoint)
 		if isLocalHost(h) {
 			// The first launcher to bind the endpoint serves it.
-			if s, err := store.NewServer(sctx, net.JoinHostPort("", p), store.ServerOptions{Token: storeToken, JobID: o.runID}); err == nil {
+			if s, err := store.NewServer(sctx, net.JoinHostPort(bindHost, p), store.ServerOptions{Token: storeToken, JobID: o.runID}); err == nil {
 				srv = s
 				logf("serving the rendezvous store at %s", o.endpoint)
 			}
@@ -327,12 +352,6 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	}
 	defer rdzv.Close()
 	token := envToken
-	if token == "" {
-		if token, err = rdzv.SharedToken(sctx); err != nil {
-			logf("agreeing on the job token: %v", err)
-			return exitFail
-		}
-	}
 	spec := elastic.Spec{
 		Program: o.program[0], Args: o.program[1:], NProc: o.nproc, Role: o.role, RunID: o.runID, Token: token,
 		MaxRestarts: o.maxRestarts, Monitor: o.monitor, StopGrace: o.stopGrace, Host: host,
@@ -341,6 +360,12 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	}
 	if o.timeout > 0 {
 		spec.Env = append(os.Environ(), "GODIST_TIMEOUT="+o.timeout.String())
+	}
+	if token == "" && o.insecure {
+		if spec.Env == nil {
+			spec.Env = os.Environ()
+		}
+		spec.Env = append(spec.Env, "GODIST_INSECURE=1") // the workers' dist.Init asks too
 	}
 	if spec.LogDir == "" && (o.redirects.IsSet() || o.tee.IsSet()) {
 		if spec.LogDir, err = os.MkdirTemp("", "godist-run-"); err != nil {
@@ -358,6 +383,15 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		io.WriteString(stderr, res.Report.String())
 	}
 	return res.ExitCode
+}
+
+// isLoopbackHost reports whether host is a loopback address or name.
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // isLocalHost reports whether host names this machine.

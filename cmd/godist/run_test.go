@@ -121,6 +121,7 @@ func TestRun(t *testing.T) {
 		{"PyTorchDDP", testRunPyTorchDDP},
 		{"Slurm", testSlurmEnvironment},
 		{"Mpirun", testMpirunEnvironment},
+		{"TokenOffLoopback", testRunTokenOffLoopback},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
@@ -502,5 +503,35 @@ func testMpirunEnvironment(t *testing.T, bb bins) {
 		"-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT="+port, worker, "--steps", "6").wait()
 	if p.code != 0 || !strings.Contains(p.stdout.String(), wantResult(2, 6)) {
 		t.Fatalf("want %q: %v", wantResult(2, 6), p)
+	}
+}
+
+// testRunTokenOffLoopback (issue 19, item 2): launchers that meet off
+// loopback without GODIST_TOKEN refuse to start (they used to agree on a
+// token through the rendezvous store, where any client could read it),
+// saying what to do; --insecure lets them, and the workers are told.
+func testRunTokenOffLoopback(t *testing.T, bb bins) {
+	addrs, _ := net.InterfaceAddrs()
+	ip := ""
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ip = n.IP.String()
+			break
+		}
+	}
+	if ip == "" {
+		t.Skip("no non-loopback IPv4 address")
+	}
+	port := freeTestPort(t)
+	p := start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--nnodes", "1", "--master-addr", ip, "--master-port", port, "/usr/bin/env").wait()
+	if p.code != exitUsage || !strings.Contains(p.stderr.String(), "GODIST_TOKEN") || !strings.Contains(p.stderr.String(), "--insecure") {
+		t.Fatalf("no token off loopback: %v", p)
+	}
+	p = start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--insecure", "--nnodes", "1", "--master-addr", ip, "--master-port", port, "/usr/bin/env").wait()
+	if p.code != 0 || !strings.Contains(p.stdout.String(), "[rank 0] GODIST_INSECURE=1\n") || strings.Contains(p.stdout.String(), "GODIST_TOKEN=") {
+		t.Fatalf("--insecure: %v", p)
+	}
+	if !strings.Contains(p.stderr.String(), "warning: --insecure") {
+		t.Errorf("--insecure without a warning: %v", p)
 	}
 }

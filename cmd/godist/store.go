@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +19,7 @@ func storeMain(args []string) int {
 	addr := fs.String("addr", ":29500", "`host:port` to listen on (port 0 picks a free one)")
 	tokenEnv := fs.String("token-env", "GODIST_TOKEN", "name of the environment `variable` holding the job token (hex or raw); unset or empty means no authentication")
 	jobID := fs.String("job-id", os.Getenv("GODIST_RUN_ID"), "job `id` clients must present (default $GODIST_RUN_ID)")
+	insecure := fs.Bool("insecure", false, "without a token, listen on --addr even off loopback (a private network only: any client could rewrite the job's addresses)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: godist store [flags]\n\nServes a TCP store (the rendezvous of dist.Init's tcp:// and env://) until SIGINT or SIGTERM.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -31,6 +33,15 @@ func storeMain(args []string) int {
 	}
 	logger := log.New(os.Stderr, "godist store: ", log.LstdFlags)
 	token := tokenFrom(os.Getenv(*tokenEnv))
+	listen, note, err := storeListenAddr(*addr, token != nil, *insecure, *tokenEnv)
+	if err != nil {
+		logger.Printf("%v", err)
+		return exitUsage
+	}
+	if note != "" {
+		logger.Printf("%s", note)
+	}
+	*addr = listen
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := store.NewServer(ctx, *addr, store.ServerOptions{Token: token, JobID: *jobID, Logf: logger.Printf})
@@ -38,7 +49,7 @@ func storeMain(args []string) int {
 		logger.Printf("%v", err)
 		return exitFail
 	}
-	auth := "no token (unauthenticated)"
+	auth := "no token (unauthenticated; --insecure)"
 	if token != nil {
 		auth = "token from $" + *tokenEnv
 	}
@@ -62,4 +73,26 @@ func tokenFrom(s string) []byte {
 		return b
 	}
 	return []byte(s)
+}
+
+// storeListenAddr is where godist store listens: addr as given with a
+// token or --insecure; without either, loopback only (an empty host
+// becomes 127.0.0.1, with a note) and a host off loopback is refused,
+// since any client of an unauthenticated store could rewrite the job's
+// addresses and join it as any rank.
+func storeListenAddr(addr string, haveToken, insecure bool, tokenEnv string) (listen, note string, err error) {
+	if haveToken || insecure {
+		return addr, "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", fmt.Errorf("--addr %q: %v", addr, err)
+	}
+	switch {
+	case host == "":
+		return net.JoinHostPort("127.0.0.1", port), fmt.Sprintf("no token in $%s: listening on loopback only (set the token, or pass --insecure on a private network, to serve other hosts)", tokenEnv), nil
+	case !isLoopbackHost(host):
+		return "", "", fmt.Errorf("no token in $%s: refusing to listen on %s, where any client could rewrite the job's addresses and join it as any rank; set the token (every rank needs the same one) or pass --insecure on a private network", tokenEnv, addr)
+	}
+	return addr, "", nil
 }

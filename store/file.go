@@ -264,7 +264,15 @@ func (s *fileStore) Set(ctx context.Context, key string, value []byte) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	return s.locked("set", true, func() error { return s.appendLocked(opSet, key, value) })
+	return s.locked("set", true, func() error {
+		if old, ok := s.mu.data[key]; ok && WriteOnce(key) {
+			if bytes.Equal(old, value) {
+				return nil
+			}
+			return onceErr("set", key)
+		}
+		return s.appendLocked(opSet, key, value)
+	})
 }
 
 func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
@@ -331,6 +339,9 @@ func (s *fileStore) Add(ctx context.Context, key string, delta int64) (int64, er
 	var n int64
 	err := s.locked("add", true, func() error {
 		var err error
+		if _, ok := s.mu.data[key]; ok && WriteOnce(key) {
+			return onceErr("add", key)
+		}
 		if n, err = addTo(key, s.mu.data[key], delta); err != nil {
 			return err
 		}
@@ -352,7 +363,7 @@ func (s *fileStore) CompareAndSet(ctx context.Context, key string, expected, des
 	var out []byte
 	err := s.locked("compare-and-set", true, func() error {
 		cur, ok := s.mu.data[key]
-		if (!ok && len(expected) == 0) || (ok && bytes.Equal(cur, expected)) {
+		if !(ok && WriteOnce(key)) && ((!ok && len(expected) == 0) || (ok && bytes.Equal(cur, expected))) {
 			if err := s.appendLocked(opSet, key, desired); err != nil {
 				return err
 			}
@@ -383,6 +394,10 @@ func (s *fileStore) Delete(ctx context.Context, key string) (bool, error) {
 	err := s.locked("delete", true, func() error {
 		if _, ok = s.mu.data[key]; !ok {
 			return nil
+		}
+		if WriteOnce(key) {
+			ok = false
+			return onceErr("delete", key)
 		}
 		return s.appendLocked(opDelete, key, nil)
 	})

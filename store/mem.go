@@ -46,8 +46,7 @@ func (m *memStore) Set(ctx context.Context, key string, value []byte) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	_ = m.t.set(key, clone(value)) // no limit: cannot fail
-	return nil
+	return m.t.set(key, clone(value)) // no limit: fails only on a write-once key
 }
 
 // Get implements Store.
@@ -133,7 +132,7 @@ func (m *memStore) Delete(ctx context.Context, key string) (bool, error) {
 	if err := m.begin(ctx, "delete", time.Now(), key); err != nil {
 		return false, err
 	}
-	return m.t.del(key), nil
+	return m.t.del(key)
 }
 
 // NumKeys implements Store.

@@ -249,7 +249,7 @@ func (c *serverConn) handle(req *request) {
 		}
 	case kindAdd:
 		n, err := t.add(req.keys[0], req.delta)
-		if errors.Is(err, ErrFull) {
+		if errors.Is(err, ErrFull) || errors.Is(err, ErrWriteOnce) {
 			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
 			return
 		}
@@ -272,7 +272,12 @@ func (c *serverConn) handle(req *request) {
 	case kindCheck:
 		c.ok(req.id, boolByte(t.check(req.keys)))
 	case kindDelete:
-		c.ok(req.id, boolByte(t.del(req.keys[0])))
+		ok, err := t.del(req.keys[0])
+		if err != nil {
+			c.send(encodeResponse(nil, req.id, statusBadRequest, []byte(err.Error())))
+			return
+		}
+		c.ok(req.id, boolByte(ok))
 	case kindNumKeys:
 		c.ok(req.id, binary.BigEndian.AppendUint64(nil, uint64(t.numKeys())))
 	case kindCancel:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -27,6 +28,25 @@ type table struct {
 // ErrFull is wrapped by the error of a write that would take a server
 // past its quota (ServerOptions.MaxBytes).
 var ErrFull = errors.New("store: full")
+
+// ErrWriteOnce is wrapped by the error of a write that would change or
+// delete a write-once key (see WriteOnce).
+var ErrWriteOnce = errors.New("store: write-once key")
+
+// WriteOnce reports whether key is write-once: a key with a path segment
+// "once" ("transport/once/rank/3"). Once it exists, every implementation
+// refuses to change it (Set of another value, Add, a CompareAndSet that
+// would replace it) or to delete it, so that a value published there (a
+// rank's address and public key) cannot be replaced by another client of
+// the store afterwards. Setting the same value again is allowed.
+func WriteOnce(key string) bool {
+	return strings.HasPrefix(key, "once/") || strings.Contains(key, "/once/")
+}
+
+// onceErr is the error of a refused write to the write-once key.
+func onceErr(op, key string) error {
+	return fmt.Errorf("%w: %s of %q, which exists and may not change", ErrWriteOnce, op, key)
+}
 
 // roomLocked says whether key may hold n bytes within the limit.
 func (t *table) roomLocked(key string, n int) error {
@@ -73,6 +93,13 @@ func (t *table) get(key string) ([]byte, bool) {
 // releases, or fails with ErrFull.
 func (t *table) set(key string, v []byte) error {
 	t.mu.Lock()
+	if old, ok := t.mu.data[key]; ok && WriteOnce(key) {
+		t.mu.Unlock()
+		if bytes.Equal(old, v) {
+			return nil
+		}
+		return onceErr("set", key)
+	}
 	if err := t.roomLocked(key, len(v)); err != nil {
 		t.mu.Unlock()
 		return err
@@ -167,6 +194,10 @@ func (t *table) cancel(w *waiter) bool {
 
 func (t *table) add(key string, delta int64) (int64, error) {
 	t.mu.Lock()
+	if _, ok := t.mu.data[key]; ok && WriteOnce(key) {
+		t.mu.Unlock()
+		return 0, onceErr("add", key)
+	}
 	n, err := addTo(key, t.mu.data[key], delta)
 	if err != nil {
 		t.mu.Unlock()
@@ -189,6 +220,8 @@ func (t *table) cas(key string, expected, desired []byte) ([]byte, error) {
 	cur, ok := t.mu.data[key]
 	var fired []*waiter
 	switch {
+	case ok && WriteOnce(key):
+		// Never replaced: the caller learns the value it lost to.
 	case !ok && len(expected) == 0, ok && bytes.Equal(cur, expected):
 		if err := t.roomLocked(key, len(desired)); err != nil {
 			t.mu.Unlock()
@@ -217,15 +250,18 @@ func (t *table) check(keys []string) bool {
 	return true
 }
 
-func (t *table) del(key string) bool {
+func (t *table) del(key string) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v, ok := t.mu.data[key]
+	if ok && WriteOnce(key) {
+		return false, onceErr("delete", key)
+	}
 	if ok {
 		t.mu.bytes -= int64(len(v) + len(key))
 	}
 	delete(t.mu.data, key)
-	return ok
+	return ok, nil
 }
 
 func (t *table) numKeys() int64 {

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"WaitTimeout", testWaitTimeout},
 		{"Concurrent", testConcurrent},
 		{"Limits", testLimits},
+		{"WriteOnce", testWriteOnce},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
@@ -509,5 +510,44 @@ func testClose(t *testing.T, s store.Store) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// testWriteOnce: a key with a "once" segment, once it exists, is neither
+// changed (Set of another value, Add, CompareAndSet) nor deleted; setting
+// the same value again succeeds; an ordinary key beside it is not affected.
+func testWriteOnce(t *testing.T, s store.Store) {
+	ctx := ctxLong(t)
+	const k = "job/once/rank/3"
+	if !store.WriteOnce(k) || !store.WriteOnce("once/x") || store.WriteOnce("job/oncer/x") || store.WriteOnce("job/x") {
+		t.Fatal("WriteOnce classifies keys wrongly")
+	}
+	got, err := s.CompareAndSet(ctx, k, nil, []byte("first"))
+	if err != nil || string(got) != "first" {
+		t.Fatalf("first CompareAndSet: %q, %v", got, err)
+	}
+	got, err = s.CompareAndSet(ctx, k, []byte("first"), []byte("second"))
+	if err != nil || string(got) != "first" {
+		t.Fatalf("a CompareAndSet replacing a write-once key: %q, %v; want it left at first", got, err)
+	}
+	if err := s.Set(ctx, k, []byte("second")); err == nil || !strings.Contains(err.Error(), "write-once") {
+		t.Fatalf("Set of another value: %v, want a write-once error", err)
+	}
+	if err := s.Set(ctx, k, []byte("first")); err != nil {
+		t.Fatalf("Set of the same value: %v", err)
+	}
+	if _, err := s.Add(ctx, k, 1); err == nil {
+		t.Fatal("Add to a write-once key succeeded")
+	}
+	if ok, err := s.Delete(ctx, k); err == nil || ok {
+		t.Fatalf("Delete of a write-once key: %v, %v", ok, err)
+	}
+	if v := get(t, s, k); string(v) != "first" {
+		t.Fatalf("the write-once key holds %q", v)
+	}
+	must(t, s.Set(ctx, "job/x", []byte("a")))
+	must(t, s.Set(ctx, "job/x", []byte("b")))
+	if ok, err := s.Delete(ctx, "job/x"); err != nil || !ok {
+		t.Fatalf("Delete of an ordinary key: %v, %v", ok, err)
 	}
 }

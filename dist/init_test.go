@@ -17,6 +17,7 @@ import (
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
 )
 
 // launcherVars are every variable ReadEnv looks at; each test case starts
@@ -261,7 +262,7 @@ func TestInitOptionsOverrideEnv(t *testing.T) {
 				if errs[r] != nil {
 					t.Errorf("rank %d: %v", r, errs[r])
 				}
-				addr, err := st.Get(ctx, fmt.Sprintf("transport/addr/%d", r))
+				addr, err := transport.RankAddr(ctx, st, "", r)
 				if h, _, _ := net.SplitHostPort(string(addr)); err != nil || h != c.host {
 					t.Errorf("rank %d published %q (%v), want host %s", r, addr, err, c.host)
 				}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
 )
 
 const childEnv = "GODIST_TEST_CHILD"
@@ -52,6 +53,8 @@ func TestMultiProcessHelper(t *testing.T) {
 		err = childKill(true)
 	case "kill-exit":
 		err = childKill(false)
+	case "duplicate":
+		err = childDuplicate()
 	default:
 		err = fmt.Errorf("unknown GODIST_TEST_MODE %q", mode)
 	}
@@ -623,4 +626,70 @@ func multiProcessKill(t *testing.T, mode string, seeds int) {
 		}
 	}
 	t.Logf("%d seeds; slowest time from SIGKILL to a survivor's error: %v", seeds, slowest)
+}
+
+// childDuplicate is a worker of TestMultiProcessDuplicateRank: the third
+// process takes RANK=1 too. A process whose Init fails because its rank
+// is taken prints why; the others run a collective.
+func childDuplicate() error {
+	if os.Getenv("RANK") == "2" {
+		os.Setenv("RANK", "1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	g, err := dist.Init(ctx, dist.Options{Rank: -1, Timeout: 20 * time.Second})
+	if err != nil {
+		var dup *transport.DuplicateRankError
+		if !errors.As(err, &dup) {
+			return fmt.Errorf("init: %T %w, want a *transport.DuplicateRankError", err, err)
+		}
+		fmt.Printf("DUPLICATE ms=%d err=%q\n", time.Since(start).Milliseconds(), err.Error())
+		return nil
+	}
+	defer g.Destroy()
+	x := tensor.Full(tensor.Float32, 1, 4)
+	if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
+		return err
+	}
+	if x.At(0) != 2 {
+		return fmt.Errorf("all_reduce gave %v, want 2", x.At(0))
+	}
+	fmt.Println("COLLECTIVE-OK")
+	return nil
+}
+
+// TestMultiProcessDuplicateRank (issue 19, item 8): three processes of a
+// two-rank job, two of them with RANK=1. The one that registers second
+// fails at once, naming the rank and the other process's address (it
+// hung in its first collective before); the other two run the job.
+func TestMultiProcessDuplicateRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ws := startWorkers(t, 3, "duplicate", "WORLD_SIZE=2")
+	for _, err := range waitWorkers(ws, 40*time.Second) {
+		t.Error(err)
+	}
+	ok, dup := 0, 0
+	for _, w := range ws {
+		out := w.stdout.String()
+		switch {
+		case strings.Contains(out, "COLLECTIVE-OK"):
+			ok++
+		case strings.Contains(out, "DUPLICATE"):
+			dup++
+			if !strings.Contains(out, "rank 1 is taken") || !strings.Contains(out, "RANK=1") {
+				t.Errorf("the duplicate's error: %s", out)
+			}
+			i := strings.Index(out, "ms=")
+			if ms, _ := strconv.Atoi(strings.Fields(out[i+3:])[0]); ms > 5000 {
+				t.Errorf("the duplicate failed after %d ms", ms)
+			}
+			t.Logf("%s", strings.TrimSpace(out))
+		}
+	}
+	if ok != 2 || dup != 1 {
+		t.Errorf("%d processes ran the job and %d were refused as duplicates; want 2 and 1", ok, dup)
+	}
 }

@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"net"
 	"sync"
@@ -50,7 +51,7 @@ func TestImpostorRunsNothing(t *testing.T) {
 	}
 	wg.Add(1)
 	go join(0)
-	addr, err := st.Get(ctx, "transport/addr/0")
+	addr, err := transport.RankAddr(ctx, st, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,9 @@ func TestImpostorRunsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong")})
+	_, key, _ := ed25519.GenerateKey(nil)
+	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong"),
+		Identity: key, PeerKey: func(int) (ed25519.PublicKey, error) { return key.Public().(ed25519.PublicKey), nil }})
 	if !errors.Is(herr, handshake.ErrAuth) {
 		t.Fatalf("impostor's handshake: %v, want ErrAuth", herr)
 	}

@@ -3,7 +3,10 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/godist/godist/internal/crc32c"
@@ -12,6 +15,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -88,11 +92,26 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	addr := net.JoinHostPort(opt.Host, strconv.Itoa(port))
-	key := func(r int) string { return opt.Prefix + "transport/addr/" + strconv.Itoa(r) }
-	if err := opt.Store.Set(ctx, key(opt.Rank), []byte(addr)); err != nil {
-		return nil, fmt.Errorf("transport: rank %d: publish address: %w", opt.Rank, err)
+	// The rank's record: its address and the public half of a key made
+	// for this endpoint, under a write-once key. The first process to
+	// publish as a rank holds it; every handshake proves it with the
+	// private half, so no other process can take its place.
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d: making its key: %w", opt.Rank, err)
 	}
-	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Size: opt.Size, Token: opt.Token}
+	records := &rankRecords{store: opt.Store, prefix: opt.Prefix, ctx: ctx, rank: opt.Rank, size: opt.Size}
+	mine := rankRecord{addr: addr, key: pub}
+	got, err := opt.Store.CompareAndSet(ctx, records.key(opt.Rank), nil, mine.encode())
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d: publish its address: %w", opt.Rank, err)
+	}
+	if string(got) != string(mine.encode()) {
+		other, _ := decodeRankRecord(got)
+		return nil, &DuplicateRankError{Rank: opt.Rank, Addr: addr, Other: other.addr}
+	}
+	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Size: opt.Size, Token: opt.Token,
+		Identity: priv, PeerKey: records.peerKey}
 
 	type result struct {
 		rank int
@@ -106,7 +125,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := dialPeer(ctx, opt.Store, key(r), r, hs)
+			conn, err := dialPeer(ctx, records, r, hs)
 			results <- result{r, conn, err}
 		}()
 	}
@@ -239,13 +258,97 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 // maxPendingHandshakes bounds the handshakes a listener runs at once.
 const maxPendingHandshakes = 128
 
-// dialPeer waits for rank r's address in the store, connects with retry
-// and performs the handshake.
-func dialPeer(ctx context.Context, s store.Store, key string, r int, hs handshake.Config) (net.Conn, error) {
-	addr, err := s.Get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("address of rank %d: %w", r, err)
+// DuplicateRankError reports that another process published itself as
+// this rank first: two processes were started with the same RANK, or a
+// process of an earlier attempt of the job is still running.
+type DuplicateRankError struct {
+	Rank  int
+	Addr  string // this process's address
+	Other string // the address of the process that holds the rank
+}
+
+func (e *DuplicateRankError) Error() string {
+	return fmt.Sprintf("transport: rank %d is taken: the process at %s registered as rank %d before this one (at %s); two processes were started with RANK=%d, or one of an earlier attempt of this job still runs, or the store holds an earlier job's records (use a fresh store or job id); give every process its own RANK",
+		e.Rank, e.Other, e.Rank, e.Addr, e.Rank)
+}
+
+// rankRecord is what a rank publishes: its address and public key.
+type rankRecord struct {
+	addr string
+	key  ed25519.PublicKey
+}
+
+func (r rankRecord) encode() []byte {
+	return []byte(r.addr + " " + hex.EncodeToString(r.key))
+}
+
+func decodeRankRecord(b []byte) (rankRecord, error) {
+	addr, k, ok := strings.Cut(string(b), " ")
+	key, err := hex.DecodeString(k)
+	if !ok || err != nil || len(key) != ed25519.PublicKeySize {
+		return rankRecord{addr: string(b)}, fmt.Errorf("malformed rank record %q", b)
 	}
+	return rankRecord{addr: addr, key: key}, nil
+}
+
+// rankRecords reads the ranks' records from the store, once each.
+type rankRecords struct {
+	store      store.Store
+	prefix     string
+	ctx        context.Context
+	rank, size int // this rank's, and the world's
+	mu         sync.Mutex
+	cache      map[int]rankRecord
+}
+
+func (rs *rankRecords) key(r int) string {
+	return rs.prefix + "transport/once/rank/" + strconv.Itoa(r)
+}
+
+// get waits for rank r's record.
+func (rs *rankRecords) get(ctx context.Context, r int) (rankRecord, error) {
+	rs.mu.Lock()
+	rec, ok := rs.cache[r]
+	rs.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	b, err := rs.store.Get(ctx, rs.key(r))
+	if err != nil {
+		return rankRecord{}, fmt.Errorf("address of rank %d: %w", r, err)
+	}
+	if rec, err = decodeRankRecord(b); err != nil {
+		return rankRecord{}, fmt.Errorf("rank %d: %w", r, err)
+	}
+	rs.mu.Lock()
+	if rs.cache == nil {
+		rs.cache = map[int]rankRecord{}
+	}
+	rs.cache[r] = rec
+	rs.mu.Unlock()
+	return rec, nil
+}
+
+// peerKey is the handshake's PeerKey: rank r's published key, waited for
+// at most as long as a handshake.
+func (rs *rankRecords) peerKey(r int) (ed25519.PublicKey, error) {
+	if r < 0 || r >= rs.size || r == rs.rank {
+		return nil, fmt.Errorf("no rank %d to connect with (world size %d, this is rank %d)", r, rs.size, rs.rank)
+	}
+	ctx, cancel := context.WithTimeout(rs.ctx, handshake.DefaultTimeout)
+	defer cancel()
+	rec, err := rs.get(ctx, r)
+	return rec.key, err
+}
+
+// dialPeer waits for rank r's record in the store, connects with retry
+// and performs the handshake.
+func dialPeer(ctx context.Context, records *rankRecords, r int, hs handshake.Config) (net.Conn, error) {
+	rec, err := records.get(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	addr := rec.addr
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
 	for {
@@ -666,4 +769,12 @@ func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) erro
 	*asm = assembly{}
 	e.handMessage(src, h.Key, h.FP, buf, size)
 	return nil
+}
+
+// RankAddr waits for the address rank published in st (under prefix, as
+// TCPOptions.Prefix) and returns it: where that rank's endpoint accepts
+// connections. Tools and tests use it; ranks find each other themselves.
+func RankAddr(ctx context.Context, st store.Store, prefix string, rank int) (string, error) {
+	rec, err := (&rankRecords{store: st, prefix: prefix}).get(ctx, rank)
+	return rec.addr, err
 }

@@ -3,6 +3,8 @@ package transport_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -106,7 +108,7 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 		e, err := transport.NewTCP(ctx, transport.TCPOptions{Rank: 0, Size: 2, Store: st, JobID: "job", Token: []byte("right")})
 		r0 <- res{e, err}
 	}()
-	addr, err := st.Get(ctx, "transport/addr/0")
+	addr, err := transport.RankAddr(ctx, st, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,9 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong")})
+	_, key, _ := ed25519.GenerateKey(nil)
+	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong"),
+		Identity: key, PeerKey: func(int) (ed25519.PublicKey, error) { return key.Public().(ed25519.PublicKey), nil }})
 	c.Close()
 	if !errors.Is(herr, handshake.ErrAuth) {
 		t.Fatalf("impostor's handshake: %v, want ErrAuth", herr)
@@ -321,7 +325,7 @@ func TestSlowHandshakesDelayNoOne(t *testing.T) {
 	}
 	wg.Add(1)
 	go join(0)
-	addr, err := st.Get(ctx, "transport/addr/0")
+	addr, err := transport.RankAddr(ctx, st, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +384,89 @@ func TestWorldSizeMismatch(t *testing.T) {
 	}
 	if d := time.Since(begin); d > 2*time.Second {
 		t.Fatalf("the mismatch was found after %v", d)
+	}
+}
+
+// TestMemberCannotBeReplaced (issue 19, items 2 and 8): with the job's
+// token in hand, a process that is not rank 1 can neither overwrite rank
+// 1's record in the store nor pass a handshake as rank 1 (ErrIdentity):
+// the real rank 1 still joins, and frames flow. A second process started
+// as rank 1 fails at once with a *DuplicateRankError naming both
+// addresses, instead of hanging.
+func TestMemberCannotBeReplaced(t *testing.T) {
+	st := store.NewMem()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tok := []byte("the job's token")
+	type res struct {
+		e   *transport.Endpoint
+		err error
+	}
+	start := func(rank int) chan res {
+		ch := make(chan res, 1)
+		go func() {
+			e, err := transport.NewTCP(ctx, transport.TCPOptions{Rank: rank, Size: 2, Store: st, JobID: "job", Token: tok})
+			ch <- res{e, err}
+		}()
+		return ch
+	}
+	r0 := start(0)
+	addr, err := transport.RankAddr(ctx, st, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1's record is published before it dials rank 0: wait for it
+	// by starting rank 1 only after the attacks on the store.
+	_, impostorKey, _ := ed25519.GenerateKey(nil)
+	fake := []byte("10.6.6.6:1 " + hex.EncodeToString(impostorKey.Public().(ed25519.PublicKey)))
+	if got, err := st.CompareAndSet(ctx, "transport/once/rank/0", nil, fake); err != nil || string(got) == string(fake) {
+		t.Fatalf("overwriting rank 0's record by compare-and-set: %q, %v", got, err)
+	}
+	if err := st.Set(ctx, "transport/once/rank/0", fake); err == nil {
+		t.Fatal("overwriting rank 0's record by set succeeded")
+	}
+	if ok, err := st.Delete(ctx, "transport/once/rank/0"); ok || err == nil {
+		t.Fatal("deleting rank 0's record succeeded")
+	}
+	r1 := start(1)
+	if _, err := transport.RankAddr(ctx, st, "", 1); err != nil {
+		t.Fatal(err)
+	}
+	// The impostor has the token, and claims rank 1 with its own key.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Size: 2, Token: tok,
+		Identity: impostorKey, PeerKey: func(int) (ed25519.PublicKey, error) { return impostorKey.Public().(ed25519.PublicKey), nil }})
+	if herr == nil {
+		// Rank 0 verifies after its own signature went out: the
+		// impostor learns of its refusal by being dropped.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("rank 0 kept the impostor's connection")
+		}
+	}
+	c.Close()
+	a, b := <-r0, <-r1
+	if a.err != nil || b.err != nil {
+		t.Fatalf("the real ranks: %v, %v", a.err, b.err)
+	}
+	defer a.e.Close()
+	defer b.e.Close()
+	got := make([]byte, 5)
+	rcv := b.e.Post(0, transport.ExactMatch(0, transport.Key{Group: 1}), 0, got)
+	if err := a.e.Send(ctx, 1, transport.Key{Group: 1}, 0, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rcv.Wait(ctx); err != nil || string(got) != "hello" {
+		t.Fatalf("rank 1 got %q, %v", got, err)
+	}
+	// A second process started as rank 1.
+	_, err = transport.NewTCP(ctx, transport.TCPOptions{Rank: 1, Size: 2, Store: st, JobID: "job", Token: tok})
+	var dup *transport.DuplicateRankError
+	if !errors.As(err, &dup) || dup.Rank != 1 || dup.Other == "" || dup.Addr == dup.Other || !strings.Contains(err.Error(), "RANK=1") {
+		t.Fatalf("a second rank 1: %v, want a *DuplicateRankError naming both addresses", err)
 	}
 }

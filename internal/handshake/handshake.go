@@ -7,8 +7,8 @@
 // Each side sends a hello:
 //
 //	magic   [4]byte  "GDHS"
-//	version uint16   2 (big endian, as every integer here)
-//	flags   uint16   bit 0: this side has a token
+//	version uint16   3 (big endian, as every integer here)
+//	flags   uint16   bit 0: this side has a token; bit 1: it proves its rank
 //	proto   uint8 length + bytes   ("store", "transport")
 //	job id  uint8 length + bytes
 //	rank    int32    -1 when the side has none
@@ -27,11 +27,23 @@
 // the peer's with hmac.Equal. The two nonces make every transcript fresh, so
 // a recorded MAC is worth nothing in another handshake.
 //
+// When both sides prove their ranks (Config.Identity), each then sends
+//
+//	SIG = Ed25519-Sign(rank key, "godist identity v1" || client hello || server hello || role)
+//
+// and verifies the peer's against the public key of the rank the peer's
+// hello claims (Config.PeerKey: in the transport, the key that rank
+// published in the job's store under a write-once key).
+//
 // # Threat model
 //
 // The token keeps processes that are not part of the job (a stray job on
 // the same port range, a port scanner, a user on a shared cluster) from
-// reading or changing a job's state. A peer without the token is dropped
+// reading or changing a job's state. The rank keys keep a process that has
+// the token but is not the rank it claims (a second process started with
+// the same RANK, a stale worker of an earlier attempt) from taking a
+// member's place: it cannot sign for a key it did not publish, and the
+// published key cannot be replaced. A peer without the token is dropped
 // after this side has read at most one hello and one MAC ([MaxHelloSize] +
 // 32 bytes); nothing the peer sends is read beyond that, no allocation
 // depends on a length it sent, and since the caller reads nothing else
@@ -43,6 +55,7 @@
 package handshake
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -57,9 +70,10 @@ import (
 
 const (
 	magic   = "GDHS"
-	version = 2
+	version = 3
 
-	flagToken = 1 << 0
+	flagToken    = 1 << 0
+	flagIdentity = 1 << 1
 
 	nonceLen = 32
 	macLen   = sha256.Size
@@ -75,6 +89,7 @@ const (
 	DefaultTimeout = 10 * time.Second
 
 	macLabel = "godist handshake v1"
+	sigLabel = "godist identity v1"
 )
 
 // Config describes this side of a handshake.
@@ -85,7 +100,17 @@ type Config struct {
 	Size    int           // the job's world size as this side knows it; 0 states none
 	Token   []byte        // shared job secret; nil or empty means no authentication
 	Timeout time.Duration // bound on the whole handshake; 0 means DefaultTimeout
+	// Identity, when set, proves this side's rank: it signs the
+	// transcript with this key, and checks the peer's signature with
+	// PeerKey(peer's rank), which must then be set. Both sides must use
+	// it or neither.
+	Identity ed25519.PrivateKey
+	PeerKey  func(rank int) (ed25519.PublicKey, error)
 }
+
+// ErrIdentity means the peer could not prove the rank it claims: its
+// signature does not verify against that rank's published key.
+var ErrIdentity = errors.New("handshake: the peer cannot prove the rank it claims (another process holds that rank's key: two processes started with the same RANK, or a stale process of an earlier attempt)")
 
 // Peer is what the handshake learned about the other side.
 type Peer struct {
@@ -122,6 +147,8 @@ func (e *MismatchError) Error() string {
 		hint = "start every rank with the same WORLD_SIZE (and every rank of it exactly once)"
 	case "authentication":
 		hint = "give both sides the same job token, or none to both"
+	case "identity":
+		hint = "run the same godist version on both sides"
 	default:
 		hint = "configure both sides alike"
 	}
@@ -160,6 +187,9 @@ func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
 	}
 	if cfg.Size < 0 || cfg.Size > 1<<31-1 {
 		return Peer{}, fmt.Errorf("handshake: world size %d out of range", cfg.Size)
+	}
+	if cfg.Identity != nil && (len(cfg.Identity) != ed25519.PrivateKeySize || cfg.PeerKey == nil) {
+		return Peer{}, errors.New("handshake: Identity needs an Ed25519 private key and PeerKey")
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
@@ -211,6 +241,33 @@ func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
 		}
 	}
 
+	if cfg.Identity != nil {
+		clientHello, serverHello := mine, theirs
+		myRole, theirRole := "C", "S"
+		if !isClient {
+			clientHello, serverHello = theirs, mine
+			myRole, theirRole = "S", "C"
+		}
+		mySig := ed25519.Sign(cfg.Identity, transcript(sigLabel, clientHello, serverHello, myRole))
+		got := make([]byte, ed25519.SignatureSize)
+		err := exchange(conn, mySig, func() error {
+			if _, err := io.ReadFull(conn, got); err != nil {
+				return fmt.Errorf("handshake: reading the peer's rank proof: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return Peer{}, err
+		}
+		key, err := cfg.PeerKey(int(h.rank))
+		if err != nil {
+			return Peer{}, fmt.Errorf("handshake: the key of rank %d: %w", h.rank, err)
+		}
+		if len(key) != ed25519.PublicKeySize || !ed25519.Verify(key, transcript(sigLabel, clientHello, serverHello, theirRole), got) {
+			return Peer{}, fmt.Errorf("%w (it claims rank %d)", ErrIdentity, h.rank)
+		}
+	}
+
 	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return Peer{}, fmt.Errorf("handshake: %w", err)
 	}
@@ -246,6 +303,9 @@ func encodeHello(cfg Config) ([]byte, error) {
 	var flags uint16
 	if len(cfg.Token) > 0 {
 		flags |= flagToken
+	}
+	if cfg.Identity != nil {
+		flags |= flagIdentity
 	}
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = append(b, byte(len(cfg.Proto)))
@@ -322,7 +382,22 @@ func check(cfg Config, h hello) error {
 		}
 		return &MismatchError{Field: "authentication", Local: have(mine), Remote: have(theirs)}
 	}
+	if (cfg.Identity != nil) != (h.flags&flagIdentity != 0) {
+		have := func(b bool) string {
+			if b {
+				return "rank keys"
+			}
+			return "no rank keys"
+		}
+		return &MismatchError{Field: "identity", Local: have(cfg.Identity != nil), Remote: have(h.flags&flagIdentity != 0)}
+	}
 	return nil
+}
+
+func transcript(label string, clientHello, serverHello []byte, role string) []byte {
+	b := make([]byte, 0, len(label)+len(clientHello)+len(serverHello)+len(role))
+	b = append(append(append(append(b, label...), clientHello...), serverHello...), role...)
+	return b
 }
 
 func mac(token, clientHello, serverHello []byte, role string) []byte {

@@ -2,6 +2,7 @@ package handshake
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -355,4 +356,56 @@ func FuzzServer(f *testing.F) {
 			<-drained
 		}
 	})
+}
+
+// keys makes rank keys for ranks 0..n-1 and a PeerKey over them.
+func keys(t *testing.T, n int) ([]ed25519.PrivateKey, func(int) (ed25519.PublicKey, error)) {
+	t.Helper()
+	privs := make([]ed25519.PrivateKey, n)
+	pubs := make([]ed25519.PublicKey, n)
+	for i := range n {
+		pub, priv, err := ed25519.GenerateKey(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		privs[i], pubs[i] = priv, pub
+	}
+	return privs, func(r int) (ed25519.PublicKey, error) {
+		if r < 0 || r >= n {
+			return nil, errors.New("no such rank")
+		}
+		return pubs[r], nil
+	}
+}
+
+// TestIdentity: ranks that sign with their published keys connect; a
+// process that has the token but signs with another key than the rank it
+// claims published is refused by the side it connects to (ErrIdentity),
+// whichever side it is.
+func TestIdentity(t *testing.T) {
+	privs, peerKey := keys(t, 3)
+	with := func(rank int, priv ed25519.PrivateKey) Config {
+		c := cfg(rank, "secret")
+		c.Identity, c.PeerKey = priv, peerKey
+		return c
+	}
+	c, s := pair(t, with(1, privs[1]), with(0, privs[0]))
+	if c.err != nil || s.err != nil || c.peer.Rank != 0 || s.peer.Rank != 1 {
+		t.Fatalf("honest ranks: client %+v, server %+v", c, s)
+	}
+	_, impostor, _ := ed25519.GenerateKey(nil)
+	c, s = pair(t, with(2, impostor), with(0, privs[0])) // claims rank 2
+	if !errors.Is(s.err, ErrIdentity) || !strings.Contains(s.err.Error(), "rank 2") {
+		t.Fatalf("an impostor dialing as rank 2: the server got %v, want ErrIdentity naming rank 2", s.err)
+	}
+	c, s = pair(t, with(1, privs[1]), with(0, impostor)) // answers as rank 0
+	if !errors.Is(c.err, ErrIdentity) {
+		t.Fatalf("an impostor answering as rank 0: the client got %v, want ErrIdentity", c.err)
+	}
+	// One side without rank keys: a mismatch, named.
+	c, s = pair(t, with(1, privs[1]), cfg(0, "secret"))
+	var me *MismatchError
+	if !errors.As(c.err, &me) || me.Field != "identity" {
+		t.Fatalf("one side without rank keys: %v", c.err)
+	}
 }

@@ -26,6 +26,10 @@ const (
 	FashionMNISTStd  = 0.3530
 )
 
+// maxFashionFile bounds what a Fashion-MNIST IDX file may declare: twice
+// the largest real one.
+const maxFashionFile = 2 * 60000 * 28 * 28
+
 // fashionFiles are the four file names, training then test, images then
 // labels.
 var fashionFiles = [4]string{
@@ -51,19 +55,22 @@ var fashionFiles = [4]string{
 // malformed IDX (wrapping ErrIDX), images that are not N×28×28 uint8, labels
 // that are not N uint8 in 0..9, or counts that disagree.
 func LoadFashionMNIST(dir string, train bool) (images, labels *tensor.Tensor, err error) {
+	// Fashion-MNIST's largest file holds 60,000 images of 28×28 bytes
+	// (47 MB); a header claiming far more is refused before any data is
+	// read or inflated.
 	imgName, lblName := fashionFiles[0], fashionFiles[1]
 	if !train {
 		imgName, lblName = fashionFiles[2], fashionFiles[3]
 	}
 	imgPath, lblPath := filepath.Join(dir, imgName), filepath.Join(dir, lblName)
-	raw, err := ReadIDXFile(imgPath)
+	raw, err := ReadIDXFileLimited(imgPath, maxFashionFile)
 	if err != nil {
 		return nil, nil, err
 	}
 	if s := raw.Shape(); raw.DType() != tensor.Uint8 || len(s) != 3 || s[1] != 28 || s[2] != 28 {
 		return nil, nil, fmt.Errorf("data: %s: images are %v%v, want uint8 N×28×28", imgPath, raw.DType(), s)
 	}
-	lraw, err := ReadIDXFile(lblPath)
+	lraw, err := ReadIDXFileLimited(lblPath, maxFashionFile)
 	if err != nil {
 		return nil, nil, err
 	}

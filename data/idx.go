@@ -30,11 +30,12 @@ const (
 	maxIDXDims = 32
 )
 
-// MaxIDXBytes bounds the size of the element data an IDX header may
-// declare (4 GiB). A larger claim is rejected before anything is allocated.
+// MaxIDXBytes bounds the size of the tensor an IDX header may declare
+// (4 GiB, counted in the dtype it decodes to: int8 and int16 data as
+// int32). A larger claim is rejected before anything is allocated.
 // Memory is otherwise allocated as data arrives, so a corrupt header on a
 // short stream costs at most about twice the stream's length.
-const MaxIDXBytes = 1 << 32
+const MaxIDXBytes uint64 = 1 << 32
 
 // ErrIDX is wrapped by every error ReadIDX returns for malformed data (a bad
 // magic word, an unknown type, absurd or truncated dimensions, truncated or
@@ -53,13 +54,28 @@ var ErrIDX = errors.New("data: invalid IDX data")
 // Malformed data gives an error wrapping ErrIDX; errors from r are returned
 // wrapped.
 func ReadIDX(r io.Reader) (*tensor.Tensor, error) {
-	return readIDX(r, -1)
+	return readIDX(r, -1, MaxIDXBytes)
+}
+
+// ReadIDXLimited is ReadIDX with a tighter bound than MaxIDXBytes on the
+// tensor a header may declare: a caller that knows about how large its
+// data is (a dataset loader) refuses a header claiming more before
+// reading or inflating any data, so a small gzip file cannot make it
+// decompress and hold gigabytes of zeros.
+func ReadIDXLimited(r io.Reader, maxBytes int64) (*tensor.Tensor, error) {
+	return readIDX(r, -1, min(uint64(max(maxBytes, 0)), MaxIDXBytes))
 }
 
 // ReadIDXFile is ReadIDX on the named file (gzip-compressed or not). For an
 // uncompressed file the declared size is checked against the file's length
 // before any allocation, and trailing bytes are an error.
 func ReadIDXFile(path string) (*tensor.Tensor, error) {
+	return ReadIDXFileLimited(path, int64(MaxIDXBytes))
+}
+
+// ReadIDXFileLimited is ReadIDXFile with ReadIDXLimited's bound.
+func ReadIDXFileLimited(path string, maxBytes int64) (*tensor.Tensor, error) {
+	limit := min(uint64(max(maxBytes, 0)), MaxIDXBytes)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
@@ -69,7 +85,7 @@ func ReadIDXFile(path string) (*tensor.Tensor, error) {
 	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 		size = st.Size()
 	}
-	t, err := readIDX(f, size)
+	t, err := readIDX(f, size, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
@@ -78,7 +94,7 @@ func ReadIDXFile(path string) (*tensor.Tensor, error) {
 
 // readIDX reads an IDX array; size, when not -1, is the length of the whole
 // (possibly compressed) stream.
-func readIDX(r io.Reader, size int64) (*tensor.Tensor, error) {
+func readIDX(r io.Reader, size int64, limit uint64) (*tensor.Tensor, error) {
 	var magic [4]byte
 	if n, err := io.ReadFull(r, magic[:]); err != nil {
 		if n == 0 && err == io.EOF {
@@ -96,7 +112,7 @@ func readIDX(r io.Reader, size int64) (*tensor.Tensor, error) {
 		if n, err := io.ReadFull(br, magic[:]); err != nil {
 			return nil, readErr("magic word", n, 4, err)
 		}
-		t, err := readIDXBody(br, magic, -1)
+		t, err := readIDXBody(br, magic, -1, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +131,7 @@ func readIDX(r io.Reader, size int64) (*tensor.Tensor, error) {
 	if size >= 0 {
 		rest = size - 4
 	}
-	t, err := readIDXBody(r, magic, rest)
+	t, err := readIDXBody(r, magic, rest, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +140,7 @@ func readIDX(r io.Reader, size int64) (*tensor.Tensor, error) {
 
 // readIDXBody reads the dimensions and data after the magic word. rest, when
 // not -1, is the exact number of bytes left in r.
-func readIDXBody(r io.Reader, magic [4]byte, rest int64) (*tensor.Tensor, error) {
+func readIDXBody(r io.Reader, magic [4]byte, rest int64, limit uint64) (*tensor.Tensor, error) {
 	if magic[0] != 0 || magic[1] != 0 {
 		return nil, fmt.Errorf("%w: bad magic word % x (want 00 00 <type> <ndim>)", ErrIDX, magic[:])
 	}
@@ -142,9 +158,13 @@ func readIDXBody(r io.Reader, magic [4]byte, rest int64) (*tensor.Tensor, error)
 	}
 	// The product of the non-zero dimensions is checked against the
 	// limit whatever their order (a zero dimension does not excuse a huge
-	// one after it, nor before it).
+	// one after it, nor before it), in bytes of the tensor it decodes to
+	// (int8 and int16 widen to int32): what is allocated, and what
+	// WriteIDX writes back, so whatever is read can be written and read
+	// again.
 	shape := make([]int, ndim)
-	total := uint64(esize)
+	decoded := uint64(dtype.Size())
+	elems := uint64(1)
 	zero := false
 	for i := range shape {
 		d := uint64(binary.BigEndian.Uint32(dimBuf[4*i:]))
@@ -153,11 +173,12 @@ func readIDXBody(r io.Reader, magic [4]byte, rest int64) (*tensor.Tensor, error)
 			zero = true
 			continue
 		}
-		if total > MaxIDXBytes/d {
-			return nil, fmt.Errorf("%w: dimensions %v exceed the %d-byte limit", ErrIDX, readDims(dimBuf[:4*ndim]), uint64(MaxIDXBytes))
+		if elems*decoded > limit/d {
+			return nil, fmt.Errorf("%w: dimensions %v exceed the %d-byte limit (as %v)", ErrIDX, readDims(dimBuf[:4*ndim]), limit, dtype)
 		}
-		total *= d
+		elems *= d
 	}
+	total := elems * uint64(esize)
 	if zero {
 		total = 0
 	}

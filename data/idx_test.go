@@ -226,3 +226,35 @@ func TestIDXDimensionOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestIDXGzipBombRefused (issue 19, item 13): a 1 KB gzip file whose
+// header declares 300 MB of data is refused by a limited read before
+// anything is inflated or allocated (ReadIDXFile would inflate up to the
+// 4 GiB limit); the Fashion-MNIST loader reads with such a limit.
+func TestIDXGzipBombRefused(t *testing.T) {
+	var raw bytes.Buffer
+	raw.Write([]byte{0, 0, 0x08, 3})
+	for _, d := range []uint32{300000, 1000, 1000} {
+		raw.Write(binary.BigEndian.AppendUint32(nil, d))
+	}
+	raw.Write(make([]byte, 1<<20)) // the first MiB of the zeros
+	path := filepath.Join(t.TempDir(), "train-images-idx3-ubyte.gz")
+	if err := os.WriteFile(path, gz(raw.Bytes()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ReadIDXFileLimited(path, 100<<20)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrIDX) || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("a 300 MB claim under a 100 MB limit: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 4<<20 {
+		t.Errorf("refusing it allocated %d bytes", grew)
+	}
+	// The loader refuses it too, naming the file.
+	os.WriteFile(filepath.Join(filepath.Dir(path), "train-labels-idx1-ubyte.gz"), gz([]byte{0, 0, 8, 1, 0, 0, 0, 0}), 0o644)
+	if _, _, err := LoadFashionMNIST(filepath.Dir(path), true); !errors.Is(err, ErrIDX) || !strings.Contains(err.Error(), "train-images") {
+		t.Fatalf("LoadFashionMNIST of the bomb: %v", err)
+	}
+}

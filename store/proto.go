@@ -10,10 +10,11 @@ package store
 // the GET or WAIT to give up) gets no answer, and neither does the request
 // it cancels.
 //
-// Every frame, both ways, has a 17-byte header followed by a body:
+// Every frame, both ways, has a 21-byte header followed by a body:
 //
 //	magic/version uint32  protoMagic ("GDS" + version byte)
 //	body length   uint32  ≤ maxBody
+//	checksum      uint32  CRC-32C of id, kind/status and body
 //	id            uint64  chosen by the client, echoed by the server
 //	kind/status   uint8   a kind in requests, a status in responses
 //
@@ -35,8 +36,10 @@ package store
 // exists and 0 if not, then the value stored; ADD and NUMKEYS an int64; CHECK and DELETE one byte, 0 or 1; the rest empty. With any other
 // status the body is a UTF-8 message.
 //
-// A frame with a bad magic or an oversized length cannot be skipped, so the
-// server drops the connection. A well-framed request whose body does not
+// A frame with a bad magic, an oversized length or a wrong checksum (a
+// rewritten or corrupted packet) cannot be trusted or skipped, so the
+// reader drops the connection, and the client's calls fail at once rather
+// than wait for an answer that will not come. A well-framed request whose body does not
 // decode gets statusBadRequest and the connection goes on.
 
 import (
@@ -45,13 +48,15 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/godist/godist/internal/crc32c"
 )
 
 const (
-	protoVersion = 1
+	protoVersion = 2
 	protoMagic   = uint32('G')<<24 | uint32('D')<<16 | uint32('S')<<8 | protoVersion
 
-	headerLen = 17
+	headerLen = 21
 
 	// MaxKeyLen is the longest key, in bytes, any Store accepts.
 	MaxKeyLen = 4096
@@ -126,11 +131,23 @@ type response struct {
 
 var errFrame = errors.New("store: bad frame")
 
-func appendHeader(b []byte, bodyLen int, id uint64, k uint8) []byte {
+// appendFrame appends a whole frame: the header, with the checksum of id,
+// k and body, then body.
+func appendFrame(b []byte, id uint64, k uint8, body []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, protoMagic)
-	b = binary.BigEndian.AppendUint32(b, uint32(bodyLen))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	b = binary.BigEndian.AppendUint32(b, frameSum(id, k, body))
 	b = binary.BigEndian.AppendUint64(b, id)
-	return append(b, k)
+	b = append(b, k)
+	return append(b, body...)
+}
+
+// frameSum is the checksum of a frame's id, kind or status, and body.
+func frameSum(id uint64, k uint8, body []byte) uint32 {
+	var h [9]byte
+	binary.BigEndian.PutUint64(h[:], id)
+	h[8] = k
+	return crc32c.Update(crc32c.Checksum(h[:]), body)
 }
 
 func appendKey(b []byte, k string) []byte {
@@ -161,14 +178,12 @@ func encodeRequest(b []byte, r *request) []byte {
 			body = appendKey(body, k)
 		}
 	}
-	b = appendHeader(b, len(body), r.id, uint8(r.kind))
-	return append(b, body...)
+	return appendFrame(b, r.id, uint8(r.kind), body)
 }
 
 // encodeResponse appends a response frame to b.
 func encodeResponse(b []byte, id uint64, st status, body []byte) []byte {
-	b = appendHeader(b, len(body), id, uint8(st))
-	return append(b, body...)
+	return appendFrame(b, id, uint8(st), body)
 }
 
 // readFrame reads one frame: header, then body. It allocates at most
@@ -187,7 +202,8 @@ func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 	if n > maxBody {
 		return 0, 0, nil, fmt.Errorf("%w: body of %d bytes exceeds the limit of %d", errFrame, n, maxBody)
 	}
-	id = binary.BigEndian.Uint64(h[8:])
+	sum := binary.BigEndian.Uint32(h[8:])
+	id = binary.BigEndian.Uint64(h[12:])
 	body = make([]byte, 0, min(n, readChunk))
 	for len(body) < n {
 		if len(body) == cap(body) {
@@ -204,7 +220,10 @@ func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 			}
 		}
 	}
-	return id, h[16], body, nil
+	if got := frameSum(id, h[20], body); got != sum {
+		return 0, 0, nil, fmt.Errorf("%w: checksum %#08x, the frame's bytes give %#08x (corrupted or rewritten on the way)", errFrame, sum, got)
+	}
+	return id, h[20], body, nil
 }
 
 // readRequest reads and decodes one request. A non-nil *request with a

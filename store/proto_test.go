@@ -80,15 +80,15 @@ func TestDecodeRejects(t *testing.T) {
 	badMagic[3] = 9 // another version
 	huge := bytes.Clone(good)
 	binary.BigEndian.PutUint32(huge[4:], maxBody+1)
-	unknown := bytes.Clone(good)
-	unknown[16] = 200
-	stray := encodeRequest(nil, &request{id: 1, kind: kindPing})
-	stray = append(stray, 'x')
-	binary.BigEndian.PutUint32(stray[4:], 1)
-	longKey := appendHeader(nil, 2, 1, uint8(kindGet))
-	longKey = binary.BigEndian.AppendUint16(longKey, MaxKeyLen+1)
-	manyKeys := appendHeader(nil, 2, 1, uint8(kindWait))
-	manyKeys = binary.BigEndian.AppendUint16(manyKeys, MaxWaitKeys+1)
+	unknown := appendFrame(nil, 1, 200, good[headerLen:])
+	stray := appendFrame(nil, 1, uint8(kindPing), []byte("x"))
+	longKey := appendFrame(nil, 1, uint8(kindGet), binary.BigEndian.AppendUint16(nil, MaxKeyLen+1))
+	manyKeys := appendFrame(nil, 1, uint8(kindWait), binary.BigEndian.AppendUint16(nil, MaxWaitKeys+1))
+	// One bit of the key flipped on the way: the checksum catches it.
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-1] ^= 1
+	flippedID := bytes.Clone(good)
+	flippedID[12] ^= 0x80
 	for name, tc := range map[string]struct {
 		frame   []byte
 		inSync  bool // the frame was well formed: the connection goes on
@@ -101,6 +101,8 @@ func TestDecodeRejects(t *testing.T) {
 		"stray bytes": {stray, true, true},
 		"long key":    {longKey, true, true},
 		"many keys":   {manyKeys, true, true},
+		"flipped bit": {flipped, false, true},
+		"flipped id":  {flippedID, false, true},
 	} {
 		req, err := readRequest(bytes.NewReader(tc.frame))
 		if err == nil {
@@ -119,7 +121,8 @@ func TestDecodeRejects(t *testing.T) {
 // TestDecodeBoundedAlloc sends a header that claims the largest body and
 // then nothing: the reader must not allocate the claimed size.
 func TestDecodeBoundedAlloc(t *testing.T) {
-	frame := appendHeader(nil, maxBody, 1, uint8(kindSet))
+	frame := appendFrame(nil, 1, uint8(kindSet), nil)
+	binary.BigEndian.PutUint32(frame[4:], maxBody) // claims the largest body
 	frame = append(frame, 0, 1, 'k')
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -137,7 +140,9 @@ func FuzzDecode(f *testing.F) {
 	for _, r := range sampleRequests() {
 		f.Add(encodeRequest(nil, r))
 	}
-	f.Add(appendHeader(nil, maxBody, 1, uint8(kindSet)))
+	big := appendFrame(nil, 1, uint8(kindSet), nil)
+	binary.BigEndian.PutUint32(big[4:], maxBody)
+	f.Add(big)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rd := bytes.NewReader(data)

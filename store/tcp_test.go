@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -319,5 +320,78 @@ func TestDialUnresolvable(t *testing.T) {
 	}
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Fatalf("the dial failed after %v", d)
+	}
+}
+
+// TestTCPRewrittenPacket (issue 19, item 5): a proxy between client and
+// server rewrites one byte of the server's answer to a Get. The client's
+// call fails at once with a *store.ConnError naming the checksum (it
+// waited for its timeout before: the stalled job of the issue), and the
+// server drops a connection whose request was rewritten.
+func TestTCPRewrittenPacket(t *testing.T) {
+	srv, err := store.NewServer(context.Background(), "127.0.0.1:0", store.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The proxy forwards both ways; from the server, once armed, it flips
+	// the last byte of the next chunk it forwards.
+	armed := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			c.Close()
+			return
+		}
+		go func() { io.Copy(s, c); s.Close() }()
+		buf := make([]byte, 64<<10)
+		flipped := false
+		for {
+			n, err := s.Read(buf)
+			if n > 0 {
+				select {
+				case <-armed:
+					if !flipped {
+						buf[n-1] ^= 0x20
+						flipped = true
+					}
+				default:
+				}
+				c.Write(buf[:n])
+			}
+			if err != nil {
+				c.Close()
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := store.Dial(ctx, ln.Addr().String(), store.DialOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Set(ctx, "k", []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	close(armed)
+	start := time.Now()
+	v, err := c.Get(ctx, "k")
+	var ce *store.ConnError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("Get through a rewritten answer: %q, %v; want a *ConnError naming the checksum", v, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the rewritten answer was noticed after %v", d)
 	}
 }

@@ -266,6 +266,19 @@ func TestGatedWorker(t *testing.T) {
 	if e.Code != 4 || e.PID != p.PID() || !strings.HasPrefix(out.String(), want) {
 		t.Errorf("exit %+v, output %q; want exit 4 and output %q...", e, out.String(), want)
 	}
+	// Its signal mask, ignored signals and file limit are those it
+	// would have had without the gate.
+	var outs [2]bytes.Buffer
+	for i, own := range []bool{false, true} {
+		if _, err := Start(3, Command{Path: "/bin/sh", Args: []string{"-c", `grep -E '^Sig(Blk|Ign)' /proc/self/status; ulimit -n`},
+			Stdout: &outs[i], OwnGroup: own}, exits); err != nil {
+			t.Fatal(err)
+		}
+		<-exits
+	}
+	if outs[0].String() != outs[1].String() || outs[0].Len() == 0 {
+		t.Errorf("signals and limits: without the gate %q, with it %q", outs[0].String(), outs[1].String())
+	}
 	for _, bad := range []string{"/no/such/program", "no-such-program-anywhere", "/etc/passwd"} {
 		if _, err := Start(2, Command{Path: bad, OwnGroup: true}, exits); err == nil {
 			t.Errorf("started %s", bad)

@@ -74,9 +74,12 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 //		}
 //	}
 //
-// Children's stdout and stderr are the parent's. When a child fails, the
-// parent gives the others half a second to fail on their own, kills the
-// rest (children also die with the parent, on Linux) and returns a
+// Children's stdout and stderr are the parent's. Each child has a process
+// group of its own: a Ctrl-C at the terminal reaches the parent alone,
+// and on Linux, when the parent dies, even by SIGKILL, a watchdog sends
+// every child's group SIGTERM and, 5 s later, SIGKILL. When a child fails,
+// the parent gives the others half a second to fail on their own, kills
+// the rest (with whatever they started) and returns a
 // *SpawnError for the root cause: the first failure that is not a
 // consequence of another's. A child that fails records its error (see
 // RecordError) in a file Spawn gives it (GODIST_ERROR_FILE), and one that
@@ -150,6 +153,9 @@ func Spawn(n int, fn func(rank int) error) error {
 			// outer job is no child's.
 			Env:    launch.Env(base, append(rank.Vars(), SpawnRankEnv+"="+strconv.Itoa(r)), "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"),
 			Stdout: os.Stdout, Stderr: teeWriter{os.Stderr, tails[r]},
+			// Killing a child kills what it started too; so does the
+			// parent's death, by any signal (launch's watchdog).
+			OwnGroup: true,
 		}, exits)
 		if err != nil {
 			first = &SpawnError{Rank: r, ExitCode: -1, Err: err}

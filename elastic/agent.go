@@ -472,8 +472,9 @@ func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, errDir stri
 		Path: sp.Program, Args: sp.Args,
 		Env:    append(WorkerEnv(sp.Env, *sp, rd, lr, restarts), launch.ErrorFileVars(w.errorFile)...),
 		Stdout: w.out, Stderr: w.errw,
-		OwnGroup:  true,
-		WaitDelay: 2 * time.Second, // a grandchild holding the pipes open
+		OwnGroup:    true,
+		OrphanGrace: sp.StopGrace,    // should this launcher die without stopping them
+		WaitDelay:   2 * time.Second, // a grandchild holding the pipes open
 	}, exits)
 	if err != nil {
 		for _, f := range w.files {

@@ -239,7 +239,10 @@ func spawnRanks(ctx context.Context, cfg benchConfig, world int, emit func(resul
 			// The ranks meet on loopback, and the table says so: an
 			// address of the parent's (GODIST_HOST) is not theirs.
 			Env:    launch.Env(base, set, "GODIST_HOST"),
-			Stdout: stderrs[r], Stderr: stderrs[r]}
+			Stdout: stderrs[r], Stderr: stderrs[r],
+			// Stopped with what they started, and by launch's watchdog
+			// should this process die without stopping them.
+			OwnGroup: true, OrphanGrace: time.Second}
 		var w *os.File
 		if r == 0 {
 			var rd *os.File

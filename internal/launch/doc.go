@@ -17,4 +17,11 @@
 //	rec, err := launch.ReadRecord(errorFile) // nil, fs.ErrNotExist when it wrote none
 //
 // and a worker that fails calls dist.RecordError, which writes the record.
+//
+// A worker started with OwnGroup is in a process group of its own, which
+// Start hands to the launcher's watchdog (Linux): a process that stops
+// the group, SIGTERM then SIGKILL, when the launcher dies without doing
+// so, even by SIGKILL. The watchdog, and the gate through which such a
+// worker starts, are the launcher's own binary re-executed: this
+// package's init runs them, so any program that links it can launch.
 package launch

@@ -29,6 +29,8 @@ var Identity = []string{
 	// godist's
 	"GODIST_RESTART_COUNT", "GODIST_MAX_RESTARTS", "GODIST_RUN_ID", "GODIST_TOKEN", ErrorFileEnv,
 	SpawnRankEnv,
+	// the launcher's watchdog and gates (never a worker's)
+	watchdogEnv, gateEnv,
 }
 
 // SpawnRankEnv is the variable that marks a process started by dist.Spawn

@@ -21,8 +21,15 @@ type Command struct {
 	// OwnGroup puts the worker in a process group of its own, where the
 	// platform has them: Signal then reaches the worker's children too,
 	// and a Ctrl-C at the terminal reaches only the launcher, which
-	// decides what the workers get.
+	// decides what the workers get. The group is also handed to the
+	// launcher's watchdog (Linux), which stops it should the launcher die
+	// without doing so, even by SIGKILL: SIGTERM, then SIGKILL after
+	// OrphanGrace.
 	OwnGroup bool
+	// OrphanGrace is, with OwnGroup, how long the worker's group gets
+	// between the watchdog's SIGTERM and its SIGKILL after the launcher's
+	// death; 0 means DefaultOrphanGrace.
+	OrphanGrace time.Duration
 	// WaitDelay bounds how long, after the worker exits, its output pipes
 	// may stay open (a grandchild holding them): exec.Cmd.WaitDelay.
 	WaitDelay time.Duration
@@ -35,19 +42,40 @@ type Proc struct {
 }
 
 // Start starts c, which dies with the launcher where the platform allows
-// (Linux's parent-death signal), and reports its end on exits, with id:
-// exits must have room for it, or a reader, as every Start sends one
-// Exit exactly once.
+// (Linux's parent-death signal; and with OwnGroup, the watchdog, which
+// stops the processes the worker started too), and reports its end on
+// exits, with id: exits must have room for it, or a reader, as every
+// Start sends one Exit exactly once.
 func Start(id int, c Command, exits chan<- Exit) (*Proc, error) {
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Env = c.Env
 	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
 	cmd.SysProcAttr = procAttr(c.OwnGroup)
 	cmd.WaitDelay = c.WaitDelay
-	if err := cmd.Start(); err != nil {
+	p := &Proc{cmd: cmd, ownGroup: c.OwnGroup && groupsSupported}
+	// A worker in its own group is held at a gate until the watchdog has
+	// its group: a launcher killed in between leaves nothing running.
+	var g *gate
+	if p.ownGroup {
+		var err error
+		if g, err = gated(cmd); err != nil {
+			return nil, err
+		}
+	}
+	err := cmd.Start()
+	g.started()
+	if err != nil {
+		g.shut()
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, ownGroup: c.OwnGroup && groupsSupported}
+	if p.ownGroup {
+		grace := c.OrphanGrace
+		if grace <= 0 {
+			grace = DefaultOrphanGrace
+		}
+		watchGroup(cmd.Process.Pid, grace)
+		g.open()
+	}
 	go func() {
 		err := cmd.Wait()
 		exits <- describe(id, cmd, err, time.Now())

@@ -4,13 +4,28 @@ package launch
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
+	"time"
 )
 
 // Elsewhere, workers get no process group (nor die with the launcher).
 const groupsSupported = false
 
 func procAttr(bool) *syscall.SysProcAttr { return nil }
+
+// gated: no gate (nor watchdog) elsewhere.
+func gated(*exec.Cmd) (*gate, error) { return nil, nil }
+
+// watchGroup: no watchdog elsewhere.
+func watchGroup(int, time.Duration) {}
+
+// The watchdog's and the gate's variables, kept from workers on every
+// platform.
+const (
+	watchdogEnv = "GODIST_WATCHDOG"
+	gateEnv     = "GODIST_GATE"
+)
 
 func signalGroup(pid int, sig syscall.Signal) error {
 	p, err := os.FindProcess(pid)

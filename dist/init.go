@@ -95,8 +95,10 @@ type Env struct {
 // ReadEnv reads a rank's identity from the environment: godist run and
 // torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Slurm
 // (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the first host of
-// SLURM_JOB_NODELIST as the master) and OpenMPI's mpirun
-// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK).
+// SLURM_JOB_NODELIST as the master), OpenMPI's mpirun
+// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK)
+// and MPICH's or Intel MPI's mpiexec (PMI_RANK, PMI_SIZE,
+// MPI_LOCALRANKID); an MPI launcher implies a master on this host.
 // MASTER_ADDR and MASTER_PORT, when set, win over what a launcher implies.
 func ReadEnv() (Env, error) { return readEnv(os.Getenv) }
 
@@ -122,6 +124,7 @@ func readEnv(get func(string) string) (Env, error) {
 		{"env", "RANK", "WORLD_SIZE", "LOCAL_RANK", nil},
 		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", func() string { return firstSlurmHost(get("SLURM_JOB_NODELIST")) }},
 		{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", func() string { return "127.0.0.1" }},
+		{"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", func() string { return "127.0.0.1" }}, // MPICH's and Intel MPI's Hydra
 	}
 	found := false
 	for _, s := range sources {
@@ -151,7 +154,7 @@ func readEnv(get func(string) string) (Env, error) {
 		break
 	}
 	if !found {
-		return e, fmt.Errorf("dist: env:// needs RANK and WORLD_SIZE (or Slurm's SLURM_PROCID/SLURM_NTASKS, or mpirun's OMPI_COMM_WORLD_RANK/SIZE); start the program with godist run or set them")
+		return e, fmt.Errorf("dist: env:// needs RANK and WORLD_SIZE (or Slurm's SLURM_PROCID/SLURM_NTASKS, OpenMPI's OMPI_COMM_WORLD_RANK/SIZE, or MPICH's PMI_RANK/PMI_SIZE); start the program with godist run or set them")
 	}
 	if a := get("MASTER_ADDR"); a != "" {
 		e.MasterAddr = a
@@ -220,6 +223,18 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	var port int
 	var closers []func() error
 	st := opt.Store
+	// tcp:// and file:// may carry the rank and the world size, as
+	// PyTorch's init_method "tcp://host:port?rank=R&world_size=N".
+	if size <= 0 && st == nil && !strings.HasPrefix(method, "env://") {
+		if u, err := url.Parse(method); err == nil && (u.Query().Has("rank") || u.Query().Has("world_size")) {
+			r, rerr := strconv.Atoi(u.Query().Get("rank"))
+			n, nerr := strconv.Atoi(u.Query().Get("world_size"))
+			if rerr != nil || nerr != nil || n < 1 || r < 0 || r >= n {
+				return nil, fmt.Errorf("dist: init method %q: want rank=R&world_size=N with 0 <= R < N", method)
+			}
+			rank, size = r, n
+		}
+	}
 	if rank < 0 || size <= 0 || (st == nil && strings.HasPrefix(method, "env://")) {
 		env, err := ReadEnv()
 		if err != nil {

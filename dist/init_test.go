@@ -26,6 +26,7 @@ var launcherVars = []string{
 	"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
 }
 
 func clearLauncherEnv(t *testing.T) {
@@ -63,6 +64,8 @@ func TestReadEnv(t *testing.T) {
 			dist.Env{Rank: 2, WorldSize: 4, LocalRank: 0, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpirun"}, ""},
 		{"openmpi with MASTER_ADDR", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "777"},
 			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "h0", MasterPort: 777, Source: "mpirun"}, ""},
+		{"mpich and intel mpi", map[string]string{"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"},
+			dist.Env{Rank: 3, WorldSize: 4, LocalRank: 1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpich"}, ""},
 		{"torchrun wins over slurm", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "SLURM_PROCID": "7", "SLURM_NTASKS": "9", "SLURM_JOB_NODELIST": "x"},
 			dist.Env{Rank: 1, WorldSize: 2, LocalRank: -1, MasterAddr: "m", MasterPort: 29500, Source: "env"}, ""},
 		{"nothing set", map[string]string{}, dist.Env{}, "RANK and WORLD_SIZE"},
@@ -171,6 +174,43 @@ func TestInitFile(t *testing.T) {
 	// The last of the world's Closes removes the file.
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("file store %s is still there after every rank destroyed its group (stat: %v)", path, err)
+	}
+}
+
+// TestInitTCPRankInURL: the rank and world size may come in the init
+// method's query, as PyTorch's "tcp://host:port?rank=R&world_size=N",
+// with nothing in the environment; a malformed one is refused.
+func TestInitTCPRankInURL(t *testing.T) {
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	port := freePort(t)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			g, err := dist.Init(ctx, dist.Options{InitMethod: fmt.Sprintf("tcp://127.0.0.1:%d?rank=%d&world_size=2", port, r)})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer g.Destroy()
+			if g.Rank() != r || g.Size() != 2 {
+				errs[r] = fmt.Errorf("rank %d of %d", g.Rank(), g.Size())
+				return
+			}
+			errs[r] = g.Barrier(ctx)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if _, err := dist.Init(ctx, dist.Options{InitMethod: fmt.Sprintf("tcp://127.0.0.1:%d?rank=2&world_size=2", port)}); err == nil || !strings.Contains(err.Error(), "0 <= R < N") {
+		t.Errorf("rank 2 of 2 in the URL: %v", err)
 	}
 }
 

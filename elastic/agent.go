@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,9 @@ type Spec struct {
 	Program string   // a binary or script, executed directly
 	Args    []string // its arguments
 	Env     []string // the base environment (os.Environ() by default)
+	// LocalRankArg appends --local-rank=N to each worker's arguments, as
+	// the legacy torch.distributed.launch did without --use-env.
+	LocalRankArg bool
 
 	NProc       int    // workers on this node
 	Role        string // ROLE_NAME (default "default")
@@ -468,8 +472,12 @@ func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, errDir stri
 			}
 		}
 	}
+	args := sp.Args
+	if sp.LocalRankArg {
+		args = append(slices.Clip(args), "--local-rank="+strconv.Itoa(lr))
+	}
 	p, err := launch.Start(lr, launch.Command{
-		Path: sp.Program, Args: sp.Args,
+		Path: sp.Program, Args: args,
 		Env:    append(WorkerEnv(sp.Env, *sp, rd, lr, restarts), launch.ErrorFileVars(w.errorFile)...),
 		Stdout: w.out, Stderr: w.errw,
 		OwnGroup:    true,

@@ -32,6 +32,7 @@ type runOptions struct {
 	runID              string
 	standalone         bool
 	insecure           bool // no job token off loopback, on purpose
+	localRankArg       bool // --local-rank=N appended to the workers' arguments
 	maxRestarts        int
 	monitor            time.Duration
 	stopGrace          time.Duration
@@ -101,6 +102,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	conf := fs.String("rdzv-conf", "", "rendezvous settings, `key=value,...`: last_call_timeout (seconds, default 30), join_timeout (600), keep_alive_timeout (15)")
 	runID := fs.String("run-id", "", "run `id` given to the workers (default: --rdzv-id, or a random one with --standalone)")
 	standalone := fs.Bool("standalone", false, "one node: a rendezvous store on a free local port, no other rendezvous flags needed")
+	localRankArg := fs.Bool("pass-local-rank", false, "also pass --local-rank=N to each worker, as the legacy torch.distributed.launch did (for scripts that parse it)")
+	useEnv := fs.Bool("use-env", false, "accepted for torch.distributed.launch's command lines: workers always get LOCAL_RANK in their environment (the default; it cannot be combined with --pass-local-rank)")
 	insecure := fs.Bool("insecure", false, "allow a job whose rendezvous is not on loopback to run without GODIST_TOKEN (a private network only: anyone who can reach its ports could join the job)")
 	maxRestarts := fs.Int("max-restarts", 0, "restarts of the worker group after a failure before giving up")
 	monitor := fs.String("monitor-interval", "0.1", "how often, in `seconds` (or a duration such as 100ms), the launcher checks rendezvous for joining and leaving nodes")
@@ -130,8 +133,11 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	if len(prog) == 0 {
 		return fail("no PROGRAM to run (usage: godist run [flags] PROGRAM [ARGS...]; -h lists the flags)")
 	}
+	if *localRankArg && *useEnv {
+		return fail("--use-env and --pass-local-rank contradict each other: --use-env means the workers read LOCAL_RANK and get no --local-rank argument")
+	}
 	o := &runOptions{nodeRank: *nodeRank, masterAddr: *masterAddr, masterPort: *masterPort, backend: *backend,
-		endpoint: *endpoint, rdzvID: *rdzvID, runID: *runID, standalone: *standalone, insecure: *insecure, maxRestarts: *maxRestarts,
+		endpoint: *endpoint, rdzvID: *rdzvID, runID: *runID, standalone: *standalone, insecure: *insecure, localRankArg: *localRankArg, maxRestarts: *maxRestarts,
 		stopGrace: *grace, logDir: *logDir, role: *role, localAddr: *localAddr, program: prog,
 		lastCall: 30 * time.Second, joinTimeout: 10 * time.Minute, keepAlive: 15 * time.Second}
 	if o.minNodes, o.maxNodes, err = parseNNodes(*nnodes); err != nil {
@@ -353,7 +359,7 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	defer rdzv.Close()
 	token := envToken
 	spec := elastic.Spec{
-		Program: o.program[0], Args: o.program[1:], NProc: o.nproc, Role: o.role, RunID: o.runID, Token: token,
+		Program: o.program[0], Args: o.program[1:], LocalRankArg: o.localRankArg, NProc: o.nproc, Role: o.role, RunID: o.runID, Token: token,
 		MaxRestarts: o.maxRestarts, Monitor: o.monitor, StopGrace: o.stopGrace, Host: host,
 		LogDir: o.logDir, Redirects: o.redirects, Tee: o.tee, Stdout: stdout, Stderr: stderr,
 		ServesStore: srv != nil, Signals: sigs, Logf: logf,

@@ -122,6 +122,7 @@ func TestRun(t *testing.T) {
 		{"Slurm", testSlurmEnvironment},
 		{"Mpirun", testMpirunEnvironment},
 		{"TokenOffLoopback", testRunTokenOffLoopback},
+		{"LegacyLocalRank", testRunLegacyLocalRank},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
@@ -533,5 +534,25 @@ func testRunTokenOffLoopback(t *testing.T, bb bins) {
 	}
 	if !strings.Contains(p.stderr.String(), "warning: --insecure") {
 		t.Errorf("--insecure without a warning: %v", p)
+	}
+}
+
+// testRunLegacyLocalRank (issue 19): torch.distributed.launch's command
+// lines run: --pass-local-rank hands each worker --local-rank=N after its
+// own arguments, --use-env is accepted (and is the default), and the two
+// together are refused.
+func testRunLegacyLocalRank(t *testing.T, bb bins) {
+	p := start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--standalone", "--nproc-per-node", "2", "--pass-local-rank", "/bin/echo", "args:").wait()
+	out := p.stdout.String()
+	if p.code != 0 || !strings.Contains(out, "[rank 0] args: --local-rank=0\n") || !strings.Contains(out, "[rank 1] args: --local-rank=1\n") {
+		t.Fatalf("--pass-local-rank: %v", p)
+	}
+	p = start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--standalone", "--use_env", "/bin/echo", "args:").wait()
+	if p.code != 0 || !strings.Contains(p.stdout.String(), "[rank 0] args:\n") {
+		t.Fatalf("--use_env: %v", p)
+	}
+	p = start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--standalone", "--use-env", "--pass-local-rank", "/bin/echo").wait()
+	if p.code != exitUsage || !strings.Contains(p.stderr.String(), "contradict") {
+		t.Fatalf("--use-env with --pass-local-rank: %v", p)
 	}
 }

@@ -8,51 +8,86 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// RNNOptions configure RNN and LSTM.
+// RNNOptions configure RNN, LSTM and GRU, with PyTorch's meanings.
 type RNNOptions struct {
 	Layers     int  // stacked layers; 0 means 1
 	BatchFirst bool // input and output are (batch, seq, feature)
 	NoBias     bool
+	// Bidirectional runs a second set of weights over the reversed
+	// sequence in every layer (names with the suffix "_reverse"); a
+	// layer's output is both directions' hidden states concatenated, and
+	// the final states hold layers×2 entries, layer by layer, forward
+	// first.
+	Bidirectional bool
+	// Dropout, in training mode, drops each output of every layer but the
+	// last with this probability (scaling the rest by 1/(1-p)), as
+	// torch.nn.LSTM's dropout; masks are drawn from DropoutRNG.
+	Dropout    float64
+	DropoutRNG *tensor.RNG
 }
 
-// recurrent holds the weights shared by RNN and LSTM, named as PyTorch
-// names them: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ...
+// recurrent holds the weights shared by RNN, LSTM and GRU, named as
+// PyTorch names them: weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0,
+// ..., and with the "_reverse" suffix for the reverse direction. Index
+// k = layer×directions + direction.
 type recurrent struct {
 	Base
 	Input, Hidden, Layers, gates int
-	BatchFirst                   bool
+	BatchFirst, Bidirectional    bool
+	Dropout                      float64
+	dropRNG                      *tensor.RNG
 	wih, whh, bih, bhh           []*autograd.Var
 }
 
+func (r *recurrent) dirs() int {
+	if r.Bidirectional {
+		return 2
+	}
+	return 1
+}
+
 func (r *recurrent) init(rng *tensor.RNG, input, hidden, gates int, opt RNNOptions) {
+	if opt.Dropout < 0 || opt.Dropout >= 1 || opt.Dropout > 0 && opt.DropoutRNG == nil {
+		panic(fmt.Sprintf("nn: recurrent dropout %v: want 0 <= p < 1, and a DropoutRNG when p > 0", opt.Dropout))
+	}
 	r.Input, r.Hidden, r.Layers, r.gates, r.BatchFirst = input, hidden, max(opt.Layers, 1), gates, opt.BatchFirst
+	r.Bidirectional, r.Dropout, r.dropRNG = opt.Bidirectional, opt.Dropout, opt.DropoutRNG
 	bound := 1 / math.Sqrt(float64(hidden))
 	u := func(shape ...int) *autograd.Var {
 		return autograd.Param(tensor.Zeros(shape...).Uniform(rng, -bound, bound))
 	}
+	// PyTorch's order: per layer, per direction, w_ih, w_hh, b_ih, b_hh.
 	for l := range r.Layers {
 		in := input
 		if l > 0 {
-			in = hidden
+			in = hidden * r.dirs()
 		}
-		r.wih = append(r.wih, u(gates*hidden, in))
-		r.whh = append(r.whh, u(gates*hidden, hidden))
-		r.RegisterParameter(fmt.Sprintf("weight_ih_l%d", l), r.wih[l])
-		r.RegisterParameter(fmt.Sprintf("weight_hh_l%d", l), r.whh[l])
-		if opt.NoBias {
-			r.bih, r.bhh = append(r.bih, nil), append(r.bhh, nil)
-			continue
+		for d := range r.dirs() {
+			sfx := fmt.Sprintf("_l%d", l)
+			if d == 1 {
+				sfx += "_reverse"
+			}
+			k := len(r.wih)
+			r.wih = append(r.wih, u(gates*hidden, in))
+			r.whh = append(r.whh, u(gates*hidden, hidden))
+			r.RegisterParameter("weight_ih"+sfx, r.wih[k])
+			r.RegisterParameter("weight_hh"+sfx, r.whh[k])
+			if opt.NoBias {
+				r.bih, r.bhh = append(r.bih, nil), append(r.bhh, nil)
+				continue
+			}
+			r.bih = append(r.bih, u(gates*hidden))
+			r.bhh = append(r.bhh, u(gates*hidden))
+			r.RegisterParameter("bias_ih"+sfx, r.bih[k])
+			r.RegisterParameter("bias_hh"+sfx, r.bhh[k])
 		}
-		r.bih = append(r.bih, u(gates*hidden))
-		r.bhh = append(r.bhh, u(gates*hidden))
-		r.RegisterParameter(fmt.Sprintf("bias_ih_l%d", l), r.bih[l])
-		r.RegisterParameter(fmt.Sprintf("bias_hh_l%d", l), r.bhh[l])
 	}
 }
 
-// run applies cell to every layer and time step. x is (seq, batch, in) or
-// batch-first; states are (layers, batch, hidden) or nil for zeros.
-func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(l int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var) (*autograd.Var, []*autograd.Var) {
+// run applies cell (for weights k) to every layer, direction and time
+// step. x is (seq, batch, in) or batch-first; states are
+// (layers×directions, batch, hidden) or nil for zeros.
+func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var) (*autograd.Var, []*autograd.Var) {
 	if x.Value().Dim() != 3 {
 		panic(fmt.Sprintf("nn: recurrent layer given input of shape %v; want 3-d", x.Shape()))
 	}
@@ -62,28 +97,44 @@ func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(l int
 	seq, batch := x.Value().Size(0), x.Value().Size(1)
 	outStates := make([][]*autograd.Var, len(states))
 	for l := range r.Layers {
-		st := make([]*autograd.Var, len(states))
-		for i, s := range states {
-			if s == nil {
-				st[i] = autograd.Const(tensor.New(x.DType(), batch, r.Hidden))
+		outs := make([]*autograd.Var, r.dirs())
+		for d := range r.dirs() {
+			k := l*r.dirs() + d
+			st := make([]*autograd.Var, len(states))
+			for i, s := range states {
+				if s == nil {
+					st[i] = autograd.Const(tensor.New(x.DType(), batch, r.Hidden))
+				} else {
+					st[i] = autograd.Select(s, 0, k)
+				}
+			}
+			// The input projection of all time steps is one matrix
+			// product.
+			xw := autograd.Linear(x, r.wih[k], r.bih[k])
+			hs := make([]*autograd.Var, seq)
+			for i := range seq {
+				t := i
+				if d == 1 {
+					t = seq - 1 - i // the reverse direction reads the sequence backwards
+				}
+				st = cell(k, autograd.Select(xw, 0, t), st)
+				hs[t] = st[0]
+			}
+			for i := range st {
+				outStates[i] = append(outStates[i], st[i])
+			}
+			if seq == 0 {
+				outs[d] = autograd.Const(tensor.New(x.DType(), 0, batch, r.Hidden))
 			} else {
-				st[i] = autograd.Select(s, 0, l)
+				outs[d] = autograd.Stack(0, hs...)
 			}
 		}
-		// The input projection of all time steps is one matrix product.
-		xw := autograd.Linear(x, r.wih[l], r.bih[l])
-		hs := make([]*autograd.Var, seq)
-		for t := range seq {
-			st = cell(l, autograd.Select(xw, 0, t), st)
-			hs[t] = st[0]
+		x = outs[0]
+		if len(outs) > 1 {
+			x = autograd.Cat(2, outs...)
 		}
-		for i := range st {
-			outStates[i] = append(outStates[i], st[i])
-		}
-		if seq == 0 {
-			x = autograd.Const(tensor.New(x.DType(), 0, batch, r.Hidden))
-		} else {
-			x = autograd.Stack(0, hs...)
+		if l < r.Layers-1 && r.Dropout > 0 && r.Training() {
+			x = dropout(x, r.Dropout, r.dropRNG)
 		}
 	}
 	if r.BatchFirst {
@@ -111,8 +162,8 @@ func NewRNN(rng *tensor.RNG, input, hidden int, opt RNNOptions) *RNN {
 // hidden), nil for zeros) and returns the output of the last layer at every
 // step and the final hidden state of every layer.
 func (r *RNN) Forward(x, h0 *autograd.Var) (out, hn *autograd.Var) {
-	out, st := r.run(x, []*autograd.Var{h0}, func(l int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
-		return []*autograd.Var{autograd.Tanh(autograd.Add(xw, autograd.Linear(st[0], r.whh[l], r.bhh[l])))}
+	out, st := r.run(x, []*autograd.Var{h0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+		return []*autograd.Var{autograd.Tanh(autograd.Add(xw, autograd.Linear(st[0], r.whh[k], r.bhh[k])))}
 	})
 	return out, st[0]
 }
@@ -132,8 +183,8 @@ func NewLSTM(rng *tensor.RNG, input, hidden int, opt RNNOptions) *LSTM {
 // for zeros) and returns the output of the last layer at every step and
 // the final hidden and cell states of every layer.
 func (r *LSTM) Forward(x, h0, c0 *autograd.Var) (out, hn, cn *autograd.Var) {
-	out, st := r.run(x, []*autograd.Var{h0, c0}, func(l int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
-		gates := autograd.Add(xw, autograd.Linear(st[0], r.whh[l], r.bhh[l]))
+	out, st := r.run(x, []*autograd.Var{h0, c0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+		gates := autograd.Add(xw, autograd.Linear(st[0], r.whh[k], r.bhh[k]))
 		g := autograd.Chunk(gates, 1, 4)
 		i, f, c, o := autograd.Sigmoid(g[0]), autograd.Sigmoid(g[1]), autograd.Tanh(g[2]), autograd.Sigmoid(g[3])
 		cell := autograd.Add(autograd.Mul(f, st[1]), autograd.Mul(i, c))
@@ -141,4 +192,45 @@ func (r *LSTM) Forward(x, h0, c0 *autograd.Var) (out, hn, cn *autograd.Var) {
 		return []*autograd.Var{h, cell}
 	})
 	return out, st[0], st[1]
+}
+
+// GRU is a gated recurrent unit network, as torch.nn.GRU (gate order
+// reset, update, new):
+//
+//	r = σ(x·W_irᵀ + b_ir + h·W_hrᵀ + b_hr)
+//	z = σ(x·W_izᵀ + b_iz + h·W_hzᵀ + b_hz)
+//	n = tanh(x·W_inᵀ + b_in + r ⊙ (h·W_hnᵀ + b_hn))
+//	h' = (1 − z) ⊙ n + z ⊙ h
+type GRU struct{ recurrent }
+
+// NewGRU returns a GRU initialised as PyTorch's (uniform ±1/√hidden).
+func NewGRU(rng *tensor.RNG, input, hidden int, opt RNNOptions) *GRU {
+	r := &GRU{}
+	r.init(rng, input, hidden, 3, opt)
+	return r
+}
+
+// Forward runs the GRU over x from h0 ((layers×directions, batch,
+// hidden), nil for zeros) and returns the output of the last layer at
+// every step and the final hidden state of every layer and direction.
+func (r *GRU) Forward(x, h0 *autograd.Var) (out, hn *autograd.Var) {
+	out, st := r.run(x, []*autograd.Var{h0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+		h := st[0]
+		hw := autograd.Linear(h, r.whh[k], r.bhh[k])
+		xg, hg := autograd.Chunk(xw, 1, 3), autograd.Chunk(hw, 1, 3)
+		reset := autograd.Sigmoid(autograd.Add(xg[0], hg[0]))
+		update := autograd.Sigmoid(autograd.Add(xg[1], hg[1]))
+		n := autograd.Tanh(autograd.Add(xg[2], autograd.Mul(reset, hg[2])))
+		// h' = n + z ⊙ (h − n): the same value as (1 − z) ⊙ n + z ⊙ h,
+		// with one operation fewer.
+		return []*autograd.Var{autograd.Add(n, autograd.Mul(update, autograd.Sub(h, n)))}
+	})
+	return out, st[0]
+}
+
+// dropout zeroes each element of x with probability p and scales the
+// rest by 1/(1-p), drawing from rng.
+func dropout(x *autograd.Var, p float64, rng *tensor.RNG) *autograd.Var {
+	d := NewDropout(p, rng)
+	return d.Forward(x)
 }

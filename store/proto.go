@@ -71,6 +71,9 @@ const (
 	// arrived, so that a peer that claims a large body and sends little
 	// costs little memory.
 	readChunk = 1 << 20
+	// firstChunk is a frame's first buffer; a body up to it is read
+	// without asking the server's in-flight budget.
+	firstChunk = 64 << 10
 )
 
 // kind is a request kind.
@@ -191,6 +194,13 @@ func encodeResponse(b []byte, id uint64, st status, body []byte) []byte {
 // maxBody. An error here leaves the stream out of step: drop the
 // connection.
 func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
+	return readFrameReserving(r, nil)
+}
+
+// readFrameReserving is readFrame that first asks reserve for the bytes
+// the header announces (when reserve is set and the body is larger than
+// firstChunk); its error refuses the frame, out of step.
+func readFrameReserving(r io.Reader, reserve func(n int) error) (id uint64, k uint8, body []byte, err error) {
 	var h [headerLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, 0, nil, err
@@ -204,10 +214,17 @@ func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 	}
 	sum := binary.BigEndian.Uint32(h[8:])
 	id = binary.BigEndian.Uint64(h[12:])
-	body = make([]byte, 0, min(n, readChunk))
+	if reserve != nil && n > firstChunk {
+		if err := reserve(n); err != nil {
+			return 0, 0, nil, fmt.Errorf("%w: %w", errFrame, err)
+		}
+	}
+	// Memory follows the data that has arrived: a small first buffer,
+	// doubled as it fills, each step at most readChunk.
+	body = make([]byte, 0, min(n, firstChunk))
 	for len(body) < n {
 		if len(body) == cap(body) {
-			body = slices.Grow(body, min(n-len(body), readChunk))
+			body = slices.Grow(body, min(n-len(body), max(len(body), firstChunk), readChunk))
 		}
 		m, err := r.Read(body[len(body):min(cap(body), n)])
 		body = body[:len(body)+m]
@@ -231,7 +248,11 @@ func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 // server answers statusBadRequest and goes on. A nil request means the
 // connection is out of step and must be dropped.
 func readRequest(r io.Reader) (*request, error) {
-	id, k, body, err := readFrame(r)
+	return readRequestReserving(r, nil)
+}
+
+func readRequestReserving(r io.Reader, reserve func(n int) error) (*request, error) {
+	id, k, body, err := readFrameReserving(r, reserve)
 	if err != nil {
 		return nil, err
 	}

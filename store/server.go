@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,14 +32,21 @@ type ServerOptions struct {
 	// (DefaultMaxBytes when zero; negative: none): a write past it fails
 	// with an error wrapping ErrFull.
 	MaxBytes int64
+	// MaxInflight bounds the bytes of request bodies being received at
+	// once over all connections (DefaultMaxInflight when zero; negative:
+	// none), so that clients announcing large writes and sending them
+	// slowly cannot make the server hold more: a frame past it drops its
+	// connection. Bodies of 64 KiB or less are not counted.
+	MaxInflight int64
 }
 
 // The server's default limits: far above what a job's rendezvous,
 // addresses and object collectives use, far below what would exhaust a
 // host.
 const (
-	DefaultMaxConns = 1024
-	DefaultMaxBytes = 256 << 20
+	DefaultMaxConns    = 1024
+	DefaultMaxBytes    = 256 << 20
+	DefaultMaxInflight = 64 << 20
 )
 
 // Server is a TCP store server: it keeps the data in memory and serves
@@ -53,6 +61,8 @@ type Server struct {
 	t    *table
 	opts ServerOptions
 	wg   sync.WaitGroup // the accept loop and every connection's goroutines
+
+	inflight atomic.Int64 // bytes of request bodies being received (MaxInflight)
 
 	mu struct {
 		sync.Mutex
@@ -75,6 +85,9 @@ func NewServer(ctx context.Context, addr string, opts ServerOptions) (*Server, e
 	}
 	if opts.MaxBytes == 0 {
 		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxInflight == 0 {
+		opts.MaxInflight = DefaultMaxInflight
 	}
 	s := &Server{ln: ln, t: newTable(), opts: opts}
 	s.t.limit = max(opts.MaxBytes, 0)
@@ -191,8 +204,28 @@ func (s *Server) serve(conn net.Conn) {
 		conn.Close() // unblocks a writer stuck on a client that does not read
 		<-writerDone
 	}()
+	var held int64 // this connection's share of the in-flight budget
+	release := func() {
+		if held > 0 {
+			s.inflight.Add(-held)
+			held = 0
+		}
+	}
+	defer release()
+	reserve := func(n int) error {
+		if s.opts.MaxInflight < 0 {
+			return nil
+		}
+		if now := s.inflight.Add(int64(n)); now > s.opts.MaxInflight {
+			s.inflight.Add(-int64(n))
+			return fmt.Errorf("a body of %d bytes would take the server past %d bytes being received at once", n, s.opts.MaxInflight)
+		}
+		held = int64(n)
+		return nil
+	}
 	for {
-		req, err := readRequest(conn)
+		release() // the last request is handled: a Set's value now counts against MaxBytes
+		req, err := readRequestReserving(conn, reserve)
 		if req == nil {
 			if !errors.Is(err, net.ErrClosed) && !isEOF(err) {
 				s.opts.Logf("store server %s: dropping rank %d at %s: %v", s.Addr(), peer.Rank, conn.RemoteAddr(), err)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -393,5 +394,81 @@ func TestTCPRewrittenPacket(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("the rewritten answer was noticed after %v", d)
+	}
+}
+
+// TestServerUnderHostileClients (issue 19, must show: the store under 300
+// hostile clients stays under 100 MB). 300 authenticated clients each
+// announce a 128 MB SET and send its first MiB, then nothing; 300 more
+// without the token send hellos. The server's heap grows by less than
+// 100 MB (it held 4.8 GB before: each announced body was read in full),
+// and a member's calls go on meanwhile.
+func TestServerUnderHostileClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 600 connections")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := store.NewServer(ctx, "127.0.0.1:0", store.ServerOptions{Token: []byte("t"), JobID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	good, err := store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("t"), JobID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	chunk := make([]byte, 1<<20)
+	for i := range 300 {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := handshake.Client(c, handshake.Config{Proto: "store", JobID: "j", Rank: -1, Token: []byte("t")}); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		// A SET frame header announcing 128 MB (protocol v2: magic, length,
+		// checksum, id, kind), then its first MiB.
+		hdr := []byte{'G', 'D', 'S', 2}
+		hdr = binary.BigEndian.AppendUint32(hdr, 128<<20)
+		hdr = binary.BigEndian.AppendUint32(hdr, 0)
+		hdr = binary.BigEndian.AppendUint64(hdr, 1)
+		hdr = append(hdr, 1)
+		c.Write(hdr)
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write(chunk) // a server that stopped reading this connection leaves it blocked: fine
+	}
+	for range 300 {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		c.Write([]byte("GDHS\x00\x03\x00\x01"))
+	}
+	if err := good.Set(ctx, "alive", []byte("yes")); err != nil {
+		t.Fatalf("a member's Set under attack: %v", err)
+	}
+	if v, err := good.Get(ctx, "alive"); err != nil || string(v) != "yes" {
+		t.Fatalf("a member's Get under attack: %q, %v", v, err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the server read what was sent
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap grew by %.1f MB under 600 hostile connections", float64(grew)/(1<<20))
+	if grew > 100<<20 {
+		t.Errorf("the server's heap grew by %d MB", grew>>20)
 	}
 }

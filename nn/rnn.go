@@ -185,10 +185,7 @@ func NewLSTM(rng *tensor.RNG, input, hidden int, opt RNNOptions) *LSTM {
 func (r *LSTM) Forward(x, h0, c0 *autograd.Var) (out, hn, cn *autograd.Var) {
 	out, st := r.run(x, []*autograd.Var{h0, c0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
 		gates := autograd.Add(xw, autograd.Linear(st[0], r.whh[k], r.bhh[k]))
-		g := autograd.Chunk(gates, 1, 4)
-		i, f, c, o := autograd.Sigmoid(g[0]), autograd.Sigmoid(g[1]), autograd.Tanh(g[2]), autograd.Sigmoid(g[3])
-		cell := autograd.Add(autograd.Mul(f, st[1]), autograd.Mul(i, c))
-		h := autograd.Mul(o, autograd.Tanh(cell))
+		h, cell := lstmStep(gates, st[1], r.Hidden)
 		return []*autograd.Var{h, cell}
 	})
 	return out, st[0], st[1]

@@ -282,8 +282,14 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		if rep.fsdp != nil {
 			return nil, fmt.Errorf("--resume with --strategy %s: the checkpoint holds the whole optimizer state, FSDP's is sharded; resume with --strategy ddp", c.Strategy)
 		}
-		if start, hist, err = load(c.ckpt, gpt, opt); err != nil {
+		var order string
+		if start, hist, order, err = load(c.ckpt, gpt, opt); err != nil {
 			return nil, fmt.Errorf("resume from %s: %w", c.ckpt, err)
+		}
+		if rep.ddp != nil && order != "" {
+			if err := rep.ddp.SetBucketOrder(order); err != nil {
+				return nil, fmt.Errorf("resume from %s: %w", c.ckpt, err)
+			}
 		}
 		sched.SetEpoch(start)
 		res.ResumedFromStep = start
@@ -394,6 +400,7 @@ type replica struct {
 	eval     nn.Layer           // what evaluation calls
 	groups   [2][]*autograd.Var // the optimizer's: decayed, not decayed
 	fsdp     *fsdp.FSDP         // nil unless sharded
+	ddp      *ddp.DDP           // nil unless plain DDP over more than one rank
 	backward func(ctx context.Context, loss *autograd.Var) error
 	// clip clips the gradients to a global L2 norm (after DDP's
 	// all-reduce, or over every rank's shards).
@@ -463,7 +470,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 		}
 		// The gradients are the same on every rank after the
 		// all-reduce: the local norm is the global one.
-		r.model, r.backward = d, d.Backward
+		r.model, r.backward, r.ddp = d, d.Backward, d
 		return r, nil
 	case "fsdp":
 		strategy = fsdp.FullShard
@@ -675,6 +682,11 @@ func saveFile(ctx context.Context, g *dist.Group, c config, rep *replica, opt op
 		ts["history.loss"], ts["history.val"] = hs["history.loss"], hs["history.val"]
 		cfg, _ := json.Marshal(c)
 		meta := map[string]string{"step": strconv.Itoa(step), "config": string(cfg)}
+		if rep.ddp != nil {
+			// The order the ranks' gradients are summed in: a resumed
+			// run needs it to match, bit for bit, the one that went on.
+			meta[ddp.MetaBucketOrder] = rep.ddp.BucketOrder()
+		}
 		if err := checkpoint.SaveFile(c.ckpt, ts, meta); err != nil {
 			return err
 		}
@@ -767,10 +779,10 @@ func historyOf(ts map[string]*tensor.Tensor) history {
 // checkpoint and returns its step. A tensor whose shape differs from the
 // model's (a checkpoint of another configuration) is an error naming it
 // and both shapes.
-func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error) {
+func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, string, error) {
 	ts, meta, err := checkpoint.LoadFile(path)
 	if err != nil {
-		return 0, history{}, err
+		return 0, history{}, "", err
 	}
 	want := nn.StateDict(m)
 	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
@@ -782,22 +794,22 @@ func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, error)
 		case strings.HasPrefix(k, "history."):
 		default:
 			if w, ok := want[k]; ok && !tensor.SameShape(w, v) {
-				return 0, history{}, fmt.Errorf("tensor %s has shape %v in the checkpoint but %v in the model: the checkpoint is of another configuration (%s); pass the flags it was trained with", k, v.Shape(), w.Shape(), meta["config"])
+				return 0, history{}, "", fmt.Errorf("tensor %s has shape %v in the checkpoint but %v in the model: the checkpoint is of another configuration (%s); pass the flags it was trained with", k, v.Shape(), w.Shape(), meta["config"])
 			}
 			ms[k] = v
 		}
 	}
 	if err := nn.LoadStateDict(m, ms, true); err != nil {
-		return 0, history{}, err
+		return 0, history{}, "", err
 	}
 	if err := opt.LoadStateDict(os); err != nil {
-		return 0, history{}, err
+		return 0, history{}, "", err
 	}
 	step, err := strconv.Atoi(meta["step"])
 	if err != nil {
-		return 0, history{}, fmt.Errorf("checkpoint %s has no step", path)
+		return 0, history{}, "", fmt.Errorf("checkpoint %s has no step", path)
 	}
-	return step, historyOf(ts), nil
+	return step, historyOf(ts), meta[ddp.MetaBucketOrder], nil
 }
 
 func (h history) plot(path string) error {

@@ -229,6 +229,18 @@ func loadCheckpoint(path string, model *DDP, opt optim.Optimizer) (map[string]st
 	return meta, nil
 }
 
+// BucketOrder returns DDP's bucket plan (parameter indices in bucket
+// order, comma-separated), the MetaBucketOrder that SaveCheckpoint
+// writes. A program that saves checkpoints its own way stores it too:
+// the plan decides the order in which the ranks' gradients are summed, so
+// at world 3 and above a resumed run matches the uninterrupted one bit
+// for bit only if it reduces in the same plan (SetBucketOrder).
+func (d *DDP) BucketOrder() string { return d.bucketOrder() }
+
+// SetBucketOrder re-plans the buckets from a BucketOrder string (between
+// iterations), as LoadCheckpoint does with the saved MetaBucketOrder.
+func (d *DDP) SetBucketOrder(s string) error { return d.setBucketOrder(s) }
+
 // bucketOrder returns the bucket plan as parameter indices in bucket
 // order, comma-separated.
 func (d *DDP) bucketOrder() string {

@@ -317,7 +317,7 @@ func (w *world) dumpOnFailure(err error) {
 var live struct {
 	sync.Mutex
 	worlds  map[*world]struct{}
-	signals int           // DumpOnSignal calls not yet stopped
+	signals int            // DumpOnSignal calls not yet stopped
 	ch      chan os.Signal // SIGUSR1, while signals > 0
 }
 

@@ -6,6 +6,7 @@
 //	godist bench --nproc 2 --ops all_reduce,barrier --max-bytes 1MiB
 //	godist store --addr :29500
 //	godist top --store host:port
+//	godist trace -o timeline.json godist-flight-rank*.json
 //	godist version
 //	godist help [command]
 //
@@ -33,6 +34,7 @@ var commands = []command{
 	{"bench", "measure collectives over N local ranks (nccl-tests style)", benchMain},
 	{"store", "serve a standalone TCP store until interrupted", storeMain},
 	{"top", "show what every rank of a running job is doing, live", topMain},
+	{"trace", "merge ranks' flight records into a Chrome trace", traceMain},
 	{"version", "print the build and the BLAS in use", versionMain},
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -48,7 +50,9 @@ func TestTopStoppedRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3 processes")
 	}
-	ps := disttest.StartProcs(t, 3, "TestTopWorker", "top-test", "GODIST_TOP_WORKER=1", "GODIST_TIMEOUT=60s")
+	dumps := t.TempDir()
+	ps := disttest.StartProcs(t, 3, "TestTopWorker", "top-test", "GODIST_TOP_WORKER=1", "GODIST_TIMEOUT=60s",
+		"GODIST_FLIGHT_SIGNAL=1", "GODIST_FLIGHT_DIR="+dumps)
 	t.Cleanup(func() {
 		for _, p := range ps {
 			p.Cmd.Process.Kill()
@@ -125,6 +129,65 @@ func TestTopStoppedRank(t *testing.T) {
 	// Rank 1's own row: the pid of the stopped process.
 	if l := row(out, 1); !strings.Contains(l, fmt.Sprint(ps[1].Cmd.Process.Pid)) {
 		t.Errorf("rank 1's row %q lacks its pid %d", l, ps[1].Cmd.Process.Pid)
+	}
+
+	// SIGUSR1 makes every rank write its flight record
+	// (GODIST_FLIGHT_SIGNAL=1, as godist run sets it): the running ranks
+	// at once, the stopped one when it continues. godist trace merges
+	// them into one Chrome trace, a track per rank.
+	for _, p := range ps {
+		p.Cmd.Process.Signal(syscall.SIGUSR1)
+	}
+	var files []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		files, _ = filepath.Glob(filepath.Join(dumps, "godist-flight-rank*.json"))
+		if len(files) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flight records after SIGUSR1: %v", files)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ps[1].Cmd.Process.Signal(syscall.SIGCONT)
+	for deadline := time.Now().Add(10 * time.Second); len(files) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("flight records after SIGCONT: %v", files)
+		}
+		time.Sleep(50 * time.Millisecond)
+		files, _ = filepath.Glob(filepath.Join(dumps, "godist-flight-rank*.json"))
+	}
+	var tr, errs bytes.Buffer
+	if code := traceRun(files, &tr, &errs); code != 0 {
+		t.Fatalf("godist trace: exit %d: %s", code, errs.String())
+	}
+	var trace struct {
+		TraceEvents []struct {
+			Name, Ph string
+			PID      int
+			Args     map[string]any
+		}
+	}
+	if err := json.Unmarshal(tr.Bytes(), &trace); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[int]int{}
+	waiting := map[int]bool{}
+	for _, e := range trace.TraceEvents {
+		if e.Ph == "X" && e.Name == "all_reduce" {
+			calls[e.PID]++
+			if e.Args["state"] == "waiting" {
+				waiting[e.PID] = true
+			}
+		}
+	}
+	for r := range 3 {
+		if calls[r] < 20 {
+			t.Errorf("rank %d: %d all_reduce events in the trace", r, calls[r])
+		}
+	}
+	if !waiting[0] || !waiting[2] {
+		t.Errorf("ranks 0 and 2 were waiting when dumped; the trace says %v", waiting)
 	}
 }
 

@@ -340,3 +340,43 @@ func TestChromeTrace(t *testing.T) {
 		t.Errorf("args missing: %s", buf.String())
 	}
 }
+
+// TestFlightDumpOnDesync: members that issue different collectives both
+// fail with a DesyncError, and each writes its flight record with the
+// call that did not match.
+func TestFlightDumpOnDesync(t *testing.T) {
+	gs := inprocGroups(2, time.Minute)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for r, g := range gs {
+		g.world.flightDir, g.world.autoDump = dirs[r], true
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Destroy()
+		}
+	}()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); errs[0] = gs[0].AllReduce(context.Background(), tensor.Zeros(3), Sum) }()
+	go func() { defer wg.Done(); errs[1] = gs[1].Broadcast(context.Background(), tensor.Zeros(3), 0) }()
+	wg.Wait()
+	for r, g := range gs {
+		var de *DesyncError
+		if !errors.As(errs[r], &de) {
+			t.Fatalf("rank %d: %v, want a DesyncError", r, errs[r])
+		}
+		b, err := os.ReadFile(g.world.flightPath())
+		if err != nil {
+			t.Fatalf("rank %d: no flight record: %v", r, err)
+		}
+		var d FlightDump
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"all_reduce", "broadcast"}[r]
+		if !strings.Contains(d.Reason, "out of step") || len(d.Groups[0].Entries) != 1 || d.Groups[0].Entries[0].Op != want {
+			t.Errorf("rank %d's record: %s", r, b)
+		}
+	}
+}

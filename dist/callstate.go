@@ -78,8 +78,18 @@ type callRec struct {
 	waitPeer  int
 	waitSince time.Time
 	probed    bool
-	start     time.Time // when it began
-	flightN   uint64    // its number in the flight ring
+}
+
+// started is when call id (r) began: its deadline less the timeout, or
+// what the flight ring says; zero when neither knows.
+func (s *callState) started(id callID, r *callRec) time.Time {
+	if !r.deadline.IsZero() {
+		return r.deadline.Add(-s.timeout)
+	}
+	if sl := s.flight.slot(id); sl != nil {
+		return sl.start
+	}
+	return time.Time{}
 }
 
 // early is the first frame seen of a collective this member had not
@@ -173,7 +183,6 @@ func (s *callState) begin(r *callRec, now time.Time) (callID, output) {
 	s.next++
 	id := s.next
 	r.waitPeer = -1
-	r.start = now
 	s.flight.begin(id, r, s.ranks, now)
 	var out output
 	if s.timeout > 0 {
@@ -250,7 +259,7 @@ func (s *callState) endAt(id callID, now time.Time, err error) {
 		return
 	}
 	delete(s.calls, id)
-	s.flight.end(id, r, now, err)
+	s.flight.end(id, now, err)
 	if now.After(s.lastEnd) {
 		s.lastEnd = now
 	}
@@ -268,7 +277,7 @@ func (s *callState) wait(id callID, peer int, now time.Time) output {
 		return output{}
 	}
 	r.waitPeer, r.waitSince, r.probed = peer, now, false
-	s.flight.wait(id, r)
+	s.flight.wait(id, r.waitPeer)
 	var out output
 	if r.kind == kindCollective && s.probeAfter > 0 {
 		s.armFor(now.Add(s.probeAfter), &out)
@@ -280,7 +289,7 @@ func (s *callState) wait(id callID, peer int, now time.Time) output {
 func (s *callState) received(id callID) {
 	if r, ok := s.calls[id]; ok {
 		r.waitPeer = -1
-		s.flight.wait(id, r)
+		s.flight.wait(id, r.waitPeer)
 	}
 }
 

@@ -108,7 +108,9 @@ func newFlightRing(size int) *flightRing {
 }
 
 // begin enters call id (r) begun at now; ranks maps group ranks to
-// global ones.
+// global ones. Every call of the callState enters the ring, in the order
+// of their ids (1, 2, ...), so call id sits in buf[(id-1)%len(buf)]
+// until a later one takes its place.
 func (f *flightRing) begin(id callID, r *callRec, ranks []int, now time.Time) {
 	if f == nil {
 		return
@@ -117,32 +119,31 @@ func (f *flightRing) begin(id callID, r *callRec, ranks []int, now time.Time) {
 	if r.kind != kindCollective && r.peer >= 0 && r.peer < len(ranks) {
 		peer = ranks[r.peer]
 	}
-	r.flightN = f.n
-	f.buf[f.n%uint64(len(f.buf))] = flightSlot{id: id, kind: r.kind, c: r.c, seq: r.seq, peer: peer, tag: r.tag, waitPeer: -1, start: now}
+	f.buf[uint64(id-1)%uint64(len(f.buf))] = flightSlot{id: id, kind: r.kind, c: r.c, seq: r.seq, peer: peer, tag: r.tag, waitPeer: -1, start: now}
 	f.n++
 }
 
 // slot is call id's slot, or nil when it has been overwritten.
-func (f *flightRing) slot(id callID, r *callRec) *flightSlot {
-	if f == nil || f.n-r.flightN > uint64(len(f.buf)) {
+func (f *flightRing) slot(id callID) *flightSlot {
+	if f == nil || id == 0 {
 		return nil
 	}
-	if sl := &f.buf[r.flightN%uint64(len(f.buf))]; sl.id == id {
+	if sl := &f.buf[uint64(id-1)%uint64(len(f.buf))]; sl.id == id {
 		return sl
 	}
 	return nil
 }
 
-// wait records whom call id is blocked on now (r.waitPeer; -1: nobody).
-func (f *flightRing) wait(id callID, r *callRec) {
-	if sl := f.slot(id, r); sl != nil {
-		sl.waitPeer = r.waitPeer
+// wait records whom call id is blocked on now (-1: nobody).
+func (f *flightRing) wait(id callID, peer int) {
+	if sl := f.slot(id); sl != nil {
+		sl.waitPeer = peer
 	}
 }
 
 // end records call id's end at now with err (nil: success).
-func (f *flightRing) end(id callID, r *callRec, now time.Time, err error) {
-	if sl := f.slot(id, r); sl != nil {
+func (f *flightRing) end(id callID, now time.Time, err error) {
+	if sl := f.slot(id); sl != nil {
 		sl.done, sl.end, sl.err, sl.waitPeer = true, now, err, -1
 	}
 }

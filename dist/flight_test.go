@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -378,5 +379,27 @@ func TestFlightDumpOnDesync(t *testing.T) {
 		if !strings.Contains(d.Reason, "out of step") || len(d.Groups[0].Entries) != 1 || d.Groups[0].Entries[0].Op != want {
 			t.Errorf("rank %d's record: %s", r, b)
 		}
+	}
+}
+
+// BenchmarkCallStateRecorder is the state machine's share of a call
+// (begin, wait, receive, end, with the clock read the Group does at the
+// end), with and without the flight recorder.
+func BenchmarkCallStateRecorder(b *testing.B) {
+	ar := call{op: opAllReduce, dtype: tensor.Float32, count: 2, root: -1, rop: Sum}
+	for _, size := range []int{0, DefaultFlightEntries} {
+		b.Run(fmt.Sprintf("ring%d", size), func(b *testing.B) {
+			s := newCallState(0, 0, []int{0, 1}, time.Minute)
+			s.flight = newFlightRing(size)
+			s.probeAfter = 0
+			b.ReportAllocs()
+			for b.Loop() {
+				now := time.Now()
+				id, _, _, _ := s.beginCollective(ar, now)
+				s.wait(id, 1, now)
+				s.received(id)
+				s.endAt(id, time.Now(), nil)
+			}
+		})
 	}
 }

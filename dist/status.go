@@ -173,6 +173,7 @@ func (w *world) status(started time.Time) RankStatus {
 		oldest   *callRec
 		oldestID callID
 		oldestG  uint32
+		oldestAt time.Time
 		failed   error
 	)
 	for _, g := range w.groups() {
@@ -187,9 +188,10 @@ func (w *world) status(started time.Time) RankStatus {
 			failed = s.err
 		}
 		for id, r := range s.calls {
-			if oldest == nil || r.start.Before(oldest.start) || r.start.Equal(oldest.start) && id < oldestID {
+			start := s.started(id, r)
+			if oldest == nil || start.Before(oldestAt) || start.Equal(oldestAt) && id < oldestID {
 				c := *r
-				oldest, oldestID, oldestG = &c, id, g.id
+				oldest, oldestID, oldestG, oldestAt = &c, id, g.id, start
 			}
 		}
 		g.mu.Unlock()
@@ -201,7 +203,7 @@ func (w *world) status(started time.Time) RankStatus {
 			st.State, st.Error = StatusExited, ""
 		}
 	case oldest != nil:
-		st.State, st.Group, st.Seq, st.Since = StatusRunning, oldestG, oldest.seq, oldest.start
+		st.State, st.Group, st.Seq, st.Since = StatusRunning, oldestG, oldest.seq, oldestAt
 		st.Op = oldest.c.op.String()
 		switch oldest.kind {
 		case kindSend:

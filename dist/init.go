@@ -408,7 +408,7 @@ func withEnv(opt Options, get func(string) string) Options {
 	if v := get("GODIST_FLIGHT_SIGNAL"); !opt.DumpOnSignal && (v == "1" || strings.EqualFold(v, "true")) {
 		opt.DumpOnSignal = true
 	}
-	if get("GODIST_TOP") == "0" {
+	if get("GODIST_TOP") == "0" && opt.StatusInterval == 0 {
 		opt.StatusInterval = -1
 	}
 	if opt.SharedMemory == SharedMemoryDefault {

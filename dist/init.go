@@ -87,7 +87,9 @@ type Options struct {
 	// (the call in flight, for how long, which peer it waits on) to the
 	// job's store for godist top: every interval while something
 	// changes or a call is in flight, else every StatusHeartbeat. Zero:
-	// DefaultStatusInterval; negative, or the GODIST_TOP variable 0:
+	// DefaultStatusInterval for the TCP store of env:// and tcp://, never
+	// for a file:// store (its log is never compacted) or Options.Store
+	// (set it to publish there); negative, or the GODIST_TOP variable 0:
 	// never.
 	StatusInterval time.Duration
 	// Logger hears the fallbacks that change behaviour: shared memory
@@ -242,6 +244,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	var masterHost string
 	var port int
 	var closers []func() error
+	servedTCP := false // the store is a TCP store Init dialed (env://, tcp://)
 	st := opt.Store
 	if rank < 0 || size <= 0 || (st == nil && strings.HasPrefix(method, "env://")) {
 		env, err := ReadEnv()
@@ -292,6 +295,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				}
 				closers = append(closers, srv.Close)
 			}
+			servedTCP = true
 			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank})
 			if err != nil {
 				for _, c := range closers {
@@ -349,7 +353,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	if opt.DumpOnSignal {
 		w.stopSignal = DumpOnSignal()
 	}
-	if opt.StatusInterval == 0 {
+	if opt.StatusInterval == 0 && servedTCP {
 		opt.StatusInterval = DefaultStatusInterval
 	}
 	if opt.StatusInterval > 0 {

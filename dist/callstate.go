@@ -46,6 +46,11 @@ type callState struct {
 	sent   map[p2pKey]uint64 // the next message number of each stream this member sends
 	rcvd   map[p2pKey]uint64 // and of each stream it receives
 	armed  time.Time         // when the driver's timer will call tick (zero: not armed)
+
+	// flight keeps the last calls for the flight recorder (flight.go);
+	// nil keeps none. lastEnd is when the last call ended.
+	flight  *flightRing
+	lastEnd time.Time
 }
 
 // callID is the handle of one call in flight on this member.
@@ -73,6 +78,18 @@ type callRec struct {
 	waitPeer  int
 	waitSince time.Time
 	probed    bool
+}
+
+// started is when call id (r) began: its deadline less the timeout, or
+// what the flight ring says; zero when neither knows.
+func (s *callState) started(id callID, r *callRec) time.Time {
+	if !r.deadline.IsZero() {
+		return r.deadline.Add(-s.timeout)
+	}
+	if sl := s.flight.slot(id); sl != nil {
+		return sl.start
+	}
+	return time.Time{}
 }
 
 // early is the first frame seen of a collective this member had not
@@ -166,6 +183,7 @@ func (s *callState) begin(r *callRec, now time.Time) (callID, output) {
 	s.next++
 	id := s.next
 	r.waitPeer = -1
+	s.flight.begin(id, r, s.ranks, now)
 	var out output
 	if s.timeout > 0 {
 		r.deadline = now.Add(s.timeout)
@@ -231,12 +249,20 @@ func (s *callState) accept(peer int, tag uint32, n uint64) bool {
 
 // end takes a call out of flight; a finished collective is remembered
 // among the recent ones.
-func (s *callState) end(id callID) {
+func (s *callState) end(id callID) { s.endAt(id, time.Time{}, nil) }
+
+// endAt is end at now, the call having failed with err (nil: it
+// succeeded), for the flight recorder.
+func (s *callState) endAt(id callID, now time.Time, err error) {
 	r, ok := s.calls[id]
 	if !ok {
 		return
 	}
 	delete(s.calls, id)
+	s.flight.end(id, now, err)
+	if now.After(s.lastEnd) {
+		s.lastEnd = now
+	}
 	if r.kind == kindCollective {
 		delete(s.byseq, r.seq)
 		s.recent[r.seq%recentCalls] = struct{ seq, fp uint64 }{r.seq, r.c.fingerprint()}
@@ -251,6 +277,7 @@ func (s *callState) wait(id callID, peer int, now time.Time) output {
 		return output{}
 	}
 	r.waitPeer, r.waitSince, r.probed = peer, now, false
+	s.flight.wait(id, r.waitPeer)
 	var out output
 	if r.kind == kindCollective && s.probeAfter > 0 {
 		s.armFor(now.Add(s.probeAfter), &out)
@@ -262,6 +289,7 @@ func (s *callState) wait(id callID, peer int, now time.Time) output {
 func (s *callState) received(id callID) {
 	if r, ok := s.calls[id]; ok {
 		r.waitPeer = -1
+		s.flight.wait(id, r.waitPeer)
 	}
 }
 

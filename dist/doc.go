@@ -56,6 +56,17 @@
 // tensor and the results are the same. A shared tensor is freed by its
 // Release or the group's Destroy, never by the garbage collector.
 //
+// Diagnosis. Every group keeps its last calls (sequence number, op, sizes,
+// peers, state, times) in a fixed ring: FlightRecord reads it, DumpFlight
+// writes every group's to a JSON file, which a job made by Init also does
+// by itself when a group fails with a timeout or a desync, and on SIGUSR1
+// once asked (DumpOnSignal; godist run asks for its workers);
+// WriteChromeTrace turns records into a chrome://tracing timeline (godist
+// trace merges the ranks' files). A rank made by Init also publishes the
+// call it is in, for how long and the peer it waits on to the job's store
+// (RankStatus), where godist top shows every rank's live and names a rank
+// that stopped.
+//
 // The algorithms are pure schedules in package dist/algo, chosen by world
 // size and message size; the group runs them over the transport. Spawn
 // starts ranks as processes (torch.multiprocessing.spawn); package

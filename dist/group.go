@@ -26,6 +26,16 @@ type world struct {
 	backend    string
 	closers    []func() error
 
+	// The flight recorder (flight.go): entries per group (0: none), where
+	// dumps go ("": os.TempDir()), whether a timeout or desync dumps by
+	// itself, and what stops the SIGUSR1 handler Init installed.
+	flightSize int
+	flightDir  string
+	autoDump   bool
+	stopSignal func()
+	host       string // this rank's host, as the other ranks reach it
+	stopStatus func() // stops the status publisher (status.go)
+
 	mu struct {
 		sync.Mutex
 		groups map[uint32]*Group
@@ -33,8 +43,9 @@ type world struct {
 }
 
 func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {
-	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend}
+	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries}
 	w.mu.groups = map[uint32]*Group{}
+	registerWorld(w)
 	ep.SetHandlers(transport.Handlers{Control: w.onControl, PeerDown: w.onPeerDown, Unexpected: w.onUnexpected})
 	return w
 }
@@ -134,6 +145,7 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g := &Group{world: w, id: id, ranks: ranks, rank: slices.Index(ranks, w.rank), timeout: timeout}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	g.mu.st = newCallState(id, w.rank, ranks, timeout)
+	g.mu.st.flight = newFlightRing(w.flightSize)
 	g.mu.schedules = map[schedKey]algo.Schedule{}
 	w.register(g)
 	return g
@@ -212,6 +224,7 @@ func (g *Group) onTimer() {
 // fail the calls in flight, tell the other members, probe.
 func (g *Group) carry(out output) {
 	if out.Fail != nil {
+		g.world.dumpOnFailure(out.Fail)
 		g.cancel(out.Fail)
 	}
 	if out.Tell != nil {
@@ -307,8 +320,9 @@ func (g *Group) beginCollective(c call) (ticket, error) {
 
 // end takes call t out of flight.
 func (g *Group) end(t ticket) {
+	now := time.Now()
 	g.mu.Lock()
-	g.mu.st.end(t.id)
+	g.mu.st.endAt(t.id, now, nil)
 	g.mu.Unlock()
 }
 
@@ -403,7 +417,7 @@ func (g *Group) callError(ctx context.Context, t ticket, err error) error {
 	} else {
 		err, out = g.mu.st.callFailed(t.id, err)
 	}
-	g.mu.st.end(t.id)
+	g.mu.st.endAt(t.id, now, err)
 	g.armLocked(out.Arm, now)
 	g.mu.Unlock()
 	g.carry(out)

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/godist/godist/internal/launch"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -67,6 +69,29 @@ type Options struct {
 	// variable (microseconds; 0 never polls), else transport.DefaultSpin
 	// of LocalWorldSize, GOMAXPROCS and the CPUs.
 	Spin time.Duration
+	// FlightRecorder is how many calls each group remembers for its
+	// flight record (FlightRecord, DumpFlight); zero: the
+	// GODIST_FLIGHT_ENTRIES variable, else DefaultFlightEntries; negative:
+	// none.
+	FlightRecorder int
+	// FlightDir is where the flight record is written when a group fails
+	// with a timeout or a desync, on SIGUSR1 and by DumpFlight (default:
+	// the GODIST_FLIGHT_DIR variable, else the directory of the
+	// launcher's error file, GODIST_ERROR_FILE, else os.TempDir()).
+	FlightDir string
+	// DumpOnSignal installs a SIGUSR1 handler that writes the flight
+	// record (see DumpOnSignal), until Destroy (default: the
+	// GODIST_FLIGHT_SIGNAL variable, 1 or true; godist run sets it).
+	DumpOnSignal bool
+	// StatusInterval is how often this rank publishes what it is doing
+	// (the call in flight, for how long, which peer it waits on) to the
+	// job's store for godist top: every interval while something
+	// changes or a call is in flight, else every StatusHeartbeat. Zero:
+	// DefaultStatusInterval for the TCP store of env:// and tcp://, never
+	// for a file:// store (its log is never compacted) or Options.Store
+	// (set it to publish there); negative, or the GODIST_TOP variable 0:
+	// never.
+	StatusInterval time.Duration
 	// Logger hears the fallbacks that change behaviour: shared memory
 	// asked for but not used with some peer (another host, /dev/shm
 	// unusable), a NewSharedTensor that is an ordinary tensor, an
@@ -222,6 +247,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	var masterHost string
 	var port int
 	var closers []func() error
+	servedTCP := false // the store is a TCP store Init dialed (env://, tcp://)
 	st := opt.Store
 	// tcp:// and file:// may carry the rank and the world size, as
 	// PyTorch's init_method "tcp://host:port?rank=R&world_size=N".
@@ -284,6 +310,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				}
 				closers = append(closers, srv.Close)
 			}
+			servedTCP = true
 			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank})
 			if err != nil {
 				for _, c := range closers {
@@ -328,6 +355,25 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	w := newWorld(rank, size, ep, st, "tcp")
 	w.closers = closers
+	w.host = host
+	switch {
+	case opt.FlightRecorder == 0:
+		w.flightSize = DefaultFlightEntries
+	case opt.FlightRecorder < 0:
+		w.flightSize = 0
+	default:
+		w.flightSize = min(opt.FlightRecorder, maxFlightEntries)
+	}
+	w.flightDir, w.autoDump = opt.FlightDir, true
+	if opt.DumpOnSignal {
+		w.stopSignal = DumpOnSignal()
+	}
+	if opt.StatusInterval == 0 && servedTCP {
+		opt.StatusInterval = DefaultStatusInterval
+	}
+	if opt.StatusInterval > 0 {
+		w.startStatus(opt.StatusInterval)
+	}
 	all := make([]int, size)
 	for i := range all {
 		all[i] = i
@@ -362,6 +408,27 @@ func withEnv(opt Options, get func(string) string) Options {
 	}
 	if v := get("GODIST_INSECURE"); !opt.Insecure && (v == "1" || strings.EqualFold(v, "true")) {
 		opt.Insecure = true
+	}
+	if v := get("GODIST_FLIGHT_ENTRIES"); opt.FlightRecorder == 0 && v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			opt.FlightRecorder = n
+		} else {
+			log.Warn("dist: ignoring GODIST_FLIGHT_ENTRIES: not a number", "value", v)
+		}
+	}
+	if opt.FlightDir == "" {
+		opt.FlightDir = get("GODIST_FLIGHT_DIR")
+	}
+	for _, name := range []string{launch.ErrorFileEnv, launch.TorchErrorFileEnv} {
+		if v := get(name); opt.FlightDir == "" && v != "" {
+			opt.FlightDir = filepath.Dir(v)
+		}
+	}
+	if v := get("GODIST_FLIGHT_SIGNAL"); !opt.DumpOnSignal && (v == "1" || strings.EqualFold(v, "true")) {
+		opt.DumpOnSignal = true
+	}
+	if get("GODIST_TOP") == "0" && opt.StatusInterval == 0 {
+		opt.StatusInterval = -1
 	}
 	if opt.SharedMemory == SharedMemoryDefault {
 		opt.SharedMemory = SharedMemoryOn

@@ -37,12 +37,18 @@ func TestWithEnv(t *testing.T) {
 		{"GODIST_TIMEOUT as a duration", map[string]string{"GODIST_TIMEOUT": "2m"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 2 * time.Minute}},
 		{"a bad GODIST_TIMEOUT is ignored", map[string]string{"GODIST_TIMEOUT": "-3"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"Options.Timeout wins", map[string]string{"GODIST_TIMEOUT": "90"}, Options{Timeout: time.Second}, Options{SharedMemory: SharedMemoryOn, Timeout: time.Second}},
+		{"the flight recorder and the live view", map[string]string{"GODIST_FLIGHT_DIR": "/f", "GODIST_FLIGHT_SIGNAL": "1", "GODIST_FLIGHT_ENTRIES": "64", "GODIST_TOP": "0", "GODIST_ERROR_FILE": "/e/0/error.json"}, Options{},
+			Options{SharedMemory: SharedMemoryOn, FlightDir: "/f", DumpOnSignal: true, FlightRecorder: 64, StatusInterval: -1}},
+		{"flight records beside the error file", map[string]string{"TORCHELASTIC_ERROR_FILE": "/e/1/error.json"}, Options{}, Options{SharedMemory: SharedMemoryOn, FlightDir: "/e/1"}},
+		{"options win over the flight variables", map[string]string{"GODIST_FLIGHT_DIR": "/f", "GODIST_FLIGHT_ENTRIES": "64"}, Options{FlightDir: "/o", FlightRecorder: -1, StatusInterval: time.Second},
+			Options{SharedMemory: SharedMemoryOn, FlightDir: "/o", FlightRecorder: -1, StatusInterval: time.Second}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
 			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout ||
-				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin {
+				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin ||
+				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)
 			}
 		})

@@ -135,6 +135,13 @@ func (g *Group) Destroy() error {
 	for _, o := range others {
 		o.flushAbort()
 	}
+	if g.world.stopStatus != nil {
+		g.world.stopStatus()
+	}
+	if g.world.stopSignal != nil {
+		g.world.stopSignal()
+	}
+	unregisterWorld(g.world)
 	err := g.world.ep.Close()
 	for _, c := range g.world.closers {
 		if cerr := c(); cerr != nil && err == nil {

@@ -1,10 +1,12 @@
 // Command godist is the one binary of godist: the launcher (godist run,
 // torchrun's counterpart), the collective benchmark, the standalone store
-// server and build information.
+// server, the live view of a job and build information.
 //
 //	godist run --standalone --nproc-per-node 2 ./train
 //	godist bench --nproc 2 --ops all_reduce,barrier --max-bytes 1MiB
 //	godist store --addr :29500
+//	godist top --store host:port
+//	godist trace -o timeline.json godist-flight-rank*.json
 //	godist version
 //	godist help [command]
 //
@@ -31,6 +33,8 @@ var commands = []command{
 	{"run", "launch, watch and restart workers on this node (torchrun)", runMain},
 	{"bench", "measure collectives over N local ranks (nccl-tests style)", benchMain},
 	{"store", "serve a standalone TCP store until interrupted", storeMain},
+	{"top", "show what every rank of a running job is doing, live", topMain},
+	{"trace", "merge ranks' flight records into a Chrome trace", traceMain},
 	{"version", "print the build and the BLAS in use", versionMain},
 }
 

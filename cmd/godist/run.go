@@ -64,6 +64,10 @@ rendezvous; when the job fails for good, a root-cause report names the
 first failure that its error file does not show to be a consequence of
 another (a lost peer): its rank, host, pid, exit code or signal, what it
 recorded, and its last lines of stderr. SIGINT and SIGTERM are forwarded to the workers.
+Workers also get GODIST_FLIGHT_SIGNAL=1 unless it is set: a worker's
+dist.Init then writes its flight record (its last calls) beside its error
+file on SIGUSR1. godist top --store <the workers' master, as logged>
+shows every worker's call in flight, live.
 
   godist run --standalone --nproc-per-node 4 ./train
   godist run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 ./train   # and node rank 1
@@ -366,6 +370,13 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	}
 	if o.timeout > 0 {
 		spec.Env = append(os.Environ(), "GODIST_TIMEOUT="+o.timeout.String())
+	}
+	if _, set := os.LookupEnv("GODIST_FLIGHT_SIGNAL"); !set {
+		// A worker's dist.Init then writes its flight record on SIGUSR1.
+		if spec.Env == nil {
+			spec.Env = os.Environ()
+		}
+		spec.Env = append(spec.Env, "GODIST_FLIGHT_SIGNAL=1")
 	}
 	if token == "" && o.insecure {
 		if spec.Env == nil {

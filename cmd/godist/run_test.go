@@ -264,6 +264,7 @@ func testRunWorkerEnv(t *testing.T, bb bins) {
 			"GROUP_RANK=0", "GROUP_WORLD_SIZE=1", "ROLE_NAME=default", "ROLE_RANK=" + strconv.Itoa(r), "ROLE_WORLD_SIZE=2",
 			"MASTER_ADDR=127.0.0.1", "GODIST_RESTART_COUNT=0", "GODIST_MAX_RESTARTS=1", "TORCHELASTIC_RESTART_COUNT=0",
 			"TORCHELASTIC_MAX_RESTARTS=1", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=7", "GOGC=200", "GOMEMLIMIT=",
+			"GODIST_FLIGHT_SIGNAL=1",
 		} {
 			if !strings.Contains(out, fmt.Sprintf("[rank %d] %s\n", r, kv)) && !(strings.HasSuffix(kv, "=") && strings.Contains(out, fmt.Sprintf("[rank %d] %s", r, kv))) {
 				t.Errorf("rank %d lacks %s", r, kv)

@@ -86,4 +86,23 @@ func testRunEtcdLauncherKilled(t *testing.T, bb bins) {
 	if n, err := round0.NumKeys(ctx); err != nil || n == 0 {
 		t.Fatalf("round 0's workers kept %d keys in etcd (%v); want their store there", n, err)
 	}
+	// A later job with the same id on the same etcd starts afresh after
+	// the old one's rounds (its nodes are done or gone).
+	again := start(t, 30*time.Second, env, godist, "run", "--nnodes", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", srv.Endpoint,
+		"--rdzv-id", "etcd-kill", "--rdzv-conf", "keep_alive_timeout=3", worker, "--steps", "3").wait()
+	if again.code != 0 || !strings.Contains(again.stderr.String(), "round 2: node rank 0 of 1 nodes") || !strings.Contains(again.stdout.String(), "[rank 0] "+wantResult(1, 3)) {
+		t.Fatalf("a second job with the same --rdzv-id:\n%v", again)
+	}
+}
+
+// testRunEtcdTokenOffLoopback: as with the store backend, launchers that
+// meet in an etcd cluster off loopback need GODIST_TOKEN (for the
+// workers' connections; etcd's own auth is not used) or --insecure; they
+// refuse before contacting etcd.
+func testRunEtcdTokenOffLoopback(t *testing.T, bb bins) {
+	p := start(t, 20*time.Second, cleanEnv(), bb.godist, "run", "--nnodes", "2", "--rdzv-backend", "etcd",
+		"--rdzv-endpoint", "192.0.2.1:2379", "/usr/bin/env").wait()
+	if p.code != exitUsage || !strings.Contains(p.stderr.String(), "GODIST_TOKEN") || !strings.Contains(p.stderr.String(), "--insecure") {
+		t.Fatalf("etcd off loopback without a token: %v", p)
+	}
 }

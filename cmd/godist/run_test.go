@@ -125,6 +125,7 @@ func TestRun(t *testing.T) {
 		{"TwoNodesStatic", testRunTwoNodesStatic},
 		{"TwoNodesStore", testRunTwoNodesStore},
 		{"EtcdLauncherKilled", testRunEtcdLauncherKilled},
+		{"EtcdTokenOffLoopback", testRunEtcdTokenOffLoopback},
 		{"ElasticJoin", testRunElasticJoin},
 		{"RestartFromCheckpoint", testRunRestartFromCheckpoint},
 		{"FailureReport", testRunFailureReport},

@@ -98,12 +98,9 @@ func TestParseURL(t *testing.T) {
 }
 
 // TestUnreachable: New fails within its dial timeout with an error that
-// names the endpoint, rather than hanging.
+// names the endpoint, rather than hanging. It needs no etcd server.
 func TestUnreachable(t *testing.T) {
-	if etcdtest.Binary() == "" {
-		t.Skip("etcdtest: no etcd server binary (apt-get install etcd-server)")
-	}
-	start := time.Now()
+	start := time.Now() // no server needed
 	_, err := etcdstore.New(context.Background(), []string{"127.0.0.1:1"}, "x/", etcdstore.Options{DialTimeout: 300 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("New against a closed port: %v", err)

@@ -2,7 +2,8 @@
 // messages and subgroups of torch.distributed, over the authenticated
 // connections of package transport.
 //
-// Init joins a job (env://, tcp://host:port, file:///path or an explicit
+// Init joins a job (env://, tcp://host:port, file:///path,
+// etcd://host:port/prefix with store/etcdstore imported, or an explicit
 // store; the variables of godist run, torchrun, Slurm and mpirun) and
 // returns the default group of all ranks; nothing is global. A Group runs
 // broadcast, reduce, all_reduce, gather, all_gather, scatter,

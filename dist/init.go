@@ -29,7 +29,15 @@ type Options struct {
 	// InitMethod says how ranks meet: "env://" (the default: MASTER_ADDR,
 	// MASTER_PORT, WORLD_SIZE, RANK, and the variables of torchrun, Slurm
 	// and OpenMPI's mpirun), "tcp://host:port" (rank 0 serves the store
-	// there) or "file:///path" (a shared file store).
+	// there), "file:///path" (a shared file store), or
+	// "etcd://host:port[,host:port...]/prefix" (the store is kept in an
+	// etcd cluster under prefix, one per job and attempt, so no rank
+	// serves it and none takes it down by dying; the program must import
+	// _ "github.com/godist/godist/store/etcdstore", which registers the
+	// scheme; see store.RegisterScheme). When empty: the
+	// GODIST_INIT_METHOD variable (godist run --rdzv-backend etcd sets
+	// it), else env://. RANK and WORLD_SIZE (or another launcher's
+	// variables) still give the rank unless Rank and WorldSize do.
 	InitMethod string
 	// Store, when set, is used instead of InitMethod's.
 	Store store.Store
@@ -125,9 +133,11 @@ type Env struct {
 // and MPICH's or Intel MPI's mpiexec (PMI_RANK, PMI_SIZE,
 // MPI_LOCALRANKID); an MPI launcher implies a master on this host.
 // MASTER_ADDR and MASTER_PORT, when set, win over what a launcher implies.
-func ReadEnv() (Env, error) { return readEnv(os.Getenv) }
+func ReadEnv() (Env, error) { return readEnv(os.Getenv, true) }
 
-func readEnv(get func(string) string) (Env, error) {
+// readEnv is ReadEnv with get reading the variables; without needMaster,
+// a missing MASTER_ADDR is no error.
+func readEnv(get func(string) string, needMaster bool) (Env, error) {
 	e := Env{LocalRank: -1, MasterPort: 29500}
 	atoi := func(name string) (int, bool, error) {
 		s := get(name)
@@ -189,7 +199,7 @@ func readEnv(get func(string) string) (Env, error) {
 	} else if ok {
 		e.MasterPort = p
 	}
-	if e.MasterAddr == "" {
+	if e.MasterAddr == "" && needMaster {
 		return e, fmt.Errorf("dist: env:// needs MASTER_ADDR (the host of rank 0)")
 	}
 	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
@@ -229,8 +239,9 @@ func firstSlurmHost(list string) string {
 }
 
 // Init joins this process to its job and returns the default group (all
-// ranks). Rank 0 serves the store (for env:// and tcp://); every rank then
-// connects to every other over authenticated TCP.
+// ranks). Rank 0 serves the store for env:// and tcp://; for etcd:// the
+// store is etcd's. Every rank then connects to every other over
+// authenticated TCP.
 func Init(ctx context.Context, opt Options) (*Group, error) {
 	opt = withEnv(opt, os.Getenv)
 	if opt.Timeout == 0 {
@@ -262,7 +273,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		}
 	}
 	if rank < 0 || size <= 0 || (st == nil && strings.HasPrefix(method, "env://")) {
-		env, err := ReadEnv()
+		// Only env:// needs the master's address; another init method
+		// names its store itself.
+		env, err := readEnv(os.Getenv, st == nil && strings.HasPrefix(method, "env://"))
 		if err != nil {
 			return nil, err
 		}
@@ -276,6 +289,18 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
+	if scheme, _, _ := strings.Cut(method, "://"); st == nil && scheme != "env" && scheme != "tcp" && scheme != "file" {
+		// A store that lives outside the job (etcd://), registered by
+		// the package that implements it: no rank serves it.
+		var err error
+		if st, err = store.Open(rctx, method); err != nil {
+			return nil, fmt.Errorf("dist: init method %q: %w (want env://, tcp://host:port, file:///path or etcd://host:port/prefix)", method, err)
+		}
+		closers = append(closers, st.Close)
+		if masterHost == "" {
+			masterHost = firstHost(method)
+		}
+	}
 	if st == nil {
 		u, err := url.Parse(method)
 		if err != nil {
@@ -323,8 +348,8 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 			if err != nil {
 				return nil, err
 			}
-		default:
-			return nil, fmt.Errorf("dist: unknown init method %q (want env://, tcp://host:port or file:///path)", method)
+		default: // cannot happen: other schemes went to store.Open
+			return nil, fmt.Errorf("dist: unknown init method %q (want env://, tcp://host:port, file:///path or etcd://host:port/prefix)", method)
 		}
 		closers = append([]func() error{st.Close}, closers...)
 	}
@@ -389,6 +414,9 @@ func withEnv(opt Options, get func(string) string) Options {
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if opt.InitMethod == "" && opt.Store == nil {
+		opt.InitMethod = get("GODIST_INIT_METHOD")
 	}
 	if opt.JobID == "" {
 		opt.JobID = get("GODIST_RUN_ID")
@@ -489,6 +517,19 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// firstHost returns the host of the first address of an init method
+// "scheme://host:port[,host:port...]/...", to find the local address that
+// routes toward the store.
+func firstHost(method string) string {
+	_, rest, _ := strings.Cut(method, "://")
+	rest, _, _ = strings.Cut(rest, "/")
+	rest, _, _ = strings.Cut(rest, ",")
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		return h
+	}
+	return strings.Trim(rest, "[]")
 }
 
 // insecureOnce says the no-token warning once per process.

@@ -15,6 +15,7 @@ func TestWithEnv(t *testing.T) {
 	env := map[string]string{
 		"GODIST_RUN_ID": "run", "TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "0a0b",
 		"GODIST_HOST": "10.0.0.7", "GODIST_SHM": "0", "LOCAL_WORLD_SIZE": "4", "GODIST_SPIN_US": "25",
+		"GODIST_INIT_METHOD": "etcd://10.0.0.1:2379/godist/run/round0",
 	}
 	from := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	cases := []struct {
@@ -25,10 +26,11 @@ func TestWithEnv(t *testing.T) {
 	}{
 		{"nothing set", map[string]string{}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"all from the environment", env, Options{},
-			Options{JobID: "run", Token: []byte{0x0a, 0x0b}, Host: "10.0.0.7", SharedMemory: SharedMemoryOff, LocalWorldSize: 4, Spin: 25 * time.Microsecond}},
+			Options{JobID: "run", Token: []byte{0x0a, 0x0b}, Host: "10.0.0.7", SharedMemory: SharedMemoryOff, LocalWorldSize: 4, Spin: 25 * time.Microsecond,
+				InitMethod: "etcd://10.0.0.1:2379/godist/run/round0"}},
 		{"the options win", env,
-			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1},
-			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1}},
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1"},
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1"}},
 		{"off wins over GODIST_SHM=1", map[string]string{"GODIST_SHM": "1"}, Options{SharedMemory: SharedMemoryOff}, Options{SharedMemory: SharedMemoryOff}},
 		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
 			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
@@ -46,7 +48,7 @@ func TestWithEnv(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
-			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout ||
+			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout || got.InitMethod != c.want.InitMethod ||
 				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin ||
 				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)

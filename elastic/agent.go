@@ -56,6 +56,13 @@ type Spec struct {
 	Stdout    io.Writer
 	Stderr    io.Writer // the console; the agent's own messages go here too
 
+	// InitMethod, when set, gives the workers of each rendezvous round
+	// their init method as GODIST_INIT_METHOD, which dist.Init reads:
+	// godist run --rdzv-backend etcd hands them a fresh prefix in etcd
+	// per round (etcd://host:port/godist/RUN/roundN/), so that no worker
+	// serves the job's store.
+	InitMethod func(round int) string
+
 	// ServesStore makes the agent wait, after its workers succeed, for the
 	// other nodes to finish before Run returns (the launcher that hosts
 	// the store must outlive them).
@@ -250,8 +257,9 @@ type attemptResult struct {
 
 // WorkerEnv returns the environment of local rank lr in round rd: base
 // without the variables of a worker's identity (launch.Identity: RANK,
-// MASTER_PORT, GODIST_TOKEN, the error files, ...), then torchrun's and
-// godist's variables, and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1
+// MASTER_PORT, GODIST_TOKEN, GODIST_INIT_METHOD, the error files, ...),
+// then torchrun's and godist's variables (GODIST_INIT_METHOD with
+// Spec.InitMethod), and OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1
 // unless base sets them. Go workers also get GOMAXPROCS = CPUs / workers
 // on the node (at least 1), the Go counterpart of OMP_NUM_THREADS: without
 // it every worker's runtime schedules on every core, and they
@@ -268,6 +276,9 @@ func WorkerEnv(base []string, sp Spec, rd Round, lr, restarts int) []string {
 		"GODIST_RESTART_COUNT="+itoa(restarts), "GODIST_MAX_RESTARTS="+itoa(sp.MaxRestarts),
 		"TORCHELASTIC_RESTART_COUNT="+itoa(restarts), "TORCHELASTIC_MAX_RESTARTS="+itoa(sp.MaxRestarts), "TORCHELASTIC_RUN_ID="+sp.RunID,
 	)
+	if sp.InitMethod != nil {
+		set = append(set, "GODIST_INIT_METHOD="+sp.InitMethod(rd.Round))
+	}
 	have := func(k string) bool { _, ok := launch.Lookup(base, k); return ok }
 	for _, k := range []string{"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"} {
 		if !have(k) {

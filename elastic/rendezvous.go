@@ -120,6 +120,10 @@ func (e *JobFailedError) Error() string { return "elastic: the job failed: " + e
 // it returns the state to write and what to do.
 //
 // The rules, for a node that last took part in round v.After:
+//   - a node that has not yet taken part (v.After < 0) and finds the
+//     state of a job that ended, failed or complete, with every member
+//     done or gone, and no live node waiting, opens a new round after it
+//     (the store, etcd, outlived an earlier job with the same run id);
 //   - a failed job (State.Failed) means Abort;
 //   - a complete round the node took part in, or one older than that,
 //     is over: the node opens round+1 with no members;
@@ -136,6 +140,11 @@ func (e *JobFailedError) Error() string { return "elastic: the job failed: " + e
 func Decide(cfg Config, v View) Decision {
 	s := cloneState(v.State)
 	write := false
+	if v.After < 0 && ended(cfg, s, v.Self.ID, v.Beats, v.Now) {
+		// What a store that outlives jobs (etcd) keeps of an earlier job
+		// with the same run id: begin anew, after its rounds.
+		s, write = State{Round: s.Round + 1}, true
+	}
 	if s.Failed != "" {
 		return Decision{Next: s, Action: Abort, Err: &JobFailedError{Reason: s.Failed}}
 	}
@@ -239,6 +248,26 @@ func sortMembers(ms []Node) {
 		}
 		return a.ID < b.ID
 	})
+}
+
+// ended reports whether s is what an earlier job with the same run id
+// left: failed or complete, with members, all of them done or gone, and
+// no live node waiting; self is none of them.
+func ended(cfg Config, s State, self string, beats map[string]Heartbeat, now time.Time) bool {
+	if (s.Failed == "" && !s.Complete) || len(s.Members) == 0 || indexOf(s.Members, self) >= 0 {
+		return false
+	}
+	for _, m := range s.Members {
+		if !beats[m.ID].Done && !gone(cfg, m, beats, now) {
+			return false
+		}
+	}
+	for _, w := range s.Waiting {
+		if w.ID != self && !gone(cfg, w, beats, now) {
+			return false
+		}
+	}
+	return true
 }
 
 // alive returns the nodes of ns whose heartbeat is fresh (self always is).

@@ -210,6 +210,41 @@ func TestDecideFailedAborts(t *testing.T) {
 	}
 }
 
+// TestDecideEarlierJob: a store that outlives jobs (etcd) may hold the
+// state of an earlier job with the same run id. A new node that finds it
+// ended (every member done, or gone; failed or not) opens a fresh round
+// after it; one that finds a live job waits or aborts as before.
+func TestDecideEarlierJob(t *testing.T) {
+	cfg := Config{MinNodes: 1, MaxNodes: 2, LastCall: time.Second, KeepAlive: 10 * time.Second}
+	a, b, c := node("a", -1), node("b", -1), node("c", -1)
+	a.Joined, b.Joined = t0, t0
+	done := map[string]Heartbeat{"a": {Done: true}, "b": {Done: true}}
+	finished := State{Round: 4, Complete: true, Members: []Node{a, b}}
+	d := Decide(cfg, View{State: finished, Self: c, After: -1, Now: t0.Add(time.Hour), Beats: done})
+	if !d.Write || d.Next.Round != 5 || d.Next.Complete || len(d.Next.Members) != 1 || d.Next.Members[0].ID != "c" {
+		t.Fatalf("after a finished job: %+v", d)
+	}
+	failed := State{Round: 2, Complete: true, Members: []Node{a, b}, Failed: "rank 1: exit 1"}
+	stale := map[string]Heartbeat{"a": {At: t0}, "b": {At: t0.Add(time.Second)}}
+	d = Decide(cfg, View{State: failed, Self: c, After: -1, Now: t0.Add(time.Minute), Beats: stale})
+	if d.Action == Abort || d.Next.Failed != "" || d.Next.Round != 3 {
+		t.Fatalf("after a failed job whose nodes are gone: %+v", d)
+	}
+	// The same failed job with a live member: abort, as before.
+	live := map[string]Heartbeat{"a": {At: t0.Add(time.Minute)}, "b": {At: t0}}
+	if d := Decide(cfg, View{State: failed, Self: c, After: -1, Now: t0.Add(time.Minute), Beats: live}); d.Action != Abort {
+		t.Fatalf("a failed job with a live node: %+v", d)
+	}
+	// A running job (a member alive) is not reset: the node waits.
+	if d := Decide(cfg, View{State: finished, Self: c, After: -1, Now: t0.Add(time.Minute), Beats: live}); d.Action != Wait || d.Next.Round != 4 {
+		t.Fatalf("a running job: %+v", d)
+	}
+	// A node that is a member of the round is never reset.
+	if d := Decide(cfg, View{State: finished, Self: a, After: -1, Now: t0.Add(time.Hour), Beats: done}); d.Action != Start || d.Next.Round != 4 {
+		t.Fatalf("a member: %+v", d)
+	}
+}
+
 // TestDecideRandomSchedules runs nodes through Decide in seeded random
 // orders and arrival times, with failures that make nodes re-rendezvous,
 // and checks that every round that completes is one that all its members

@@ -6,7 +6,11 @@
 // [NewFile] (a file shared by the processes of a machine or a shared file
 // system), [NewPrefix] (a namespace inside another store), and TCP: a
 // [Server] that keeps the data in memory, usually inside rank 0 or the
-// launcher, and clients made by [Dial] everywhere.
+// launcher, and clients made by [Dial] everywhere. A fifth, in its own
+// package store/etcdstore so that only the programs that import it link
+// etcd's client, keeps the keys in an etcd cluster that no rank hosts; it
+// registers the scheme etcd:// with [RegisterScheme], and [Open] (which
+// dist.Init uses for any scheme but env, tcp and file) opens it by URL.
 //
 //	// Rank 0 (or the launcher) serves the store ...
 //	srv, err := store.NewServer(ctx, ":29500", store.ServerOptions{JobID: job, Token: token})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/godist/godist/elastic"
 	"github.com/godist/godist/store"
+	"github.com/godist/godist/store/etcdstore"
 )
 
 // runOptions is godist run's parsed command line.
@@ -26,8 +27,8 @@ type runOptions struct {
 	nodeRank           int
 	masterAddr         string
 	masterPort         int
-	backend            string // "static" or "store"
-	endpoint           string // host:port
+	backend            string // "static", "store" or "etcd"
+	endpoint           string // host:port (etcd: host:port[,host:port...])
 	rdzvID             string
 	runID              string
 	standalone         bool
@@ -72,6 +73,17 @@ shows every worker's call in flight, live.
   godist run --standalone --nproc-per-node 4 ./train
   godist run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc-per-node 8 ./train   # and node rank 1
   godist run --nnodes 1:4 --rdzv-backend store --rdzv-endpoint 10.0.0.1:29400 --rdzv-id job7 --nproc-per-node 8 ./train
+  godist run --nnodes 1:4 --rdzv-backend etcd --rdzv-endpoint 10.0.0.5:2379 --rdzv-id job7 --max-restarts 3 --nproc-per-node 8 ./train
+
+With --rdzv-backend etcd the launchers meet in an etcd cluster (keys under
+godist/RUN_ID/), and the workers of each round get their store there too
+(GODIST_INIT_METHOD=etcd://ENDPOINTS/godist/RUN_ID/roundN/; a Go program
+imports _ "github.com/godist/godist/store/etcdstore" for dist.Init to
+accept it), so no launcher or worker hosts the job's store and any node may
+die without taking it down. etcd's own authentication and TLS are not used:
+keep the cluster on a private network. GODIST_TOKEN still authenticates
+the workers' connections (required off loopback unless --insecure). Give
+each job its own --rdzv-id: the keys stay in etcd after the job.
 
 Flags may be spelled with dashes or underscores (--nproc_per_node). Every
 flag's default can be given as GODIST_<NAME> or PET_<NAME> (for example
@@ -100,8 +112,8 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	nodeRank := fs.Int("node-rank", 0, "this node's rank, for static rendezvous")
 	masterAddr := fs.String("master-addr", "127.0.0.1", "`host` of node rank 0, for static rendezvous")
 	masterPort := fs.Int("master-port", 29500, "`port` of the launchers' store on node rank 0, for static rendezvous (the workers get another, free one as MASTER_PORT)")
-	backend := fs.String("rdzv-backend", "static", "rendezvous: static (fixed --nnodes, --node-rank, node 0 serves the store at --master-addr:--master-port) or store (c10d: the launchers meet at --rdzv-endpoint)")
-	endpoint := fs.String("rdzv-endpoint", "", "`host:port` of the rendezvous store (store backend; default --master-addr:29400); the first launcher on that host to bind it serves it")
+	backend := fs.String("rdzv-backend", "static", "rendezvous: static (fixed --nnodes, --node-rank, node 0 serves the store at --master-addr:--master-port), store (c10d: the launchers meet at --rdzv-endpoint) or etcd (the launchers and workers keep their stores in the etcd cluster at --rdzv-endpoint; etcd's auth and TLS are not used)")
+	endpoint := fs.String("rdzv-endpoint", "", "`host:port` of the rendezvous store (store backend; default --master-addr:29400; the first launcher on that host to bind it serves it), or the etcd cluster's client endpoints host:port[,host:port...] (etcd backend; default --master-addr:2379)")
 	rdzvID := fs.String("rdzv-id", "none", "job `id`: launchers with the same id form one job")
 	conf := fs.String("rdzv-conf", "", "rendezvous settings, `key=value,...`: last_call_timeout (seconds, default 30), join_timeout (600), keep_alive_timeout (15)")
 	runID := fs.String("run-id", "", "run `id` given to the workers (default: --rdzv-id, or a random one with --standalone)")
@@ -207,11 +219,14 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	case "store", "c10d":
 		o.backend = "store"
 	case "etcd", "etcd-v2":
-		return fail("--rdzv-backend %s is not supported; use store (a launcher serves it) or static", o.backend)
+		o.backend = "etcd"
 	default:
-		return fail("--rdzv-backend %q: want static or store", o.backend)
+		return fail("--rdzv-backend %q: want static, store or etcd", o.backend)
 	}
 	if o.standalone {
+		if o.backend == "etcd" {
+			return fail("--standalone serves its own rendezvous store; drop --rdzv-backend etcd, or drop --standalone and give --rdzv-endpoint")
+		}
 		if o.minNodes != 1 || o.maxNodes != 1 {
 			return fail("--standalone runs one node; --nnodes %s asks for more (drop --standalone and give a rendezvous endpoint)", *nnodes)
 		}
@@ -229,6 +244,15 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 		if o.nodeRank < 0 || o.nodeRank >= o.maxNodes {
 			return fail("--node-rank %d: want 0..%d for --nnodes %d", o.nodeRank, o.maxNodes-1, o.maxNodes)
 		}
+	} else if o.backend == "etcd" {
+		if o.endpoint == "" {
+			o.endpoint = o.masterAddr
+		}
+		eps, _, err := etcdstore.ParseURL("etcd://" + o.endpoint + "/x")
+		if err != nil || strings.Contains(o.endpoint, "/") {
+			return fail("--rdzv-endpoint %q: want the etcd cluster's client endpoints, host:port[,host:port...]", o.endpoint)
+		}
+		o.endpoint = strings.Join(eps, ",")
 	} else if o.endpoint == "" {
 		o.endpoint = net.JoinHostPort(o.masterAddr, "29400")
 	} else if _, _, err := net.SplitHostPort(o.endpoint); err != nil {
@@ -287,8 +311,12 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	// operator gives the same one to every node. Without one, the
 	// rendezvous and the workers stay on loopback unless --insecure.
 	rdzvHost := o.masterAddr
-	if o.backend == "store" && !o.standalone {
+	switch {
+	case o.backend == "store" && !o.standalone:
 		rdzvHost, _, _ = net.SplitHostPort(o.endpoint)
+	case o.backend == "etcd":
+		first, _, _ := strings.Cut(o.endpoint, ",")
+		rdzvHost, _, _ = net.SplitHostPort(first)
 	}
 	loopback := o.standalone || isLoopbackHost(rdzvHost)
 	if envToken == "" && !o.standalone && !loopback && !o.insecure {
@@ -304,7 +332,25 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	if envToken == "" && !o.insecure {
 		bindHost = "127.0.0.1"
 	}
+	var (
+		initMethod func(round int) string
+		rdzvStore  store.Store // the launchers' keys, under the run id
+	)
 	switch {
+	case o.backend == "etcd":
+		// The store is etcd's: no launcher serves one, and the workers
+		// of each round get a fresh prefix there.
+		first, _, _ := strings.Cut(o.endpoint, ",")
+		dialTo = first
+		prefix := "godist/" + o.runID + "/"
+		if st, err = etcdstore.New(sctx, strings.Split(o.endpoint, ","), prefix, etcdstore.Options{}); err != nil {
+			logf("cannot reach the etcd cluster at %s: %v", o.endpoint, err)
+			return exitFail
+		}
+		rdzvStore = store.NewPrefix("rdzv", st)
+		initMethod = func(round int) string {
+			return "etcd://" + o.endpoint + "/" + prefix + "round" + strconv.Itoa(round) + "/"
+		}
 	case o.standalone:
 		if envToken == "" {
 			envToken = elastic.NewToken()
@@ -348,14 +394,17 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	} else if o.localAddr != "" {
 		self.Addr = o.localAddr
 	}
-	st, err = store.Dial(sctx, dialTo, store.DialOptions{Token: storeToken, JobID: o.runID, Rank: -1, Timeout: time.Minute, ConnectTimeout: o.joinTimeout})
-	if err != nil {
-		logf("cannot reach the rendezvous store at %s: %v", dialTo, err)
-		return exitFail
+	if st == nil {
+		st, err = store.Dial(sctx, dialTo, store.DialOptions{Token: storeToken, JobID: o.runID, Rank: -1, Timeout: time.Minute, ConnectTimeout: o.joinTimeout})
+		if err != nil {
+			logf("cannot reach the rendezvous store at %s: %v", dialTo, err)
+			return exitFail
+		}
+		rdzvStore = store.NewPrefix("godist-rdzv/"+o.runID, st)
 	}
 	defer st.Close()
 	rdzv := &elastic.StoreRendezvous{
-		Store:       store.NewPrefix("godist-rdzv/"+o.runID, st),
+		Store:       rdzvStore,
 		Config:      elastic.Config{MinNodes: o.minNodes, MaxNodes: o.maxNodes, LastCall: o.lastCall, KeepAlive: o.keepAlive},
 		Self:        self,
 		JoinTimeout: o.joinTimeout,
@@ -366,7 +415,7 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		Program: o.program[0], Args: o.program[1:], LocalRankArg: o.localRankArg, NProc: o.nproc, Role: o.role, RunID: o.runID, Token: token,
 		MaxRestarts: o.maxRestarts, Monitor: o.monitor, StopGrace: o.stopGrace, Host: host,
 		LogDir: o.logDir, Redirects: o.redirects, Tee: o.tee, Stdout: stdout, Stderr: stderr,
-		ServesStore: srv != nil, Signals: sigs, Logf: logf,
+		ServesStore: srv != nil, Signals: sigs, Logf: logf, InitMethod: initMethod,
 	}
 	if o.timeout > 0 {
 		spec.Env = append(os.Environ(), "GODIST_TIMEOUT="+o.timeout.String())
@@ -393,8 +442,12 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	} else if spec.LogDir != "" && !o.redirects.IsSet() && !o.tee.IsSet() {
 		spec.Redirects = elastic.Streams{Default: elastic.StdBoth}
 	}
+	via := dialTo
+	if o.backend == "etcd" {
+		via = "etcd://" + o.endpoint + "/godist/" + o.runID + "/"
+	}
 	logf("starting %d worker(s) of %s per node; %d..%d node(s), %s rendezvous via %s, run id %s, max restarts %d",
-		o.nproc, o.program[0], o.minNodes, o.maxNodes, o.backend, dialTo, o.runID, o.maxRestarts)
+		o.nproc, o.program[0], o.minNodes, o.maxNodes, o.backend, via, o.runID, o.maxRestarts)
 	res := (&elastic.Agent{Spec: spec, Rendezvous: rdzv}).Run(ctx)
 	if res.Report != nil {
 		io.WriteString(stderr, res.Report.String())

@@ -66,9 +66,20 @@ func TestParseRunEnvAndFlags(t *testing.T) {
 	if o.nproc != runtime.NumCPU() || o.minNodes != 1 || o.maxNodes != 1 || !strings.HasPrefix(o.runID, "standalone-") {
 		t.Fatalf("auto/standalone: %+v", o)
 	}
+	for args, want := range map[string]string{
+		"--rdzv-backend etcd p":                                     "127.0.0.1:2379",
+		"--rdzv-backend etcd-v2 --rdzv-endpoint a,b:1234,[::1] p":   "a:2379,b:1234,[::1]:2379",
+		"--rdzv_backend etcd --master-addr 10.0.0.5 --nnodes 1:2 p": "10.0.0.5:2379",
+	} {
+		o, code := parseRun(strings.Fields(args), func(string) string { return "" }, &errb)
+		if code >= 0 || o.backend != "etcd" || o.endpoint != want {
+			t.Errorf("parseRun(%q): exit %d, %+v; want the etcd backend at %s", args, code, o, want)
+		}
+	}
 	for _, bad := range [][]string{
 		{}, {"--nnodes", "2:1", "p"}, {"--nnodes", "1:2", "p"}, {"--nproc-per-node", "0", "p"},
-		{"--rdzv-backend", "etcd", "p"}, {"--redirects", "7", "p"}, {"--node-rank", "3", "--nnodes", "2", "p"},
+		{"--rdzv-backend", "etcd", "--standalone", "p"}, {"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379/prefix", "p"},
+		{"--rdzv-backend", "etcd", "--rdzv-endpoint", ",", "p"}, {"--rdzv-backend", "zookeeper", "p"}, {"--redirects", "7", "p"}, {"--node-rank", "3", "--nnodes", "2", "p"},
 		{"--rdzv-conf", "bogus=1", "p"}, {"--no-such-flag", "p"},
 		// issue 19, item 12
 		{"--nproc-per-node", "100000", "p"}, {"--standalone", "--nnodes", "2", "p"}, {"--stop-timeout", "-1s", "p"},
@@ -113,6 +124,8 @@ func TestRun(t *testing.T) {
 		{"WorkerEnv", testRunWorkerEnv},
 		{"TwoNodesStatic", testRunTwoNodesStatic},
 		{"TwoNodesStore", testRunTwoNodesStore},
+		{"EtcdLauncherKilled", testRunEtcdLauncherKilled},
+		{"EtcdTokenOffLoopback", testRunEtcdTokenOffLoopback},
 		{"ElasticJoin", testRunElasticJoin},
 		{"RestartFromCheckpoint", testRunRestartFromCheckpoint},
 		{"FailureReport", testRunFailureReport},

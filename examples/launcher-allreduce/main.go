@@ -1,7 +1,9 @@
 // Command launcher-allreduce is a small worker for `godist run` (and for
 // Slurm, mpirun and dist.Spawn): it joins its group through env://, runs
 // --steps all-reduces, and prints the sum of their results from rank 0.
-// It can resume from a checkpoint file, kill itself or panic at a step
+// Under `godist run --rdzv-backend etcd` its store is etcd's (it imports
+// store/etcdstore, which registers etcd:// for dist.Init). It can resume
+// from a checkpoint file, kill itself or panic at a step
 // (to test restarts and the root-cause report), and wait for the world
 // size an elastic job grows to.
 //
@@ -28,6 +30,7 @@ import (
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/store"
+	_ "github.com/godist/godist/store/etcdstore" // etcd:// (godist run --rdzv-backend etcd)
 	"github.com/godist/godist/tensor"
 )
 
@@ -39,6 +42,7 @@ func main() {
 	panicAt := flag.Int("panic-at", -1, "panic at `step` on --kill-rank (every attempt)")
 	waitWorld := flag.Int("wait-world", 0, "print WORLD_SIZE and wait (until stopped) while it is below `n`")
 	sleep := flag.Duration("step-sleep", 0, "sleep this long in every step")
+	progress := flag.Bool("progress", false, "print STEP <s> WORLD_SIZE <w> after each step (every rank)")
 	flag.Parse()
 
 	ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
@@ -85,6 +89,9 @@ func main() {
 			os.Exit(1)
 		}
 		acc += int64(t.Item())
+		if *progress {
+			fmt.Printf("STEP %d WORLD_SIZE %d\n", s, world)
+		}
 		if rank == 0 && *ckpt != "" {
 			tmp := *ckpt + ".tmp"
 			os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", s+1, acc)), 0o644)
@@ -103,10 +110,16 @@ func main() {
 }
 
 // leaveTogether keeps rank 0 (which serves the store) up until every
-// rank is done with it, then destroys the group.
+// rank is done with it, then destroys the group. A store that no rank
+// serves (GODIST_INIT_METHOD=etcd://..., from godist run --rdzv-backend
+// etcd) needs no such care.
 func leaveTogether(ctx context.Context, g *dist.Group) error {
 	if err := g.Barrier(ctx); err != nil {
 		return err
+	}
+	if m := os.Getenv("GODIST_INIT_METHOD"); m != "" && !strings.HasPrefix(m, "env://") {
+		g.Destroy()
+		return nil
 	}
 	rank, world := g.Rank(), g.Size()
 	env, err := dist.ReadEnv()

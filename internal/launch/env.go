@@ -28,6 +28,7 @@ var Identity = []string{
 	"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", TorchErrorFileEnv,
 	// godist's
 	"GODIST_RESTART_COUNT", "GODIST_MAX_RESTARTS", "GODIST_RUN_ID", "GODIST_TOKEN", ErrorFileEnv,
+	"GODIST_INIT_METHOD", // a store for this job and round (etcd)
 	SpawnRankEnv,
 	// the launcher's watchdog and gates (never a worker's)
 	watchdogEnv, gateEnv,

@@ -22,6 +22,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -645,9 +646,18 @@ func childDuplicate() error {
 			return fmt.Errorf("init: %T %w, want a *transport.DuplicateRankError", err, err)
 		}
 		fmt.Printf("DUPLICATE ms=%d err=%q\n", time.Since(start).Milliseconds(), err.Error())
-		return nil
+		return os.WriteFile(os.Getenv("GODIST_TEST_MARKER"), nil, 0o644)
 	}
-	defer g.Destroy()
+	defer func() {
+		// Rank 0 serves the store: keep it until the duplicate has been
+		// refused (it may start after the job is done).
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(os.Getenv("GODIST_TEST_MARKER")); err == nil {
+				break
+			}
+		}
+		g.Destroy()
+	}()
 	x := tensor.Full(tensor.Float32, 1, 4)
 	if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
 		return err
@@ -667,7 +677,7 @@ func TestMultiProcessDuplicateRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ws := startWorkers(t, 3, "duplicate", "WORLD_SIZE=2")
+	ws := startWorkers(t, 3, "duplicate", "WORLD_SIZE=2", "GODIST_TEST_MARKER="+filepath.Join(t.TempDir(), "refused"))
 	for _, err := range waitWorkers(ws, 40*time.Second) {
 		t.Error(err)
 	}

@@ -269,7 +269,8 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				}
 				closers = append(closers, srv.Close)
 			}
-			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank})
+			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank,
+				Logf: dialLogf(opt.Logger, rank), ReportAfter: dialReportAfter})
 			if err != nil {
 				for _, c := range closers {
 					c()
@@ -318,6 +319,22 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		all[i] = i
 	}
 	return newGroup(w, 0, all, opt.Timeout), nil
+}
+
+// dialReportAfter is when a rank that still cannot reach the store first
+// says so (and then every six times as long); tests shorten it.
+var dialReportAfter = 10 * time.Second
+
+// dialLogf is where a rank that keeps trying to reach the store says so:
+// the logger when there is one, else a line on stderr, since a rank that
+// waits for an unreachable MASTER_ADDR must not wait in silence.
+func dialLogf(log *slog.Logger, rank int) func(string, ...any) {
+	if log != nil {
+		return func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...), "rank", rank) }
+	}
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "dist: rank %d: %s\n", rank, fmt.Sprintf(format, args...))
+	}
 }
 
 // withEnv returns opt with the fields the caller left zero that have a

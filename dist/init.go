@@ -307,8 +307,19 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
-		for _, c := range closers {
-			c()
+		// The store stays up a moment after a failed Init (in the
+		// background; the process may exit sooner): the other ranks,
+		// still in Init, read there which rank's death failed it, and do
+		// not blame this one for leaving.
+		if len(closers) > 0 {
+			closers[0]() // this rank's client, or the file store
+			if rest := closers[1:]; len(rest) > 0 {
+				time.AfterFunc(failedInitStoreGrace, func() {
+					for _, c := range rest {
+						c()
+					}
+				})
+			}
 		}
 		return nil, fmt.Errorf("dist: %w", err)
 	}
@@ -320,6 +331,10 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	return newGroup(w, 0, all, opt.Timeout), nil
 }
+
+// failedInitStoreGrace is how long rank 0 serves the store after its Init
+// failed.
+const failedInitStoreGrace = 3 * time.Second
 
 // dialReportAfter is when a rank that still cannot reach the store first
 // says so (and then every six times as long); tests shorten it.

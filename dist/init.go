@@ -336,7 +336,8 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				closers = append(closers, srv.Close)
 			}
 			servedTCP = true
-			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank})
+			st, err = store.Dial(rctx, addr, store.DialOptions{Token: opt.Token, JobID: opt.JobID, Rank: rank,
+				Logf: dialLogf(opt.Logger, rank), ReportAfter: dialReportAfter})
 			if err != nil {
 				for _, c := range closers {
 					c()
@@ -373,8 +374,19 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
-		for _, c := range closers {
-			c()
+		// The store stays up a moment after a failed Init (in the
+		// background; the process may exit sooner): the other ranks,
+		// still in Init, read there which rank's death failed it, and do
+		// not blame this one for leaving.
+		if len(closers) > 0 {
+			closers[0]() // this rank's client, or the file store
+			if rest := closers[1:]; len(rest) > 0 {
+				time.AfterFunc(failedInitStoreGrace, func() {
+					for _, c := range rest {
+						c()
+					}
+				})
+			}
 		}
 		return nil, fmt.Errorf("dist: %w", err)
 	}
@@ -404,6 +416,26 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		all[i] = i
 	}
 	return newGroup(w, 0, all, opt.Timeout), nil
+}
+
+// failedInitStoreGrace is how long rank 0 serves the store after its Init
+// failed.
+const failedInitStoreGrace = 3 * time.Second
+
+// dialReportAfter is when a rank that still cannot reach the store first
+// says so (and then every six times as long); tests shorten it.
+var dialReportAfter = 10 * time.Second
+
+// dialLogf is where a rank that keeps trying to reach the store says so:
+// the logger when there is one, else a line on stderr, since a rank that
+// waits for an unreachable MASTER_ADDR must not wait in silence.
+func dialLogf(log *slog.Logger, rank int) func(string, ...any) {
+	if log != nil {
+		return func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...), "rank", rank) }
+	}
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "dist: rank %d: %s\n", rank, fmt.Sprintf(format, args...))
+	}
 }
 
 // withEnv returns opt with the fields the caller left zero that have a

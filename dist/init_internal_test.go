@@ -2,8 +2,11 @@ package dist
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -87,4 +90,48 @@ func TestOptionsSpin(t *testing.T) {
 			t.Errorf("Spin %v, LocalWorldSize %d: %v, want %v", c.opt.Spin, c.opt.LocalWorldSize, got, c.want)
 		}
 	}
+}
+
+// TestInitReportsUnreachableStore (issue 19, item 8): a rank whose store
+// address does not answer says so through its logger, naming the
+// address, long before its timeout (it was silent for 30 minutes).
+func TestInitReportsUnreachableStore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts nothing: no answer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	defer func(d time.Duration) { dialReportAfter = d }(dialReportAfter)
+	dialReportAfter = 100 * time.Millisecond
+	var buf syncBuffer
+	_, err = Init(context.Background(), Options{
+		InitMethod: "tcp://" + ln.Addr().String(), Rank: 1, WorldSize: 2, Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+	})
+	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("Init: %v, want an error naming %s", err, ln.Addr())
+	}
+	log := buf.String()
+	if !strings.Contains(log, ln.Addr().String()) || !strings.Contains(log, "still trying") || !strings.Contains(log, "rank=1") {
+		t.Fatalf("log:\n%s\nwant a report naming %s", log, ln.Addr())
+	}
+	t.Log(log)
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/internal/handshake"
@@ -34,7 +35,34 @@ type DialOptions struct {
 	// ConnectTimeout bounds Dial (its retries and the handshake) in
 	// addition to its ctx; 0 means Timeout.
 	ConnectTimeout time.Duration
+	// Logf, if set, hears a Dial that is still trying: ReportAfter after
+	// it began, and then every six times as long, one line that names the
+	// address, the time waited, the attempts, the last error and what to
+	// check. (A rank that waits 30 minutes for a store that never answers
+	// must not wait in silence.) Dial goes on trying until its timeout
+	// either way: rank 0 may legitimately start late.
+	Logf func(format string, args ...any)
+	// ReportAfter is when Dial first reports to Logf (default 10 s; the
+	// later reports then come every minute).
+	ReportAfter time.Duration
+	// KeepAlive is how often the client pings a server that has sent
+	// nothing (default DefaultKeepAlive; negative: never). When nothing
+	// comes from the server for three intervals, a ping included, the
+	// connection is declared dead: every pending call (a blocked Get or
+	// Wait included) and every later one fails with a *ConnError wrapping
+	// ErrUnresponsive. The server answers pings however many calls are
+	// parked on it.
+	KeepAlive time.Duration
 }
+
+// DefaultKeepAlive is DialOptions.KeepAlive's default: a store host that
+// stops answering (stopped, hung, cut off without a reset) is reported
+// within about 30 seconds.
+const DefaultKeepAlive = 10 * time.Second
+
+// ErrUnresponsive is the cause of a *ConnError when the store's host
+// stopped answering keep-alives while the connection stayed open.
+var ErrUnresponsive = errors.New("the store host stopped answering (no reply to keep-alive pings)")
 
 // Dial connects to the store server at addr ("host:port") and returns a
 // Store that sends every call to it.
@@ -44,11 +72,15 @@ type DialOptions struct {
 // jitter) until ctx or ConnectTimeout ends, and then fails with a *ConnError
 // that wraps context.DeadlineExceeded and the last dial error. A handshake
 // refusal (wrong or missing token, other job) is not retried: the error
-// wraps handshake.ErrAuth or is a *handshake.MismatchError.
+// wraps handshake.ErrAuth or is a *handshake.MismatchError. While it
+// retries, DialOptions.Logf hears about it (after 10 s, then every
+// minute).
 //
 // The client multiplexes concurrent calls over one connection. When the
 // connection dies, every pending call (blocked Gets and Waits included)
-// fails at once with a *ConnError, and so does every later call. A Get or
+// fails at once with a *ConnError, and so does every later call; a server
+// that stops answering while the connection stays open counts as dead
+// after three keep-alive intervals (DialOptions.KeepAlive). A Get or
 // Wait whose ctx ends returns at once and tells the server, with a CANCEL
 // frame, to stop waiting for it; other calls go on. A Set, Add,
 // CompareAndSet or Delete whose ctx ends after it was sent may still take
@@ -69,6 +101,15 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
 	backoff := 10 * time.Millisecond
 	var lastErr error
 	var d net.Dialer
+	rep := &dialReport{addr: addr, start: start}
+	if opts.Logf != nil {
+		first := opts.ReportAfter
+		if first <= 0 {
+			first = 10 * time.Second
+		}
+		stop := rep.run(ctx, opts.Logf, first, 6*first)
+		defer stop()
+	}
 	for attempt := 1; ; attempt++ {
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
@@ -77,7 +118,11 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
 				hs.Timeout = max(min(handshake.DefaultTimeout, time.Until(dl)), time.Millisecond)
 			}
 			if _, err = handshake.Client(conn, hs); err == nil {
-				return newClient(conn, addr, timeout), nil
+				keepAlive := opts.KeepAlive
+				if keepAlive == 0 {
+					keepAlive = DefaultKeepAlive
+				}
+				return newClient(conn, addr, timeout, keepAlive), nil
 			}
 			conn.Close()
 			var me *handshake.MismatchError
@@ -87,6 +132,7 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
 		}
 		if ctx.Err() == nil || lastErr == nil {
 			lastErr = err
+			rep.attempted(attempt, err)
 		}
 		var dnsErr *net.DNSError
 		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
@@ -109,6 +155,60 @@ func Dial(ctx context.Context, addr string, opts DialOptions) (Store, error) {
 	}
 }
 
+// dialReport tells DialOptions.Logf about a Dial that is still trying.
+type dialReport struct {
+	addr  string
+	start time.Time
+	mu    struct {
+		sync.Mutex
+		attempts int
+		err      error // the last attempt's
+	}
+}
+
+func (r *dialReport) attempted(n int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.attempts, r.mu.err = n, err
+}
+
+// run reports after first and then every later until ctx ends or stop is
+// called; stop waits for a report under way.
+func (r *dialReport) run(ctx context.Context, logf func(string, ...any), first, later time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(first)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			t.Reset(later)
+			r.mu.Lock()
+			n, err := r.mu.attempts, r.mu.err
+			r.mu.Unlock()
+			tried := "the first attempt has had no answer yet (a host that drops the packets, or the wrong address)"
+			if err != nil {
+				tried = fmt.Sprintf("%d attempts failed, the last with: %v", n, err)
+			}
+			left := "until its context ends"
+			if dl, ok := ctx.Deadline(); ok {
+				left = fmt.Sprintf("for another %v", time.Until(dl).Round(time.Second))
+			}
+			logf("store tcp %s: no store answers there after %v: %s; still trying %s: check that rank 0 (or the launcher serving the store) is running, that MASTER_ADDR and MASTER_PORT name its host and port, and that no firewall drops the port",
+				r.addr, time.Since(r.start).Round(100*time.Millisecond), tried, left)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // client is the Store that Dial returns.
 type client struct {
 	addr    string
@@ -117,7 +217,11 @@ type client struct {
 	timeout time.Duration
 
 	readerDone chan struct{}
-	cancels    sync.WaitGroup // CANCEL frames being sent
+	cancels    sync.WaitGroup // CANCEL frames being sent, pings, the keep-alive loop
+
+	keepAlive time.Duration // ping interval; 0: never
+	heard     atomic.Int64  // when the server last showed life (unix ns): a read, or a large frame's write progressing
+	pinging   atomic.Bool   // a ping is being written
 
 	wmu sync.Mutex // serializes frame writes
 
@@ -137,11 +241,86 @@ type result struct {
 
 var _ Store = (*client)(nil)
 
-func newClient(conn net.Conn, addr string, timeout time.Duration) *client {
+func newClient(conn net.Conn, addr string, timeout, keepAlive time.Duration) *client {
 	c := &client{addr: addr, name: "tcp " + addr, conn: conn, timeout: timeout, readerDone: make(chan struct{})}
 	c.mu.pending = make(map[uint64]chan result)
+	c.heard.Store(time.Now().UnixNano())
 	go c.reader()
+	if keepAlive > 0 {
+		c.keepAlive = keepAlive
+		c.cancels.Add(1)
+		go c.keepalive()
+	}
 	return c
+}
+
+// liveReader notes every read that brings bytes as a sign of life.
+type liveReader struct{ c *client }
+
+func (r liveReader) Read(p []byte) (int, error) {
+	n, err := r.c.conn.Read(p)
+	if n > 0 {
+		r.c.heard.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// keepalive pings a server that has been quiet for an interval, and
+// fails the connection when nothing has come from it for three intervals
+// although a ping went out at least one interval ago. It ends with the
+// reader.
+func (c *client) keepalive() {
+	defer c.cancels.Done()
+	t := time.NewTicker(c.keepAlive / 2)
+	defer t.Stop()
+	var pingAt time.Time // the last ping sent since the server was last heard; zero: none
+	for {
+		select {
+		case <-c.readerDone:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		heard := time.Unix(0, c.heard.Load())
+		if heard.After(pingAt) {
+			pingAt = time.Time{}
+		}
+		quiet := now.Sub(heard)
+		switch {
+		case pingAt.IsZero() && quiet >= c.keepAlive:
+			pingAt = now
+			c.ping()
+		case !pingAt.IsZero() && quiet >= 3*c.keepAlive && now.Sub(pingAt) >= c.keepAlive:
+			c.fail(fmt.Errorf("%w for %v while the connection stayed open (a stopped or hung process, or a network that drops packets)", ErrUnresponsive, quiet.Round(time.Millisecond)))
+			c.conn.Close() // the reader ends, and so do writes stuck on a full socket
+			return
+		}
+	}
+}
+
+// ping sends a PING, whose answer nobody waits for: any byte from the
+// server shows it alive. At most one is being written at a time.
+func (c *client) ping() {
+	if !c.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.Lock()
+	if c.mu.err != nil {
+		c.mu.Unlock()
+		c.pinging.Store(false)
+		return
+	}
+	c.mu.nextID++
+	id := c.mu.nextID
+	c.cancels.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.cancels.Done()
+		defer c.pinging.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), c.keepAlive)
+		defer cancel()
+		c.write(ctx, encodeRequest(nil, &request{id: id, kind: kindPing}))
+	}()
 }
 
 // reader is the one goroutine that reads responses and hands each to the
@@ -149,7 +328,7 @@ func newClient(conn net.Conn, addr string, timeout time.Duration) *client {
 func (c *client) reader() {
 	defer close(c.readerDone)
 	for {
-		resp, err := readResponse(c.conn)
+		resp, err := readResponse(liveReader{c})
 		if err != nil {
 			c.fail(err)
 			return
@@ -286,11 +465,27 @@ func (c *client) write(ctx context.Context, frame []byte) error {
 	defer c.wmu.Unlock()
 	dl, _ := ctx.Deadline()
 	c.conn.SetWriteDeadline(dl)
-	n, err := c.conn.Write(frame)
+	// A large frame goes in chunks, and each chunk the socket takes shows
+	// the server alive (it reads, or the socket would be full): a long
+	// upload is not taken for a silent server. A small write shows
+	// nothing: it fits in the socket's buffer whoever is at the other end.
+	var sent int
+	var err error
+	for sent < len(frame) {
+		var n int
+		n, err = c.conn.Write(frame[sent:min(len(frame), sent+writeChunk)])
+		sent += n
+		if err != nil {
+			break
+		}
+		if len(frame) > writeChunk {
+			c.heard.Store(time.Now().UnixNano())
+		}
+	}
 	if err == nil {
 		return nil
 	}
-	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+	if sent == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
 	c.fail(err)
@@ -299,6 +494,9 @@ func (c *client) write(ctx context.Context, frame []byte) error {
 	defer c.mu.Unlock()
 	return c.mu.err
 }
+
+// writeChunk is how much of a frame write sends in one go.
+const writeChunk = 1 << 20
 
 // sendCancel tells the server, in the background, to stop waiting for
 // request id.

@@ -120,6 +120,9 @@ func (e *ConnError) Error() string {
 	if e.Op == "dial" {
 		return fmt.Sprintf("store tcp %s: cannot connect: %v; is the store server (rank 0 or the launcher) running, and are MASTER_ADDR and MASTER_PORT right?", e.Addr, e.Err)
 	}
+	if errors.Is(e.Err, ErrUnresponsive) {
+		return fmt.Sprintf("store tcp %s: connection dead: %v; is the store's host (rank 0 or the launcher) stopped, hung or cut off from this one?", e.Addr, e.Err)
+	}
 	return fmt.Sprintf("store tcp %s: connection lost: %v; did the store server (rank 0 or the launcher) exit?", e.Addr, e.Err)
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -470,5 +473,223 @@ func TestServerUnderHostileClients(t *testing.T) {
 	t.Logf("heap grew by %.1f MB under 600 hostile connections", float64(grew)/(1<<20))
 	if grew > 100<<20 {
 		t.Errorf("the server's heap grew by %d MB", grew>>20)
+	}
+}
+
+// freezeProxy forwards TCP connections to a server until freeze, after
+// which it forwards nothing and reads nothing but keeps every socket open:
+// to the client, a store host that was stopped (SIGSTOP), hung, or cut
+// off by a network that drops packets.
+type freezeProxy struct {
+	ln     net.Listener
+	frozen chan struct{}
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln, frozen: make(chan struct{})}
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			select {
+			case <-p.frozen:
+				return // holds the bytes, and reads no more
+			default:
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezeProxy) addr() string { return p.ln.Addr().String() }
+func (p *freezeProxy) freeze()      { close(p.frozen) }
+
+// TestTCPSilentServer (issue 19, item 8): a store host that stops
+// answering without closing its connections (stopped, hung, partitioned)
+// fails every pending call within three keep-alive intervals, with a
+// *ConnError naming the address and wrapping ErrUnresponsive; before it
+// went silent, calls parked for many intervals (a thousand of them) were
+// not taken for a dead server, because the server answers pings however
+// many calls it has parked. Before keep-alives, a pending Get waited for
+// its whole timeout (30 minutes by default).
+func TestTCPSilentServer(t *testing.T) {
+	srv, err := store.NewServer(context.Background(), "127.0.0.1:0", store.ServerOptions{JobID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	px := newFreezeProxy(t, srv.Addr())
+	const interval = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := store.Dial(ctx, px.addr(), store.DialOptions{JobID: "j", KeepAlive: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const parked = 1000
+	errs := make(chan error, parked)
+	for i := range parked {
+		go func() {
+			_, err := c.Get(ctx, fmt.Sprintf("never/%d", i))
+			errs <- err
+		}()
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a parked Get returned while the server was alive: %v", err)
+	case <-time.After(15 * interval):
+	}
+	if err := c.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatalf("a call after %v of parked Gets: %v", 15*interval, err)
+	}
+	px.freeze()
+	start := time.Now()
+	for i := range parked {
+		select {
+		case err := <-errs:
+			var ce *store.ConnError
+			if !errors.As(err, &ce) || !errors.Is(err, store.ErrUnresponsive) || !strings.Contains(err.Error(), px.addr()) {
+				t.Fatalf("parked Get %d: %v, want a *ConnError naming %s and wrapping ErrUnresponsive", i, err, px.addr())
+			}
+			if i == 0 {
+				t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d parked Gets still pending %v after the server went silent", parked-i, time.Since(start))
+		}
+	}
+	if d := time.Since(start); d < 2*interval || d > 5*interval+time.Second {
+		t.Errorf("the silent server was reported after %v, want about %v (three keep-alive intervals)", d, 3*interval)
+	}
+	if err := c.Set(ctx, "k", nil); !errors.Is(err, store.ErrUnresponsive) {
+		t.Errorf("a call after the connection was declared dead: %v", err)
+	}
+}
+
+// TestDialReportsSilentAddress (issue 19, item 8): Dial to an address
+// that does not answer says so through DialOptions.Logf early and then
+// periodically, naming the address, what to check and the last error,
+// and keeps trying until its timeout. Two kinds of silence: a listener
+// whose process never accepts (connections complete in the kernel, the
+// handshake gets no answer), and one whose backlog is full (the kernel
+// drops the SYNs, as a firewall or a dead host's address would).
+func TestDialReportsSilentAddress(t *testing.T) {
+	neverAccepts := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln.Addr().String()
+	}
+	fullBacklog := func(t *testing.T) string {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Listen(fd, 0); err != nil {
+			t.Fatal(err)
+		}
+		sa, err := syscall.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+		for range 3 { // fill the queue; later SYNs are dropped
+			if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+				t.Cleanup(func() { c.Close() })
+			}
+		}
+		return addr
+	}
+	for _, tc := range []struct {
+		name string
+		addr func(*testing.T) string
+	}{{"never accepts", neverAccepts}, {"full backlog", fullBacklog}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := tc.addr(t)
+			lines := make(chan string, 10)
+			start := time.Now()
+			const after = 200 * time.Millisecond
+			_, err := store.Dial(context.Background(), addr, store.DialOptions{
+				ConnectTimeout: 2 * time.Second, ReportAfter: after,
+				Logf: func(format string, args ...any) {
+					select {
+					case lines <- fmt.Sprintf("%v %s", time.Since(start).Round(time.Millisecond), fmt.Sprintf(format, args...)):
+					default:
+					}
+				},
+			})
+			d := time.Since(start)
+			var ce *store.ConnError
+			if !errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Dial: %v, want a *ConnError at the timeout", err)
+			}
+			if d < 1900*time.Millisecond {
+				t.Errorf("Dial gave up after %v, before its timeout of 2s", d)
+			}
+			close(lines)
+			var got []string
+			for l := range lines {
+				got = append(got, l)
+			}
+			if len(got) != 2 { // at 0.2s and 1.4s
+				t.Fatalf("%d reports in 2s, want 2 (after %v, then every %v): %q", len(got), after, 6*after, got)
+			}
+			for _, l := range got {
+				for _, want := range []string{addr, "still trying", "MASTER_ADDR", "no answer"} {
+					if !strings.Contains(l, want) {
+						t.Errorf("report %q lacks %q", l, want)
+					}
+				}
+			}
+			t.Log(got[0])
+		})
 	}
 }

@@ -32,7 +32,9 @@ import (
 // One segment per direction and pair, created by the sender in /dev/shm
 // with mode 0600 under a random name that travels through the job's
 // (authenticated) store, and unlinked as soon as the receiver has mapped
-// it: nothing is left behind, and only the job's processes hold it.
+// it: nothing is left behind, and only the job's processes hold it. When
+// a rank dies before its segment is unlinked, the survivors remove it
+// (the name carries the creator's published key, see setupShm).
 const (
 	shmSlots     = 4
 	shmSlotSize  = 4 << 20
@@ -134,7 +136,17 @@ func hostID() (string, error) {
 // that cannot share memory uses TCP alone; when shared memory is enabled,
 // log hears which pairs and why. It returns the segments by peer (nil
 // where none).
-func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool, log *slog.Logger) (out, in []*shmSeg) {
+//
+// A segment's file lives only while setupShm runs: the receiver unlinks
+// it as soon as it has tried to map it, and the creator once the receiver
+// has answered or setupShm fails. Its name carries tag, the creator's
+// (peerTag gives a peer's), so that when the creator dies in between, the
+// survivors remove it (removeSegs).
+//
+// An error (the store failed, or ctx ended: a peer died, or the
+// deadline) fails the whole setup: a rank whose peers cannot finish it
+// must not go on as if they had.
+func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool, log *slog.Logger, tag string, peerTag func(int) string) (out, in []*shmSeg, err error) {
 	out, in = make([]*shmSeg, size), make([]*shmSeg, size)
 	key := func(parts ...any) string {
 		s := prefix + "transport/shm"
@@ -156,8 +168,7 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		}
 	}
 	if err := st.Set(ctx, key("host", rank), []byte(id)); err != nil {
-		tcpOnly(slog.LevelWarn, "the store failed", "err", err)
-		return out, in
+		return out, in, err
 	}
 	var same, elsewhere, off []int
 	for p := range size {
@@ -166,8 +177,7 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		}
 		v, err := st.Get(ctx, key("host", p))
 		if err != nil {
-			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
-			return out, in
+			return out, in, err
 		}
 		switch {
 		case id == "":
@@ -191,9 +201,16 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 	}
 	// Create and publish this rank's segments.
 	files := map[int]*os.File{}
+	defer func() {
+		// Whatever happened, no file of this rank outlives setupShm.
+		for _, f := range files {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
 	for _, p := range same {
 		name := ""
-		f, err := createSeg(rank, p)
+		f, err := createSeg(tag, rank, p)
 		if err == nil {
 			var seg *shmSeg
 			if seg, err = mapSeg(f); err == nil {
@@ -207,66 +224,76 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			tcpOnly(slog.LevelWarn, "cannot create a segment in /dev/shm", "peer", p, "err", err)
 		}
 		if err := st.Set(ctx, key("seg", rank, p), []byte(name)); err != nil {
-			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
-			return closeAll(out, files), in
+			return out, in, err
 		}
 	}
-	// Map the peers' segments for this rank.
+	// Map the peers' segments for this rank, and unlink each at once.
 	for _, p := range same {
 		v, err := st.Get(ctx, key("seg", p, rank))
+		if err != nil {
+			return out, in, err
+		}
 		ok := "0"
-		if err == nil && len(v) > 0 {
-			var f *os.File
-			if f, err = os.OpenFile(string(v), os.O_RDWR, 0); err == nil {
-				var seg *shmSeg
-				if seg, err = mapSeg(f); err == nil {
-					in[p], ok = seg, "1"
+		if name := string(v); name != "" {
+			if !isSegName(name, peerTag(p)) {
+				err = fmt.Errorf("%q is not a segment of rank %d", name, p)
+			} else {
+				var f *os.File
+				if f, err = os.OpenFile(name, os.O_RDWR, 0); err == nil {
+					var seg *shmSeg
+					if seg, err = mapSeg(f); err == nil {
+						in[p], ok = seg, "1"
+					}
+					f.Close()
 				}
-				f.Close()
+				os.Remove(name) // mapped or not, nobody else needs the name
 			}
 			if err != nil {
 				tcpOnly(slog.LevelWarn, "cannot map the peer's segment", "peer", p, "err", err)
 			}
 		}
 		if err := st.Set(ctx, key("ok", p, rank), []byte(ok)); err != nil {
-			tcpOnly(slog.LevelWarn, "the store failed", "err", err)
-			return closeAll(out, files), in
+			return out, in, err
 		}
 	}
-	// Keep the segments whose receiver mapped them; unlink every file.
+	// Keep the segments whose receiver mapped them.
 	for _, p := range same {
 		if out[p] == nil {
 			continue
 		}
 		v, err := st.Get(ctx, key("ok", rank, p))
+		if err != nil {
+			return out, in, err
+		}
 		f := files[p]
 		f.Close()
 		os.Remove(f.Name())
-		if err != nil || string(v) != "1" {
-			if err == nil {
-				tcpOnly(slog.LevelInfo, "the peer could not map this rank's segment", "peer", p)
-			} else {
-				tcpOnly(slog.LevelWarn, "the store failed", "err", err)
-			}
+		delete(files, p)
+		if string(v) != "1" {
+			tcpOnly(slog.LevelInfo, "the peer could not map this rank's segment", "peer", p)
 			out[p].unmap()
 			out[p] = nil
 		}
 	}
-	return out, in
+	return out, in, nil
 }
 
-func closeAll(out []*shmSeg, files map[int]*os.File) []*shmSeg {
-	for p, f := range files {
-		f.Close()
-		os.Remove(f.Name())
-		out[p].unmap()
-		out[p] = nil
+// closeSegs unmaps the segments of a setup that failed.
+func closeSegs(out, in []*shmSeg) {
+	for _, s := range append(out, in...) {
+		s.unmap()
 	}
-	return out
 }
 
-func createSeg(from, to int) (*os.File, error) {
-	return createFile(strconv.Itoa(from)+"-"+strconv.Itoa(to), shmSegment)
+// isSegName reports whether name is a segment file created by the rank
+// whose segTag is tag: a rank maps and removes no other file.
+func isSegName(name, tag string) bool {
+	base := filepath.Base(name)
+	return tag != "" && filepath.Dir(name) == "/dev/shm" && strings.HasPrefix(base, "godist-") && strings.Contains(base, "-"+tag+"-")
+}
+
+func createSeg(tag string, from, to int) (*os.File, error) {
+	return createFile(tag+"-"+strconv.Itoa(from)+"-"+strconv.Itoa(to), shmSegment)
 }
 
 // shmPrefix is how the names of this process's files in /dev/shm begin:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -68,7 +69,10 @@ func TestShmFallbackLogged(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: dropTime}))
-			out, in := setupShm(ctx, st, "", 0, 2, c.enabled, log)
+			out, in, err := setupShm(ctx, st, "", 0, 2, c.enabled, log, "k0", func(int) string { return "k1" })
+			if err != nil {
+				t.Fatal(err)
+			}
 			if out[1] != nil || in[1] != nil {
 				t.Fatalf("segments with a peer that cannot share memory: out %v in %v", out[1], in[1])
 			}
@@ -87,7 +91,13 @@ func TestShmFallbackLogged(t *testing.T) {
 		var out, in [2][]*shmSeg
 		var wg sync.WaitGroup
 		for r := range 2 {
-			wg.Go(func() { out[r], in[r] = setupShm(ctx, st, "", r, 2, true, log) })
+			wg.Go(func() {
+				var err error
+				out[r], in[r], err = setupShm(ctx, st, "", r, 2, true, log, fmt.Sprintf("k%d", r), func(p int) string { return fmt.Sprintf("k%d", p) })
+				if err != nil {
+					t.Error(err)
+				}
+			})
 		}
 		wg.Wait()
 		for r := range 2 {

@@ -100,7 +100,11 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: rank %d: making its key: %w", opt.Rank, err)
 	}
-	records := &rankRecords{store: opt.Store, prefix: opt.Prefix, ctx: ctx, rank: opt.Rank, size: opt.Size}
+	// Until NewTCP returns, a rank that dies is watched for (initwatch.go),
+	// and every wait below ends with the first death seen.
+	watch := newInitWatch(ctx, opt.Store, opt.Prefix+"transport/abort", opt.Rank)
+	defer watch.stop()
+	records := &rankRecords{store: opt.Store, prefix: opt.Prefix, ctx: watch.ctx, rank: opt.Rank, size: opt.Size}
 	mine := rankRecord{addr: addr, key: pub}
 	got, err := opt.Store.CompareAndSet(ctx, records.key(opt.Rank), nil, mine.encode())
 	if err != nil {
@@ -112,6 +116,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	hs := handshake.Config{Proto: "transport", JobID: opt.JobID, Rank: opt.Rank, Size: opt.Size, Token: opt.Token,
 		Identity: priv, PeerKey: records.peerKey}
+	wctx := watch.ctx
 
 	type result struct {
 		rank int
@@ -125,18 +130,29 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := dialPeer(ctx, records, r, hs)
+			conn, err := dialPeer(wctx, records, r, hs)
 			results <- result{r, conn, err}
 		}()
 	}
-	// Accept every higher rank; refuse anything else.
-	acceptCtx, stopAccept := context.WithCancel(ctx)
-	defer stopAccept()
+	// Accept every higher rank; refuse anything else. The listener stays
+	// open until NewTCP returns (the probes of lower ranks that have not
+	// heard from this one yet take a refusal for its death).
+	acceptCtx, stopAccept := context.WithCancel(wctx)
 	go func() {
 		<-acceptCtx.Done()
 		ln.Close()
 	}()
 	expect := opt.Size - 1 - opt.Rank
+	var mu sync.Mutex
+	seen := map[int]bool{} // the higher ranks connected
+	connected := func(r int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[r]
+	}
+	for r := opt.Rank + 1; r < opt.Size; r++ {
+		watch.probe(r, records, connected)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -144,8 +160,6 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		// once, each bounded by the handshake's own deadline: a slow or
 		// silent connection delays no one (a connection beyond the bound
 		// is closed at once; a member's dial retries).
-		var mu sync.Mutex
-		seen := map[int]bool{}
 		sem := make(chan struct{}, maxPendingHandshakes)
 		var hwg sync.WaitGroup
 		defer hwg.Wait()
@@ -154,12 +168,12 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			done := len(seen) >= expect
 			mu.Unlock()
 			if done {
-				return
+				return // the kernel still completes (probes') connections until ln closes
 			}
 			conn, err := ln.Accept()
 			if err != nil {
 				mu.Lock()
-				done := len(seen) >= expect // the last handshake closed ln
+				done := len(seen) >= expect
 				mu.Unlock()
 				if !done && acceptCtx.Err() == nil {
 					results <- result{-1, nil, fmt.Errorf("accept: %w", err)}
@@ -184,22 +198,27 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 				if ok {
 					seen[peer.Rank] = true
 				}
-				last := ok && len(seen) == expect
 				mu.Unlock()
 				if !ok {
-					conn.Close() // unauthenticated, foreign or a duplicate: dropped, nothing changed
+					conn.Close() // unauthenticated, foreign, a duplicate or a probe: dropped, nothing changed
 					return
 				}
 				results <- result{peer.Rank, conn, nil}
-				if last {
-					ln.Close() // no more members to wait for: stop accepting
-				}
 			}()
 		}
+	}()
+	// The accept loop may wait in Accept after the last member: only the
+	// listener's closing ends it.
+	defer func() {
+		stopAccept()
+		wg.Wait()
 	}()
 
 	conns := make([]net.Conn, opt.Size)
 	fail := func(err error) (*Endpoint, error) {
+		if pe := watch.settle(); pe != nil {
+			err = fmt.Errorf("transport: rank %d: %w", opt.Rank, pe) // the death, not what it made fail here
+		}
 		stopAccept()
 		wg.Wait()
 		close(results)
@@ -213,17 +232,35 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 				c.Close()
 			}
 		}
+		// The segments of a rank that died here are nobody's: remove
+		// them, and this rank's own (all of them, whoever created them,
+		// are useless now).
+		tags := []string{segTag(pub)}
+		records.mu.Lock()
+		for _, rec := range records.cache {
+			tags = append(tags, segTag(rec.key))
+		}
+		records.mu.Unlock()
+		removeSegs(tags)
 		return nil, err
 	}
 	for got := 0; got < opt.Size-1; {
 		select {
 		case r := <-results:
 			if r.err != nil {
+				var ge *goneError
+				if errors.As(r.err, &ge) {
+					return fail(watch.gone(ge.rank, ge.why))
+				}
 				return fail(fmt.Errorf("transport: rank %d: %w", opt.Rank, r.err))
 			}
 			conns[r.rank] = r.conn
+			watch.watchConn(r.rank, r.conn)
 			got++
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if pe := watch.cause(); pe != nil {
+				return fail(pe)
+			}
 			var missing []int
 			for r := range conns {
 				if r != opt.Rank && conns[r] == nil {
@@ -233,9 +270,27 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			return fail(fmt.Errorf("transport: rank %d: no connection from ranks %v before the deadline: %w (are they running, with the same job id and token?)", opt.Rank, missing, ctx.Err()))
 		}
 	}
-	stopAccept()
-	wg.Wait()
-	shmOuts, shmIns := setupShm(ctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, e.log)
+	shmOuts, shmIns, err := setupShm(wctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, e.log, segTag(pub), func(p int) string {
+		rec, err := records.get(wctx, p) // known: p has connected
+		if err != nil {
+			return ""
+		}
+		return segTag(rec.key)
+	})
+	if err == nil {
+		err = allReady(wctx, opt.Store, opt.Prefix, opt.Size)
+	}
+	if err == nil {
+		// Stop watching; a death seen until now still fails NewTCP.
+		watch.stop()
+		if pe := watch.cause(); pe != nil {
+			err = pe
+		}
+	}
+	if err != nil {
+		closeSegs(shmOuts, shmIns)
+		return fail(fmt.Errorf("transport: rank %d: finishing the setup (shared memory, every rank ready): %w", opt.Rank, err))
+	}
 	for r, c := range conns {
 		if c == nil {
 			continue
@@ -253,6 +308,24 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		go e.readLoop(r, c, opt.Spin, shmIns[r])
 	}
 	return e, nil
+}
+
+// allReady waits until every rank has finished its setup: a rank that
+// dies before it has cannot leave the others with an endpoint (the
+// watchers end ctx); one that dies after it did so after its NewTCP had
+// all it needed, and its peers learn of it as of any death later.
+func allReady(ctx context.Context, st store.Store, prefix string, size int) error {
+	n, err := st.Add(ctx, prefix+"transport/ready", 1)
+	if err != nil {
+		return err
+	}
+	if n == int64(size) {
+		if err := st.Set(ctx, prefix+"transport/ready/all", nil); err != nil {
+			return err
+		}
+	}
+	_, err = st.Get(ctx, prefix+"transport/ready/all")
+	return err
 }
 
 // maxPendingHandshakes bounds the handshakes a listener runs at once.
@@ -355,15 +428,33 @@ func dialPeer(ctx context.Context, records *rankRecords, r int, hs handshake.Con
 		conn, err := d.DialContext(ctx, "tcp", string(addr))
 		if err == nil {
 			peer, herr := handshake.Client(conn, hs)
-			if herr != nil {
-				conn.Close()
+			if herr == nil {
+				if peer.Rank != r {
+					conn.Close()
+					return nil, fmt.Errorf("%s answered as rank %d, expected rank %d", addr, peer.Rank, r)
+				}
+				return conn, nil
+			}
+			conn.Close()
+			if !isConnDrop(herr) {
 				return nil, fmt.Errorf("handshake with rank %d at %s: %w", r, addr, herr)
 			}
-			if peer.Rank != r {
-				conn.Close()
-				return nil, fmt.Errorf("%s answered as rank %d, expected rank %d", addr, peer.Rank, r)
+			// Dropped mid-handshake: r died, or its listener had too many
+			// handshakes under way. A refused connection tells which; an
+			// open listener is tried again.
+			c, perr := d.DialContext(ctx, "tcp", addr)
+			if perr == nil {
+				c.Close()
+			} else if errors.Is(perr, syscall.ECONNREFUSED) {
+				return nil, &goneError{rank: r, why: fmt.Sprintf("it dropped the handshake (%v) and its listener at %s now refuses connections: the process exited", herr, addr)}
 			}
-			return conn, nil
+			err = herr
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// r published its address after it began listening, and
+			// listens until it has connected to every rank, this one
+			// included: a refusal means its process is gone.
+			return nil, &goneError{rank: r, why: fmt.Sprintf("its listener at %s refuses connections: the process exited", addr)}
 		}
 		select {
 		case <-ctx.Done():
@@ -372,6 +463,12 @@ func dialPeer(ctx context.Context, records *rankRecords, r int, hs handshake.Con
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// isConnDrop reports whether err is a connection the peer ended (closed
+// or reset) rather than a refusal in the handshake's protocol.
+func isConnDrop(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // tcpLink writes frames to one connection.

@@ -159,6 +159,11 @@ type TimeoutError struct {
 	Op      string
 	Timeout string
 	Waiting []int // global ranks the call was waiting on when it timed out, if known
+	// Chain and Cause, when the ranks publish their status (Init's
+	// default), follow the waits from Waiting[0] to the rank they all
+	// wait for, and say why it does not answer (see WaitChain).
+	Chain []int
+	Cause string
 
 	call callID // the call that timed out, which reports this error itself
 }
@@ -168,7 +173,16 @@ func (e *TimeoutError) Error() string {
 	if len(e.Waiting) > 0 {
 		s += fmt.Sprintf(" waiting on ranks %v", e.Waiting)
 	}
-	return s + "; a peer is stuck or behind (use MonitoredBarrier to find it)"
+	if len(e.Chain) > 1 {
+		s += fmt.Sprintf(", which waits on %s in turn", joinRanks(e.Chain[1:]))
+	}
+	if e.Cause != "" {
+		return s + "; " + e.Cause
+	}
+	if len(e.Chain) > 1 {
+		return s + fmt.Sprintf("; rank %d's status could not be read: look at it first", e.Chain[len(e.Chain)-1])
+	}
+	return s + "; a peer is stuck or behind (use MonitoredBarrier or godist top to find it)"
 }
 
 // ErrDestroyed is the failure of a group after Destroy.

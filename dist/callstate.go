@@ -36,16 +36,19 @@ type callState struct {
 	timeout    time.Duration
 	probeAfter time.Duration
 
-	err    error               // the group's failure; nil while it works
-	seq    uint64              // the last collective's sequence number
-	next   callID              // the last handle given out
-	calls  map[callID]*callRec // calls in flight
-	byseq  map[uint64]callID   // collectives in flight by sequence number
-	recent [recentCalls]struct{ seq, fp uint64 }
-	early  map[uint64]early  // frames of collectives this member has not reached, by sequence number
-	sent   map[p2pKey]uint64 // the next message number of each stream this member sends
-	rcvd   map[p2pKey]uint64 // and of each stream it receives
-	armed  time.Time         // when the driver's timer will call tick (zero: not armed)
+	err error // the group's failure; nil while it works
+	// timingOut is the timeout the driver is explaining before it fails
+	// the group with it (output.Timeout); ticks do not decide another.
+	timingOut *TimeoutError
+	seq       uint64              // the last collective's sequence number
+	next      callID              // the last handle given out
+	calls     map[callID]*callRec // calls in flight
+	byseq     map[uint64]callID   // collectives in flight by sequence number
+	recent    [recentCalls]struct{ seq, fp uint64 }
+	early     map[uint64]early  // frames of collectives this member has not reached, by sequence number
+	sent      map[p2pKey]uint64 // the next message number of each stream this member sends
+	rcvd      map[p2pKey]uint64 // and of each stream it receives
+	armed     time.Time         // when the driver's timer will call tick (zero: not armed)
 
 	// flight keeps the last calls for the flight recorder (flight.go);
 	// nil keeps none. lastEnd is when the last call ended.
@@ -134,6 +137,11 @@ type output struct {
 	// Arm, when not zero, is when the timer must next call tick (earlier
 	// than any time it is armed for now).
 	Arm time.Time
+	// Timeout is a call that outlived the group's timeout: the driver
+	// explains it (which rank the waits lead to, from the store, outside
+	// the lock) and then fails the group with it through timedOut, so
+	// that no caller sees the error before it is complete.
+	Timeout *TimeoutError
 }
 
 // probe asks member To (a global rank) whether it is in collective Seq
@@ -327,8 +335,12 @@ func (s *callState) tick(now time.Time) output {
 		}
 	}
 	if first != 0 && !firstAt.After(now) {
+		if s.timingOut != nil {
+			return out // the driver is explaining it
+		}
 		r := s.calls[first]
-		return s.fail(&TimeoutError{Op: r.c.String(), Timeout: s.timeout.String(), Waiting: s.waitingOn(first), call: first}, nil)
+		s.timingOut = &TimeoutError{Op: r.c.String(), Timeout: s.timeout.String(), Waiting: s.waitingOn(first), call: first}
+		return output{Timeout: s.timingOut}
 	}
 	var next time.Time
 	later := func(t time.Time) {
@@ -354,6 +366,16 @@ func (s *callState) tick(now time.Time) output {
 		s.armFor(next, &out)
 	}
 	return out
+}
+
+// timedOut fails the group with te, the timeout a tick handed the driver
+// (output.Timeout), now that the driver has explained it, unless the group
+// failed otherwise meanwhile.
+func (s *callState) timedOut(te *TimeoutError) output {
+	if s.timingOut == te {
+		s.timingOut = nil
+	}
+	return s.fail(te, nil)
 }
 
 // fail decides the group's failure, once; tell goes to the other members

@@ -392,6 +392,10 @@ func (s *sim) run(limit time.Duration) {
 				began = m.cur.began
 			}
 			out := m.st.tick(s.now)
+			if te := out.Timeout; te != nil {
+				// The driver explains it, then fails the group.
+				out = m.st.timedOut(te)
+			}
 			if te, ok := out.Fail.(*TimeoutError); ok && te.call == id && id != 0 {
 				m.timedOutAt = s.now.Sub(began)
 			}
@@ -688,9 +692,16 @@ func TestCallStateCallErrors(t *testing.T) {
 	t.Run("timed out call", func(t *testing.T) {
 		s, id := begin()
 		out := s.tick(now.Add(time.Minute))
-		var te *TimeoutError
+		te := out.Timeout
+		if te == nil || te.call != id || out.Fail != nil || s.err != nil {
+			t.Fatalf("tick at the deadline: %+v (the timeout goes to the driver before it fails the group)", out)
+		}
+		if again := s.tick(now.Add(2 * time.Minute)); again.Timeout != nil || again.Fail != nil {
+			t.Fatalf("a second tick while the driver explains: %+v", again)
+		}
+		out = s.timedOut(te)
 		if !errors.As(out.Fail, &te) || te.call != id {
-			t.Fatalf("tick at the deadline: %+v", out)
+			t.Fatalf("timedOut: %+v", out)
 		}
 		// The call that timed out reports the TimeoutError itself;
 		// another call in flight reports the group's failure.

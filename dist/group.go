@@ -223,6 +223,11 @@ func (g *Group) onTimer() {
 // carry does what the state machine decided, other than arming the timer:
 // fail the calls in flight, tell the other members, probe.
 func (g *Group) carry(out output) {
+	if te := out.Timeout; te != nil {
+		// Which rank the waits lead to, before anyone sees the error.
+		g.world.explainTimeout(te)
+		g.decide(func(s *callState, _ time.Time) output { return s.timedOut(te) })
+	}
 	if out.Fail != nil {
 		g.world.dumpOnFailure(out.Fail)
 		g.cancel(out.Fail)
@@ -401,8 +406,20 @@ func (g *Group) waitIdle(d time.Duration) bool {
 // callError explains call t's failure err (ctx is the caller's), ends
 // the call, and carries out what the state machine decided.
 func (g *Group) callError(ctx context.Context, t ticket, err error) error {
-	now := time.Now()
 	g.mu.Lock()
+	if g.mu.st.timingOut != nil && g.mu.st.err == nil && errors.Is(err, transport.ErrPeerClosed) {
+		// A timeout is being explained (timedOut comes next); a peer
+		// that closed meanwhile most likely gave up on the same wait.
+		// Report the timeout, which says where the waits lead, rather
+		// than that departure.
+		g.mu.Unlock()
+		select {
+		case <-g.ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+		g.mu.Lock()
+	}
+	now := time.Now()
 	var out output
 	if g.mu.st.err == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		cause := ctx.Err()

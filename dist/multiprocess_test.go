@@ -58,6 +58,8 @@ func TestMultiProcessHelper(t *testing.T) {
 		err = childKill(false)
 	case "duplicate":
 		err = childDuplicate()
+	case "loop-until-timeout":
+		err = childLoopUntilTimeout()
 	case "die-in-init":
 		err = childDieInInit()
 	default:
@@ -841,6 +843,80 @@ func TestMultiProcessDieInInit(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// childLoopUntilTimeout is a worker of TestMultiProcessTimeoutNamesStoppedRank:
+// it all-reduces until a call fails, and prints the error.
+func childLoopUntilTimeout() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g, err := dist.Init(ctx, dist.Options{Rank: -1})
+	if err != nil {
+		return err
+	}
+	defer g.Destroy()
+	x := tensor.New(tensor.Float32, 2)
+	for i := 0; ; i++ {
+		if i == 50 {
+			fmt.Println("LOOPING")
+		}
+		err := g.AllReduce(ctx, x, dist.Sum)
+		if err == nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		var te *dist.TimeoutError
+		if !errors.As(err, &te) {
+			return fmt.Errorf("all_reduce %d: %T %w, want a *dist.TimeoutError", i, err, err)
+		}
+		fmt.Printf("TIMEOUT waiting=%v chain=%v err=%q\n", te.Waiting, te.Chain, err.Error())
+		// Rank 0 serves the store the others read their explanations
+		// from: stay a little (under godist run the launcher would stop
+		// the job when the first rank failed).
+		time.Sleep(2 * time.Second)
+		return nil
+	}
+}
+
+// TestMultiProcessTimeoutNamesStoppedRank (issue 19, item 11): three
+// ranks loop all_reduce and rank 1 is stopped (SIGSTOP). Whichever peer a
+// survivor's call was blocked on, its TimeoutError follows the ranks'
+// status records to rank 1 and says it stopped reporting; it named only
+// the direct peer before, a live rank for some survivors.
+func TestMultiProcessTimeoutNamesStoppedRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ws := startWorkers(t, 3, "loop-until-timeout", "GODIST_TIMEOUT=7s")
+	for _, w := range ws {
+		select {
+		case l, ok := <-w.lines:
+			if !ok || l != "LOOPING" {
+				t.Fatalf("rank %d: %q instead of LOOPING; stderr:\n%s", w.rank, l, w.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rank %d did not start looping", w.rank)
+		}
+	}
+	if err := ws[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer ws[1].cmd.Process.Kill()
+	for _, w := range []*worker{ws[0], ws[2]} {
+		select {
+		case err := <-w.done:
+			out := w.stdout.String()
+			if err != nil || !strings.Contains(out, "TIMEOUT") {
+				t.Fatalf("rank %d: %v\n%s\n%s", w.rank, err, out, w.stderr.String())
+			}
+			if !strings.Contains(out, "rank 1 (") || !strings.Contains(out, "has not reported for") || !strings.Contains(out, "chain=[") {
+				t.Errorf("rank %d's timeout does not name the stopped rank 1:\n%s", w.rank, out)
+			}
+			t.Logf("rank %d: %s", w.rank, strings.TrimSpace(out))
+		case <-time.After(40 * time.Second):
+			t.Fatalf("rank %d did not time out", w.rank)
 		}
 	}
 }

@@ -202,6 +202,12 @@ func (w *world) status(started time.Time) RankStatus {
 		if errors.Is(failed, ErrDestroyed) {
 			st.State, st.Error = StatusExited, ""
 		}
+		var te *TimeoutError
+		if errors.As(failed, &te) && len(te.Waiting) > 0 && te.Waiting[0] < w.size {
+			// It gave up waiting on that rank: the other ranks' timeouts
+			// follow the chain through it (WaitChain).
+			st.WaitingOn = te.Waiting[0]
+		}
 	case oldest != nil:
 		st.State, st.Group, st.Seq, st.Since = StatusRunning, oldestG, oldest.seq, oldestAt
 		st.Op = oldest.c.op.String()
@@ -239,7 +245,9 @@ func (w *world) startStatus(every time.Duration) {
 		cancel()
 		<-done
 		st := w.status(started)
-		st.State, st.Error, st.Updated = StatusExited, "", time.Now()
+		// Exited, with why the job failed here if it did (and the rank
+		// it gave up waiting on).
+		st.State, st.Updated = StatusExited, time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		_ = w.store.Set(ctx, StatusKey(w.rank), st.Encode())

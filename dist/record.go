@@ -79,7 +79,11 @@ func errorRecord(err error, self int) launch.Record {
 		}
 	case errors.As(err, &te):
 		r.Kind = launch.Timeout
-		if len(te.Waiting) == 1 {
+		switch {
+		case te.Cause != "" && len(te.Chain) > 0:
+			// The rank the waits lead to, not this rank's own peer.
+			r.Peer = te.Chain[len(te.Chain)-1]
+		case len(te.Waiting) == 1:
 			r.Peer = te.Waiting[0]
 		}
 	}

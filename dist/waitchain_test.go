@@ -1,6 +1,7 @@
 package dist_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,21 +39,9 @@ func TestWaitChain(t *testing.T) {
 				byRank[r.Rank] = r
 			}
 			chain, why := dist.WaitChain(c.from, func(r int) (dist.RankStatus, bool) { s, ok := byRank[r]; return s, ok }, now)
-			if !slicesEqual(chain, c.chain) || (c.why == "") != (why == "") || !strings.Contains(why, c.why) {
+			if !slices.Equal(chain, c.chain) || (c.why == "") != (why == "") || !strings.Contains(why, c.why) {
 				t.Fatalf("WaitChain = %v, %q; want %v, %q", chain, why, c.chain, c.why)
 			}
 		})
 	}
-}
-
-func slicesEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

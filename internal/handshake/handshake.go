@@ -217,45 +217,38 @@ func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
 		return Peer{}, err
 	}
 
-	if len(cfg.Token) > 0 {
-		clientHello, serverHello := mine, theirs
-		myRole, theirRole := "C", "S"
-		if !isClient {
-			clientHello, serverHello = theirs, mine
-			myRole, theirRole = "S", "C"
-		}
-		myMAC := mac(cfg.Token, clientHello, serverHello, myRole)
-		want := mac(cfg.Token, clientHello, serverHello, theirRole)
-		got := make([]byte, macLen)
-		err := exchange(conn, myMAC, func() error {
+	// Both proofs cover the transcript in one order, the client's hello
+	// first, and say whose they are.
+	clientHello, serverHello := mine, theirs
+	myRole, theirRole := "C", "S"
+	if !isClient {
+		clientHello, serverHello = theirs, mine
+		myRole, theirRole = "S", "C"
+	}
+	// swap sends this side's proof and reads the peer's, of n bytes.
+	swap := func(proof []byte, n int, what string) ([]byte, error) {
+		got := make([]byte, n)
+		err := exchange(conn, proof, func() error {
 			if _, err := io.ReadFull(conn, got); err != nil {
-				return fmt.Errorf("handshake: reading the peer's token proof: %w", err)
+				return fmt.Errorf("handshake: reading the peer's %s: %w", what, err)
 			}
 			return nil
 		})
+		return got, err
+	}
+
+	if len(cfg.Token) > 0 {
+		got, err := swap(mac(cfg.Token, clientHello, serverHello, myRole), macLen, "token proof")
 		if err != nil {
 			return Peer{}, err
 		}
-		if !hmac.Equal(got, want) {
+		if !hmac.Equal(got, mac(cfg.Token, clientHello, serverHello, theirRole)) {
 			return Peer{}, ErrAuth
 		}
 	}
 
 	if cfg.Identity != nil {
-		clientHello, serverHello := mine, theirs
-		myRole, theirRole := "C", "S"
-		if !isClient {
-			clientHello, serverHello = theirs, mine
-			myRole, theirRole = "S", "C"
-		}
-		mySig := ed25519.Sign(cfg.Identity, transcript(sigLabel, clientHello, serverHello, myRole))
-		got := make([]byte, ed25519.SignatureSize)
-		err := exchange(conn, mySig, func() error {
-			if _, err := io.ReadFull(conn, got); err != nil {
-				return fmt.Errorf("handshake: reading the peer's rank proof: %w", err)
-			}
-			return nil
-		})
+		got, err := swap(ed25519.Sign(cfg.Identity, transcript(sigLabel, clientHello, serverHello, myRole)), ed25519.SignatureSize, "rank proof")
 		if err != nil {
 			return Peer{}, err
 		}

@@ -444,6 +444,9 @@ func (c *client) call(ctx context.Context, req *request) (response, error) {
 		if bytes.HasPrefix(r.resp.body, []byte(ErrFull.Error())) {
 			return response{}, fmt.Errorf("store %s: %s: %w (%s)", c.name, op, ErrFull, bytes.TrimPrefix(r.resp.body, []byte(ErrFull.Error()+": ")))
 		}
+		if bytes.HasPrefix(r.resp.body, []byte(ErrWriteOnce.Error())) {
+			return response{}, fmt.Errorf("store %s: %s: %w (%s)", c.name, op, ErrWriteOnce, bytes.TrimPrefix(r.resp.body, []byte(ErrWriteOnce.Error()+": ")))
+		}
 		return response{}, fmt.Errorf("store %s: %s: the server refused the request: %s", c.name, op, r.resp.body)
 	}
 }

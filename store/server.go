@@ -44,9 +44,12 @@ type ServerOptions struct {
 // addresses and object collectives use, far below what would exhaust a
 // host.
 const (
-	DefaultMaxConns    = 1024
-	DefaultMaxBytes    = 256 << 20
-	DefaultMaxInflight = 64 << 20
+	DefaultMaxConns = 1024
+	DefaultMaxBytes = 256 << 20
+	// DefaultMaxInflight admits one frame of the largest request (a
+	// compare-and-set of two values of MaxValueLen): a smaller budget
+	// refused a Set of MaxValueLen bytes by dropping the connection.
+	DefaultMaxInflight = maxBody
 )
 
 // Server is a TCP store server: it keeps the data in memory and serves

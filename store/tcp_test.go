@@ -693,3 +693,29 @@ func TestDialReportsSilentAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestServerTakesLargestValue: a value of MaxValueLen, the longest any
+// Store accepts, is set and compared-and-set over TCP with the server's
+// default limits (its body, key included, is larger than the in-flight
+// budget's default, which dropped the connection and failed every call).
+func TestServerTakesLargestValue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := store.NewServer(ctx, "127.0.0.1:0", store.ServerOptions{Token: []byte("t"), JobID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := store.Dial(ctx, srv.Addr(), store.DialOptions{Token: []byte("t"), JobID: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := make([]byte, store.MaxValueLen)
+	if err := c.Set(ctx, "big", big); err != nil {
+		t.Fatalf("Set of %d bytes: %v", len(big), err)
+	}
+	if got, err := c.CompareAndSet(ctx, "big", big, []byte("small")); err != nil || string(got) != "small" {
+		t.Fatalf("CompareAndSet from %d bytes: %q, %v", len(big), got, err)
+	}
+}

@@ -530,16 +530,16 @@ func testWriteOnce(t *testing.T, s store.Store) {
 	if err != nil || string(got) != "first" {
 		t.Fatalf("a CompareAndSet replacing a write-once key: %q, %v; want it left at first", got, err)
 	}
-	if err := s.Set(ctx, k, []byte("second")); err == nil || !strings.Contains(err.Error(), "write-once") {
-		t.Fatalf("Set of another value: %v, want a write-once error", err)
+	if err := s.Set(ctx, k, []byte("second")); !errors.Is(err, store.ErrWriteOnce) {
+		t.Fatalf("Set of another value: %v, want an error wrapping ErrWriteOnce", err)
 	}
 	if err := s.Set(ctx, k, []byte("first")); err != nil {
 		t.Fatalf("Set of the same value: %v", err)
 	}
-	if _, err := s.Add(ctx, k, 1); err == nil {
-		t.Fatal("Add to a write-once key succeeded")
+	if _, err := s.Add(ctx, k, 1); !errors.Is(err, store.ErrWriteOnce) {
+		t.Fatalf("Add to a write-once key: %v, want an error wrapping ErrWriteOnce", err)
 	}
-	if ok, err := s.Delete(ctx, k); err == nil || ok {
+	if ok, err := s.Delete(ctx, k); !errors.Is(err, store.ErrWriteOnce) || ok {
 		t.Fatalf("Delete of a write-once key: %v, %v", ok, err)
 	}
 	if v := get(t, s, k); string(v) != "first" {

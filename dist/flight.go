@@ -284,13 +284,26 @@ func (w *world) dumpFlight(reason string) (string, error) {
 		return "", err
 	}
 	path := w.flightPath()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	// A temporary file of its own: a dump on SIGUSR1 and one on a failure
+	// may be written at once.
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return "", fmt.Errorf("dist: flight record: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	tmp := f.Name()
+	_, werr := f.Write(append(b, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp, 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("dist: flight record: %w", err)
+		return "", fmt.Errorf("dist: flight record: %w", werr)
 	}
 	return path, nil
 }

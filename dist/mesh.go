@@ -60,6 +60,9 @@ func NewMesh(ctx context.Context, g *Group, shape []int, names []string) (*Mesh,
 		}
 		sub, err := g.Split(ctx, color, m.coords[d])
 		if err != nil {
+			for _, made := range m.dims {
+				made.Destroy()
+			}
 			return nil, fmt.Errorf("dist: mesh dimension %q: %w", names[d], err)
 		}
 		m.dims = append(m.dims, sub)

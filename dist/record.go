@@ -80,8 +80,9 @@ func errorRecord(err error, self int) launch.Record {
 	case errors.As(err, &te):
 		r.Kind = launch.Timeout
 		switch {
-		case te.Cause != "" && len(te.Chain) > 0:
-			// The rank the waits lead to, not this rank's own peer.
+		case te.Cause != "" && len(te.Chain) > 0 && te.Chain[len(te.Chain)-1] != self:
+			// The rank the waits lead to, not this rank's own peer (a
+			// cycle through this rank blames the peer it waited on).
 			r.Peer = te.Chain[len(te.Chain)-1]
 		case len(te.Waiting) == 1:
 			r.Peer = te.Waiting[0]

@@ -25,6 +25,7 @@ func TestErrorRecord(t *testing.T) {
 		{"timeout on one", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4}}, 0, launch.Timeout, 4},
 		{"timeout on several", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4, 5}}, 0, launch.Timeout, -1},
 		{"timeout through a chain", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 1}, Cause: "rank 1 (h, pid 9) has not reported for 5s"}, 2, launch.Timeout, 1},
+		{"timeout in a cycle through this rank", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 2}, Cause: "ranks 0, 2 wait on each other"}, 2, launch.Timeout, 0},
 		{"desync found here", &DesyncError{Rank: 1, Peer: 2}, 1, launch.Desync, 2},
 		{"desync told by the other", &DesyncError{Rank: 2, Peer: 1}, 1, launch.Desync, 2},
 		{"other", errors.New("bad batch"), 0, launch.Other, -1},

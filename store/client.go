@@ -247,7 +247,7 @@ func newClient(conn net.Conn, addr string, timeout, keepAlive time.Duration) *cl
 	c.heard.Store(time.Now().UnixNano())
 	go c.reader()
 	if keepAlive > 0 {
-		c.keepAlive = keepAlive
+		c.keepAlive = max(keepAlive, time.Millisecond) // a ticker needs a positive half
 		c.cancels.Add(1)
 		go c.keepalive()
 	}

@@ -22,7 +22,7 @@ import (
 const procCapacity = 4096
 
 const (
-	envPeer  = "SHMRING_PEER" // "stream" or "echo"
+	envPeer  = "SHMRING_PEER" // "stream", "echo" or "tcpecho"
 	envSeed  = "SHMRING_SEED"
 	envCount = "SHMRING_FRAMES"
 )
@@ -113,6 +113,10 @@ func TestPeerProcess(t *testing.T) {
 	mode := os.Getenv(envPeer)
 	if mode == "" {
 		t.Skip("runs as the peer of a two-process test")
+	}
+	if mode == "tcpecho" {
+		tcpEchoPeer(t)
+		return
 	}
 	f := os.NewFile(3, "shm")
 	wakeIn, wakeOut := os.NewFile(4, "wake-in"), os.NewFile(5, "wake-out")

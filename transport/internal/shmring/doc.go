@@ -92,6 +92,15 @@
 // Wakeups are therefore hints: a consumer must tolerate a stray one and
 // always look at the ring after waking.
 //
+// # Measured
+//
+// BenchmarkPingPong8B, 8-byte round trips on the 2-vCPU AMD EPYC machine
+// of issue 17 (shared with other work, load about 1.5; three runs each,
+// same run): two goroutines, rings with spinning consumers 189-191 ns,
+// both consumers parked and woken through a pipe 5.6-5.8 µs, loopback
+// TCP read by the poller 16.3 µs, by a spinning read 12.3-13.7 µs; two
+// processes, rings 208-261 ns, spinning TCP 22-30 µs.
+//
 // # Distrust
 //
 // The peer is another process, and its memory may be stale, foreign or

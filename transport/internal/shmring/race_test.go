@@ -1,0 +1,5 @@
+//go:build race
+
+package shmring
+
+const raceEnabled = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/store"
@@ -13,7 +14,11 @@ import (
 )
 
 // tcpGroups connects world ranks over loopback TCP inside this process.
-func tcpGroups(b *testing.B, world int) []*dist.Group {
+func tcpGroups(b *testing.B, world int) []*dist.Group { return tcpGroupsWith(b, world, transport.TCPOptions{}) }
+
+// tcpGroupsWith is tcpGroups with the transport's options (rank, size and
+// store are filled in).
+func tcpGroupsWith(b *testing.B, world int, o transport.TCPOptions) []*dist.Group {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, world)
 	var wg sync.WaitGroup
@@ -22,7 +27,9 @@ func tcpGroups(b *testing.B, world int) []*dist.Group {
 		go func() {
 			defer wg.Done()
 			var err error
-			eps[r], err = transport.NewTCP(context.Background(), transport.TCPOptions{Rank: r, Size: world, Store: st})
+			opt := o
+			opt.Rank, opt.Size, opt.Store = r, world, st
+			eps[r], err = transport.NewTCP(context.Background(), opt)
 			if err != nil {
 				panic(err)
 			}
@@ -37,12 +44,23 @@ func tcpGroups(b *testing.B, world int) []*dist.Group {
 }
 
 // BenchmarkAllReduceTCP measures all_reduce of float32 over loopback TCP
-// with ranks as goroutines of one process (godist bench runs processes).
+// with ranks as goroutines of one process (godist bench runs processes);
+// the "ring" variants send every frame through the same-host
+// shared-memory frame ring (transport.TCPOptions.ShmRing).
 func BenchmarkAllReduceTCP(b *testing.B) {
-	for _, world := range []int{2, 4} {
-		gs := tcpGroups(b, world)
+	for _, v := range []struct {
+		name  string
+		world int
+		opt   transport.TCPOptions
+	}{
+		{"", 2, transport.TCPOptions{}}, {"", 4, transport.TCPOptions{}},
+		{"shm", 2, transport.TCPOptions{SharedMemory: true, Spin: 50 * time.Microsecond}},
+		{"ring", 2, transport.TCPOptions{SharedMemory: true, ShmRing: true, Spin: 50 * time.Microsecond}},
+	} {
+		world := v.world
+		gs := tcpGroupsWith(b, world, v.opt)
 		for _, bytes := range []int{8, 1 << 10, 64 << 10, 1 << 20, 16 << 20} {
-			b.Run(fmt.Sprintf("world%d/%dB", world, bytes), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%sworld%d/%dB", v.name, world, bytes), func(b *testing.B) {
 				xs := make([]*tensor.Tensor, world)
 				for r := range xs {
 					xs[r] = tensor.Zeros(bytes / 4)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/godist/godist/internal/crc32c"
 	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport/internal/shmring"
 )
 
 // Same-host bulk path. Two ranks on one host still exchange every frame
@@ -39,14 +40,19 @@ const (
 	shmSlots     = 4
 	shmSlotSize  = 4 << 20
 	shmHeader    = 4096 // slot states, one cache line each
-	shmSegment   = shmHeader + shmSlots*shmSlotSize
+	shmRingOff   = shmHeader + shmSlots*shmSlotSize
+	shmRingCap   = 128 << 10 // frames up to 64 KiB (TCPOptions.ShmRing)
+	shmSegment   = shmRingOff + shmring.HeaderSize + shmRingCap
 	shmMinFrame  = 32 << 10 // smaller payloads go over TCP with the header
 	shmMaxLocals = 8        // more ranks on a host than this: TCP only
 )
 
-// shmSeg is a mapped segment.
+// shmSeg is a mapped segment. ring, when set, is the frame ring after the
+// slots (TCPOptions.ShmRing): the sender's end in its own segment, the
+// receiver's in the peer's.
 type shmSeg struct {
-	mem []byte
+	mem  []byte
+	ring *shmring.Ring
 }
 
 func (s *shmSeg) state(i int) *atomic.Uint32 {
@@ -146,7 +152,7 @@ func hostID() (string, error) {
 // An error (the store failed, or ctx ended: a peer died, or the
 // deadline) fails the whole setup: a rank whose peers cannot finish it
 // must not go on as if they had.
-func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled bool, log *slog.Logger, tag string, peerTag func(int) string) (out, in []*shmSeg, err error) {
+func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled, ring bool, log *slog.Logger, tag string, peerTag func(int) string) (out, in []*shmSeg, err error) {
 	out, in = make([]*shmSeg, size), make([]*shmSeg, size)
 	key := func(parts ...any) string {
 		s := prefix + "transport/shm"
@@ -167,13 +173,30 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			tcpOnly(slog.LevelWarn, "cannot tell which peers share this host", "err", err)
 		}
 	}
+	wantRing := "0"
+	if ring {
+		wantRing = "1"
+	}
+	if err := st.Set(ctx, key("ring", rank), []byte(wantRing)); err != nil {
+		return out, in, err
+	}
 	if err := st.Set(ctx, key("host", rank), []byte(id)); err != nil {
 		return out, in, err
 	}
+	// pairRing[p]: frames between this rank and p go through the rings
+	// of their segments (both asked for it).
+	pairRing := make([]bool, size)
 	var same, elsewhere, off []int
 	for p := range size {
 		if p == rank {
 			continue
+		}
+		if ring {
+			v, err := st.Get(ctx, key("ring", p))
+			if err != nil {
+				return out, in, err
+			}
+			pairRing[p] = string(v) == "1"
 		}
 		v, err := st.Get(ctx, key("host", p))
 		if err != nil {
@@ -213,7 +236,13 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		f, err := createSeg(tag, rank, p)
 		if err == nil {
 			var seg *shmSeg
-			if seg, err = mapSeg(f); err == nil {
+			if seg, err = mapSeg(f); err == nil && pairRing[p] {
+				// Laid out before the peer learns the name.
+				if seg.ring, err = shmring.Init(seg.mem[shmRingOff:]); err != nil {
+					seg.unmap()
+				}
+			}
+			if err == nil {
 				files[p], out[p], name = f, seg, f.Name()
 			} else {
 				f.Close()
@@ -241,7 +270,12 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 				var f *os.File
 				if f, err = os.OpenFile(name, os.O_RDWR, 0); err == nil {
 					var seg *shmSeg
-					if seg, err = mapSeg(f); err == nil {
+					if seg, err = mapSeg(f); err == nil && pairRing[p] {
+						if seg.ring, err = shmring.Attach(seg.mem[shmRingOff:]); err != nil {
+							seg.unmap()
+						}
+					}
+					if err == nil {
 						in[p], ok = seg, "1"
 					}
 					f.Close()

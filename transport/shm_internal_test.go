@@ -69,7 +69,7 @@ func TestShmFallbackLogged(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: dropTime}))
-			out, in, err := setupShm(ctx, st, "", 0, 2, c.enabled, log, "k0", func(int) string { return "k1" })
+			out, in, err := setupShm(ctx, st, "", 0, 2, c.enabled, false, log, "k0", func(int) string { return "k1" })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestShmFallbackLogged(t *testing.T) {
 		for r := range 2 {
 			wg.Go(func() {
 				var err error
-				out[r], in[r], err = setupShm(ctx, st, "", r, 2, true, log, fmt.Sprintf("k%d", r), func(p int) string { return fmt.Sprintf("k%d", p) })
+				out[r], in[r], err = setupShm(ctx, st, "", r, 2, true, false, log, fmt.Sprintf("k%d", r), func(p int) string { return fmt.Sprintf("k%d", p) })
 				if err != nil {
 					t.Error(err)
 				}

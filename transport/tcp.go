@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/godist/godist/internal/handshake"
 	"github.com/godist/godist/store"
+	"github.com/godist/godist/transport/internal/shmring"
 )
 
 // TCPOptions configure NewTCP.
@@ -54,6 +56,14 @@ type TCPOptions struct {
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
 	// it only when both ranks enable it.
 	SharedMemory bool
+	// ShmRing (with SharedMemory) sends every frame between two ranks of
+	// the same host, headers and small payloads included, through a ring
+	// in their shared segment that the receiver polls, instead of over
+	// the socket, which then carries only wakeups (when the receiver has
+	// stopped polling), frames too large for the ring, and the end of the
+	// connection (so a dead peer is still noticed at once). A pair uses it
+	// only when both ranks ask for it. Experimental; off by default.
+	ShmRing bool
 	// Logger receives the fallbacks that change how the endpoint behaves
 	// (shared memory asked for but not set up with a peer, and why); the
 	// endpoint keeps it for its users (Endpoint.Logger). nil discards.
@@ -270,7 +280,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			return fail(fmt.Errorf("transport: rank %d: no connection from ranks %v before the deadline: %w (are they running, with the same job id and token?)", opt.Rank, missing, ctx.Err()))
 		}
 	}
-	shmOuts, shmIns, err := setupShm(wctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, e.log, segTag(pub), func(p int) string {
+	shmOuts, shmIns, err := setupShm(wctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, opt.SharedMemory && opt.ShmRing, e.log, segTag(pub), func(p int) string {
 		rec, err := records.get(wctx, p) // known: p has connected
 		if err != nil {
 			return ""
@@ -303,9 +313,14 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		l := newTCPLink(c)
 		if shmOuts[r] != nil {
 			l.shm = &shmOut{seg: shmOuts[r], down: &e.gone[r]}
+			l.ring = shmOuts[r].ring
 		}
 		e.links[r] = l
-		go e.readLoop(r, c, opt.Spin, shmIns[r])
+		if in := shmIns[r]; in != nil && in.ring != nil {
+			go e.readRing(r, c, opt.Spin, in)
+		} else {
+			go e.readLoop(r, c, opt.Spin, in)
+		}
 	}
 	return e, nil
 }
@@ -477,9 +492,10 @@ type tcpLink struct {
 	conn net.Conn
 	raw  syscall.RawConn // conn's descriptor; nil when conn is not a socket
 	hdr  [HeaderSize]byte
-	bufs net.Buffers  // the frame being written (reused)
-	iov  []unix.Iovec // bufs for writev (reused)
-	shm  *shmOut      // same-host peer's segment, or nil
+	bufs net.Buffers   // the frame being written (reused)
+	iov  []unix.Iovec  // bufs for writev (reused)
+	shm  *shmOut       // same-host peer's segment, or nil
+	ring *shmring.Ring // the frame ring in it (TCPOptions.ShmRing), or nil
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {
@@ -544,7 +560,70 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	}
 	l.bufs = bufs
 	defer clear(l.bufs) // keep no tensor alive
-	return l.writeAll(ctx, bufs)
+	return l.write(ctx, bufs)
+}
+
+// write sends bufs, one frame, to the peer: through the ring when the
+// link has one (a frame too large for it goes on the socket after a
+// marker in the ring that tells the reader to read it there, so the order
+// holds), else on the socket. l.mu is held.
+func (l *tcpLink) write(ctx context.Context, bufs net.Buffers) error {
+	if l.ring == nil {
+		return l.writeAll(ctx, bufs)
+	}
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	if n <= l.ring.MaxFrame() {
+		return l.ringPush(ctx, bufs)
+	}
+	if err := l.ringPush(ctx, nil); err != nil { // the marker: an empty frame
+		return err
+	}
+	if err := l.writeAll(ctx, bufs); err != nil {
+		if ns, ok := err.(notSent); ok {
+			return ns.err // the marker is out: the stream is cut
+		}
+		return err
+	}
+	return nil
+}
+
+// ringPush pushes one frame into the ring, waiting while it is full, and
+// wakes the reader when it had stopped polling. It returns notSent when
+// ctx ended before the frame went in.
+func (l *tcpLink) ringPush(ctx context.Context, parts [][]byte) error {
+	var start time.Time
+	for {
+		wake, err := l.ring.TryPush(parts...)
+		if err == nil {
+			if wake {
+				// A wakeup must not be cancelled: the frame is in.
+				if err := l.writeAll(context.Background(), net.Buffers{[]byte{0}}); err != nil {
+					return fmt.Errorf("transport: waking the peer: %w", err)
+				}
+			}
+			return nil
+		}
+		if !errors.Is(err, shmring.ErrFull) {
+			return err
+		}
+		if l.shm.down.Load() || l.shm.closed.Load() {
+			return fmt.Errorf("transport: the frame ring is full and the connection is closed")
+		}
+		if err := ctx.Err(); err != nil {
+			return notSent{err}
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) < 100*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
 
 // writeAll writes bufs as one frame. l.mu is held. It returns notSent when
@@ -640,7 +719,7 @@ func (l *tcpLink) close() error {
 	l.mu.Lock()
 	if l.shm != nil {
 		l.shm.seg.unmap()
-		l.shm = nil
+		l.shm, l.ring = nil, nil
 	}
 	l.mu.Unlock()
 	return err
@@ -652,55 +731,162 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 	defer e.unmapPeerRegions(r)
 	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
 	in := &streamPayload{br}
-	var hb [HeaderSize]byte
 	var asm assembly
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				err = ErrClosed
-			}
-			e.peerDown(r, err)
+		if err := e.readFrame(r, br, in, shm, &asm); err != nil {
+			e.endRead(r, conn, err)
 			return
 		}
-		h, err := decodeHeader(hb[:])
+	}
+}
+
+// endRead ends a reader on err: the connection's end, or a broken frame
+// (then the connection is closed too).
+func (e *Endpoint) endRead(r int, conn net.Conn, err error) {
+	var fe frameErr
+	if errors.As(err, &fe) {
+		e.peerDown(r, fe.err)
+		conn.Close()
+		return
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = ErrClosed
+	}
+	e.peerDown(r, err)
+}
+
+// frameErr marks a frame that breaks the protocol: the reader closes the
+// connection.
+type frameErr struct{ err error }
+
+func (f frameErr) Error() string { return f.err.Error() }
+
+// readFrame reads one frame's header from the socket and handles it.
+func (e *Endpoint) readFrame(r int, br *bufio.Reader, in payload, shm *shmSeg, asm *assembly) error {
+	var hb [HeaderSize]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return err
+	}
+	h, err := decodeHeader(hb[:])
+	if err != nil {
+		return frameErr{err}
+	}
+	return e.handleFrame(r, &h, in, shm, asm)
+}
+
+// handleFrame delivers one frame whose payload is in (or in a slot of
+// shm). An error is a frameErr.
+func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *assembly) error {
+	if h.Frag != 0 || asm.active {
+		if err := e.fragment(r, h, shm, asm); err != nil {
+			return frameErr{err}
+		}
+		return nil
+	}
+	if h.Kind == KindShmData || h.Kind == KindShmMessage {
+		if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
+			return frameErr{fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a connection without a segment for it", ErrFrame, h.Slot, h.Len)}
+		}
+		if h.Kind == KindShmData {
+			h.Kind = KindData
+		} else {
+			h.Kind = KindMessage
+		}
+		err := e.deliver(r, h, &memPayload{shm.slot(int(h.Slot))[:h.Len]})
+		shm.state(int(h.Slot)).Store(0) // the sender may reuse it
 		if err != nil {
-			e.peerDown(r, err)
-			conn.Close()
+			return frameErr{err}
+		}
+		return nil
+	}
+	if err := e.deliver(r, h, in); err != nil {
+		return frameErr{err}
+	}
+	return nil
+}
+
+// readRing reads rank r's frames from the ring in its segment
+// (TCPOptions.ShmRing): it polls the ring for up to spin, then parks on
+// the socket, which brings a wakeup byte (0) when the sender has pushed
+// a frame since, or the connection's end. A frame too large for the ring
+// comes on the socket after an empty frame in the ring that says so.
+func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
+	defer shm.unmap()
+	defer e.unmapPeerRegions(r)
+	br := bufio.NewReaderSize(conn, viewMax)
+	in := &streamPayload{br}
+	var asm assembly
+	var ferr error
+	handle := func(f []byte) {
+		if len(f) == 0 {
+			// The next frame is on the socket, after any wakeups.
+			for {
+				b, err := br.Peek(1)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if b[0] != 0 {
+					break
+				}
+				br.Discard(1)
+			}
+			ferr = e.readFrame(r, br, in, shm, &asm)
 			return
 		}
-		if h.Frag != 0 || asm.active {
-			if err := e.fragment(r, &h, shm, &asm); err != nil {
-				e.peerDown(r, err)
-				conn.Close()
-				return
-			}
-			continue
-		}
-		if h.Kind == KindShmData || h.Kind == KindShmMessage {
-			if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
-				e.peerDown(r, fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a connection without a segment for it", ErrFrame, h.Slot, h.Len))
-				conn.Close()
-				return
-			}
-			if h.Kind == KindShmData {
-				h.Kind = KindData
-			} else {
-				h.Kind = KindMessage
-			}
-			err := e.deliver(r, &h, &memPayload{shm.slot(int(h.Slot))[:h.Len]})
-			shm.state(int(h.Slot)).Store(0) // the sender may reuse it
-			if err != nil {
-				e.peerDown(r, err)
-				conn.Close()
-				return
-			}
-			continue
-		}
-		if err := e.deliver(r, &h, in); err != nil {
-			e.peerDown(r, err)
-			conn.Close()
+		if len(f) < HeaderSize {
+			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d bytes", ErrFrame, len(f))}
 			return
 		}
+		h, err := decodeHeader(f[:HeaderSize])
+		if err != nil {
+			ferr = frameErr{err}
+			return
+		}
+		body := f[HeaderSize:]
+		if h.Kind != KindShmData && h.Kind != KindShmMessage && int64(len(body)) != h.Len {
+			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d payload bytes for a header of %d", ErrFrame, len(body), h.Len)}
+			return
+		}
+		ferr = e.handleFrame(r, &h, &memPayload{body}, shm, &asm)
+	}
+	ring := shm.ring
+	var idle time.Time
+	for {
+		got, err := ring.TryPop(handle)
+		if err != nil {
+			e.endRead(r, conn, frameErr{fmt.Errorf("%w: %w", ErrFrame, err)})
+			return
+		}
+		if ferr != nil {
+			e.endRead(r, conn, ferr)
+			return
+		}
+		if got {
+			idle = time.Time{}
+			continue
+		}
+		if idle.IsZero() {
+			idle = time.Now()
+		}
+		if time.Since(idle) < spin {
+			runtime.Gosched() // polling must not keep the senders off the cores
+			continue
+		}
+		if !ring.Park() {
+			continue
+		}
+		// Asleep on the socket: a wakeup, or the connection's end.
+		b, err := br.ReadByte()
+		ring.Unpark()
+		if err != nil {
+			e.endRead(r, conn, err)
+			return
+		}
+		if b != 0 {
+			br.UnreadByte() // a frame the ring's marker announces
+		}
+		idle = time.Time{}
 	}
 }
 
@@ -758,7 +944,7 @@ func (l *tcpLink) sendFragments(ctx context.Context, h *Header, payload [][]byte
 			f.Frag |= FragMore
 		}
 		f.encode(l.hdr[:])
-		if err := l.writeAll(ctx, net.Buffers{l.hdr[:]}); err != nil {
+		if err := l.write(ctx, net.Buffers{l.hdr[:]}); err != nil {
 			if _, ok := err.(notSent); ok {
 				l.shm.release(i)
 				if first {

@@ -48,6 +48,10 @@ func tcpMeshSpin(spin time.Duration) transporttest.NewMesh {
 }
 
 func newTCPMesh(t *testing.T, size int, spin time.Duration, shm bool) transporttest.Mesh {
+	return newTCPMeshRing(t, size, spin, shm, false)
+}
+
+func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring bool) transporttest.Mesh {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, size)
 	errs := make([]error, size)
@@ -58,7 +62,7 @@ func newTCPMesh(t *testing.T, size int, spin time.Duration, shm bool) transportt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, SharedMemory: shm})
+			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, SharedMemory: shm, ShmRing: ring})
 		}()
 	}
 	wg.Wait()
@@ -89,6 +93,17 @@ func TestTCPSpin(t *testing.T) { transporttest.Run(t, tcpMeshSpin(200*time.Micro
 // payloads go through shared-memory slots, headers over TCP.
 func TestTCPSharedMemory(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh { return newTCPMesh(t, size, 0, true) })
+}
+
+// TestTCPShmRing runs the suite with every frame between same-host ranks
+// going through the shared-memory frame ring (TCPOptions.ShmRing), with a
+// polling reader and with one that parks at once on the socket.
+func TestTCPShmRing(t *testing.T) {
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		t.Run(fmt.Sprint("spin", spin), func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh { return newTCPMeshRing(t, size, spin, true, true) })
+		})
+	}
 }
 
 // TestTCPRefusesWrongToken starts rank 0 of a two-rank job and connects to

@@ -23,7 +23,10 @@ type Options struct {
 	// SharedMemory lets the TCP ranks (all on this host) move large
 	// payloads through shared memory, as dist.Init does by default.
 	SharedMemory bool
-	Faults       transport.Faults
+	// ShmRing (with SharedMemory) sends the same-host frames through the
+	// shared-memory frame ring (transport.TCPOptions.ShmRing).
+	ShmRing bool
+	Faults  transport.Faults
 	// Timeout bounds the whole job (default 60s) and is the groups'
 	// collective timeout.
 	Timeout time.Duration
@@ -61,7 +64,7 @@ func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Gro
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t"), SharedMemory: opt.SharedMemory})
+				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t"), SharedMemory: opt.SharedMemory, ShmRing: opt.ShmRing})
 			}()
 		}
 		wg.Wait()

@@ -14,7 +14,9 @@ import (
 )
 
 // tcpGroups connects world ranks over loopback TCP inside this process.
-func tcpGroups(b *testing.B, world int) []*dist.Group { return tcpGroupsWith(b, world, transport.TCPOptions{}) }
+func tcpGroups(b *testing.B, world int) []*dist.Group {
+	return tcpGroupsWith(b, world, transport.TCPOptions{})
+}
 
 // tcpGroupsWith is tcpGroups with the transport's options (rank, size and
 // store are filled in).

@@ -68,11 +68,12 @@ type Options struct {
 	// through shared memory, and so whether NewSharedTensor can share
 	// (default: on, unless the GODIST_SHM variable is 0).
 	SharedMemory SharedMemoryMode
-	// ShmRing sends every frame between ranks of one host (headers and
-	// small payloads too) through a ring in their shared memory instead of
-	// over loopback TCP (transport.TCPOptions.ShmRing; default: the
-	// GODIST_SHM_RING variable, 1 to turn it on). Experimental.
-	ShmRing bool
+	// ShmRing says whether, with SharedMemory, every frame between ranks
+	// of one host (headers and small payloads too) goes through a ring in
+	// their shared memory instead of over loopback TCP
+	// (transport.TCPOptions.ShmRing; default: on, unless the
+	// GODIST_SHM_RING variable is 0).
+	ShmRing SharedMemoryMode
 	// LocalWorldSize is how many ranks of the job run on this host
 	// (default: the LOCAL_WORLD_SIZE variable; unknown when neither
 	// says). It chooses the default Spin.
@@ -376,7 +377,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
-		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing, Logger: opt.Logger,
+		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
 		// The store stays up a moment after a failed Init (in the
@@ -495,8 +496,11 @@ func withEnv(opt Options, get func(string) string) Options {
 	if get("GODIST_TOP") == "0" && opt.StatusInterval == 0 {
 		opt.StatusInterval = -1
 	}
-	if v := get("GODIST_SHM_RING"); !opt.ShmRing && (v == "1" || strings.EqualFold(v, "true")) {
-		opt.ShmRing = true
+	if opt.ShmRing == SharedMemoryDefault {
+		opt.ShmRing = SharedMemoryOn
+		if get("GODIST_SHM_RING") == "0" {
+			opt.ShmRing = SharedMemoryOff
+		}
 	}
 	if opt.SharedMemory == SharedMemoryDefault {
 		opt.SharedMemory = SharedMemoryOn

@@ -100,17 +100,24 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		if start.IsZero() {
-			start = time.Now()
-		}
-		if time.Since(start) < 100*time.Microsecond {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
+		backoff(&start)
 	}
 	o.next = (i + 1) % shmSlots
 	return i, nil
+}
+
+// backoff waits a little for shared memory the peer will free: yielding
+// for the first 100 µs since *start (set on the first call), then
+// sleeping 20 µs at a time.
+func backoff(start *time.Time) {
+	if start.IsZero() {
+		*start = time.Now()
+	}
+	if time.Since(*start) < 100*time.Microsecond {
+		runtime.Gosched()
+	} else {
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // release gives back slot i, the last one acquired, unused.

@@ -615,14 +615,7 @@ func (l *tcpLink) ringPush(ctx context.Context, parts [][]byte) error {
 		if err := ctx.Err(); err != nil {
 			return notSent{err}
 		}
-		if start.IsZero() {
-			start = time.Now()
-		}
-		if time.Since(start) < 100*time.Microsecond {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
+		backoff(&start)
 	}
 }
 

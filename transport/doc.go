@@ -12,7 +12,8 @@
 // call in the group, tag) and their source rank, or by any Match function.
 // The header (proto.go, which holds the whole format) carries a magic and
 // version, the kind, the key, the sender's fingerprint of the call, the
-// payload length, the payload's CRC32C and a CRC32C of the header itself;
+// payload length, the payload's CRC32C (none for a payload in shared
+// memory, which crosses no wire) and a CRC32C of the header itself;
 // a receive whose fingerprint differs fails with a *FingerprintError, one
 // of another length with a *LengthError, and a frame that fails its
 // checksum or does not parse fails with ErrFrame. Control frames carry
@@ -42,7 +43,10 @@
 // Same-host peers of a TCP endpoint (TCPOptions.SharedMemory on both
 // sides) move large payloads through a shared-memory segment per pair and
 // direction while the headers still go over TCP, so ordering, matching
-// and failure detection do not change. Beyond that, shared memory is an
+// and failure detection do not change. Messages of 256 KiB or more go in
+// fragments, so that the receiver copies one out while the sender copies
+// the next in, and land in buffers recycled from messages nobody holds
+// any more (spare.go), not in fresh memory faulted in page by page. Beyond that, shared memory is an
 // optional capability: Endpoint.PeerMemory returns a PeerMemory (regions
 // of this rank's memory the peers map, and theirs mapped here) only when
 // some peer shares the host, and a user such as dist's NewSharedTensor

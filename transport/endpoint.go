@@ -131,6 +131,7 @@ type Endpoint struct {
 	rank, size int
 	links      []link
 	gone       []atomic.Bool // set when the peer's connection fails
+	spares     []spare       // each peer's spare message buffer (spare.go)
 	log        *slog.Logger  // never nil (see Logger)
 
 	// regionUse is held for reading while code outside the peer's reader
@@ -176,7 +177,7 @@ type message struct {
 }
 
 func newEndpoint(rank, size int) *Endpoint {
-	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), log: discard}
+	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), spares: make([]spare, size), log: discard}
 	e.mu.down = map[int]*PeerError{}
 	return e
 }
@@ -544,10 +545,13 @@ func (p *pending) fill(in payload) (uint32, error) {
 		return readSum(in, p.buf)
 	}
 	var c uint32
+	sum := !unchecked(in)
 	for off := 0; off < p.n; off += SinkBlock {
 		n := min(SinkBlock, p.n-off)
 		err := in.view(n, func(b []byte) {
-			c = crc32c.Update(c, b)
+			if sum {
+				c = crc32c.Update(c, b)
+			}
 			p.sink(off, b)
 		})
 		if err != nil {
@@ -783,7 +787,7 @@ func (e *Endpoint) deliverMessage(src int, h *Header, in payload) error {
 			return err
 		}
 	} else {
-		buf = alloc8(int(h.Len))
+		buf = e.spares[src].get(int(h.Len))
 		sum, err := readSum(in, buf)
 		if err != nil {
 			return err
@@ -884,8 +888,12 @@ func (e *Endpoint) Close() error {
 // (one pass over memory instead of two).
 const sumBlock = 128 << 10
 
-// readSum reads len(buf) bytes into buf and returns their CRC32C.
+// readSum reads len(buf) bytes into buf and returns their CRC32C, or
+// zero for a shared-memory slot's payload (see unchecked).
 func readSum(in payload, buf []byte) (uint32, error) {
+	if unchecked(in) {
+		return 0, in.read(buf)
+	}
 	var c uint32
 	for len(buf) > 0 {
 		n := min(len(buf), sumBlock)
@@ -900,7 +908,21 @@ func readSum(in payload, buf []byte) (uint32, error) {
 
 // memPayload is a payload already in memory (the in-process mesh's frames,
 // shared-memory slots): like a stream, each read takes the next bytes.
-type memPayload struct{ b []byte }
+type memPayload struct {
+	b []byte
+	// slot: the bytes are in a shared-memory slot. They carry no checksum:
+	// they crossed no wire (the header naming the slot, which did, is
+	// checked), and a checksum that the sender computes and the receiver
+	// verifies would only catch the sender's own writes, at the cost of a
+	// pass over the payload on each side, a fifth of a large transfer.
+	slot bool
+}
+
+// unchecked reports whether in's bytes carry no checksum (memPayload.slot).
+func unchecked(in payload) bool {
+	m, ok := in.(*memPayload)
+	return ok && m.slot
+}
 
 func (m *memPayload) read(p []byte) error {
 	n := copy(p, m.b)

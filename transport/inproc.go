@@ -233,7 +233,7 @@ func (m *Mesh) receive(l *memLink, frame []byte) {
 		dst.peerDown(l.src, fmt.Errorf("%w: %d payload bytes, header says %d", ErrFrame, len(body), h.Len))
 		return
 	}
-	if err := dst.deliver(l.src, &h, &memPayload{body}); err != nil {
+	if err := dst.deliver(l.src, &h, &memPayload{b: body}); err != nil {
 		dst.peerDown(l.src, err)
 	}
 }

@@ -23,14 +23,15 @@ import (
 //	 16    8 sequence number of the call in its group
 //	 24    8 fingerprint of the call (op, dtype, count, root, reduce op)
 //	 32    8 payload length in bytes
-//	 40    4 CRC32C of the payload
+//	 40    4 CRC32C of the payload; zero for a payload in a shared-memory
+//	         slot (KindShmData, KindShmMessage), which crosses no wire
 //	 44    4 CRC32C of bytes 0..43
 //
 // All integers are little-endian. A frame is matched to a receive by its
 // Key (group, sequence, tag) and its source rank.
 const (
 	frameMagic   = 0x46544447 // "GDTF" little-endian
-	frameVersion = 1
+	frameVersion = 2          // 2: shared-memory payloads carry no checksum
 	HeaderSize   = 48
 	// MaxPayload bounds one frame's payload: a header claiming more is
 	// refused before anything is allocated.
@@ -104,7 +105,7 @@ type Header struct {
 	// different fingerprint has found a desync.
 	FP  uint64
 	Len int64
-	CRC uint32 // CRC32C of the payload
+	CRC uint32 // CRC32C of the payload (zero in a shared-memory slot)
 	// Slot is the shared-memory slot holding a KindShmData frame's payload.
 	Slot uint8
 	// Frag marks the fragments of a message larger than a slot, sent

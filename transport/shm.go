@@ -17,7 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/godist/godist/internal/crc32c"
+	"github.com/godist/godist/transport/internal/futex"
+
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport/internal/shmring"
 )
@@ -59,6 +60,20 @@ func (s *shmSeg) state(i int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[i*64]))
 }
 
+// waiting is set by a sender asleep on a slot's state word (acquire).
+func (s *shmSeg) waiting() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[shmSlots*64]))
+}
+
+// free gives slot i back to the sender, waking it if it sleeps.
+func (s *shmSeg) free(i int) {
+	st := s.state(i)
+	st.Store(0)
+	if s.waiting().Load() != 0 {
+		futex.Wake(st, 1)
+	}
+}
+
 func (s *shmSeg) slot(i int) []byte {
 	off := shmHeader + i*shmSlotSize
 	return s.mem[off : off+shmSlotSize : off+shmSlotSize]
@@ -88,7 +103,12 @@ type shmOut struct {
 	closed atomic.Bool  // the link is closing
 }
 
-// acquire waits until the next slot is free and returns its index.
+// acquire waits until the next slot is free and returns its index. It
+// yields for slotSpin, then sleeps on the slot's state word until the
+// receiver frees it (shmSeg.free), waking every slotNap to look at the
+// connection and ctx: a sleep through the runtime's timers would last a
+// millisecond here, whatever it asks for, where a slot frees in tens of
+// microseconds.
 func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	i := o.next
 	st := o.seg.state(i)
@@ -100,15 +120,34 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		backoff(&start)
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) < slotSpin {
+			runtime.Gosched()
+			continue
+		}
+		w := o.seg.waiting()
+		w.Store(1)
+		if st.Load() != 0 { // the receiver sees waiting, or we see the slot free
+			futex.Wait(st, 1, slotNap)
+		}
+		w.Store(0)
 	}
 	o.next = (i + 1) % shmSlots
 	return i, nil
 }
 
-// backoff waits a little for shared memory the peer will free: yielding
-// for the first 100 µs since *start (set on the first call), then
-// sleeping 20 µs at a time.
+const (
+	slotSpin = 20 * time.Microsecond
+	slotNap  = 2 * time.Millisecond
+)
+
+// backoff waits a little for room the peer will make in a frame ring:
+// yielding for the first 100 µs since *start (set on the first call),
+// then sleeping (20 µs asked; the runtime's timers make it about 1 ms
+// here, so a ring that stays full that long is a slow reader, not a
+// burst).
 func backoff(start *time.Time) {
 	if start.IsZero() {
 		*start = time.Now()
@@ -360,19 +399,10 @@ func createFile(tag string, size int64) (*os.File, error) {
 	return f, nil
 }
 
-// copySum copies the parts into dst back to back and returns their CRC32C,
-// checksumming each block just copied while it is in cache (one pass over
-// the source instead of two).
-func copySum(dst []byte, parts [][]byte) uint32 {
-	var c uint32
+// copyParts copies the parts into dst back to back.
+func copyParts(dst []byte, parts [][]byte) {
 	off := 0
 	for _, p := range parts {
-		for len(p) > 0 {
-			n := copy(dst[off:], p[:min(len(p), sumBlock)])
-			c = crc32c.Update(c, dst[off:off+n])
-			off += n
-			p = p[n:]
-		}
+		off += copy(dst[off:], p)
 	}
-	return c
 }

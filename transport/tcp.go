@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/godist/godist/internal/crc32c"
 	"io"
 	"log/slog"
 	"net"
@@ -514,7 +513,7 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	if err := ctx.Err(); err != nil {
 		return notSent{err}
 	}
-	if l.shm != nil && h.Kind == KindMessage && totalLen(payload) > shmSlotSize {
+	if l.shm != nil && h.Kind == KindMessage && totalLen(payload) >= fragMin {
 		return l.sendFragments(ctx, h, payload)
 	}
 	if l.shm != nil && (h.Kind == KindData || h.Kind == KindMessage) {
@@ -532,7 +531,8 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 				}
 				return aerr
 			}
-			h.CRC = copySum(l.shm.seg.slot(i), payload)
+			copyParts(l.shm.seg.slot(i), payload) // no checksum (memPayload.slot)
+			h.CRC = 0
 			l.shm.seg.state(i).Store(1)
 			h.Slot = uint8(i)
 			if h.Kind == KindData {
@@ -736,6 +736,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSe
 // endRead ends a reader on err: the connection's end, or a broken frame
 // (then the connection is closed too).
 func (e *Endpoint) endRead(r int, conn net.Conn, err error) {
+	e.spares[r].close()
 	var fe frameErr
 	if errors.As(err, &fe) {
 		e.peerDown(r, fe.err)
@@ -785,8 +786,8 @@ func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *a
 		} else {
 			h.Kind = KindMessage
 		}
-		err := e.deliver(r, h, &memPayload{shm.slot(int(h.Slot))[:h.Len]})
-		shm.state(int(h.Slot)).Store(0) // the sender may reuse it
+		err := e.deliver(r, h, &memPayload{b: shm.slot(int(h.Slot))[:h.Len], slot: true})
+		shm.free(int(h.Slot)) // the sender may reuse it
 		if err != nil {
 			return frameErr{err}
 		}
@@ -841,7 +842,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d payload bytes for a header of %d", ErrFrame, len(body), h.Len)}
 			return
 		}
-		ferr = e.handleFrame(r, &h, &memPayload{body}, shm, &asm)
+		ferr = e.handleFrame(r, &h, &memPayload{b: body}, shm, &asm)
 	}
 	ring := shm.ring
 	var idle time.Time
@@ -905,20 +906,34 @@ func (s *streamPayload) view(n int, fn func([]byte)) error {
 	return err
 }
 
-// sendFragments sends a message larger than a slot through consecutive
-// shared-memory slots, one header per fragment: the first fragment's
-// payload starts with the message's length (8 bytes, little-endian), and
-// every fragment but the last says more follow. The receiver frees each
-// slot once it has copied the fragment out, so copying in and copying out
-// overlap. l.mu is held: no other frame comes between the fragments.
+// Messages of fragMin bytes or more go through the slots in fragments
+// (sendFragments), so that the receiver copies one out while the sender
+// copies the next in: a message of n bytes then costs about one copy of n
+// and one of a fragment, where whole it costs two copies of n. Fragments
+// are a quarter of the message, within [fragMin/2, fragMax]: small enough
+// to overlap, large enough that the header and wakeup of each are noise.
+const (
+	fragMin = 256 << 10
+	fragMax = 1 << 20
+)
+
+func fragSize(n int) int { return min(max((n+3)/4, fragMin/2), fragMax) }
+
+// sendFragments sends a message through consecutive shared-memory slots,
+// one header per fragment (fragSize): the first fragment's payload starts
+// with the message's length (8 bytes, little-endian), and every fragment
+// but the last says more follow. The receiver frees each slot once it has
+// copied the fragment out. l.mu is held: no other frame comes between the
+// fragments.
 func (l *tcpLink) sendFragments(ctx context.Context, h *Header, payload [][]byte) error {
 	var length [8]byte
 	binary.LittleEndian.PutUint64(length[:], uint64(totalLen(payload)))
 	parts := append([][]byte{length[:]}, payload...)
 	rest := totalLen(parts)
+	size := fragSize(rest)
 	first := true
 	for rest > 0 {
-		n := min(rest, shmSlotSize)
+		n := min(rest, size)
 		i, err := l.shm.acquire(ctx)
 		if err != nil {
 			if first && ctx.Err() != nil {
@@ -929,7 +944,7 @@ func (l *tcpLink) sendFragments(ctx context.Context, h *Header, payload [][]byte
 		var chunk [][]byte
 		chunk, parts = splitParts(parts, n)
 		f := Header{Kind: KindShmMessage, Key: h.Key, FP: h.FP, Len: int64(n), Slot: uint8(i), Frag: FragPart}
-		f.CRC = copySum(l.shm.seg.slot(i), chunk)
+		copyParts(l.shm.seg.slot(i), chunk)
 		l.shm.seg.state(i).Store(1)
 		rest -= n
 		if first {
@@ -992,16 +1007,14 @@ func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) erro
 		return fmt.Errorf("%w: fragment out of order (first %v, a message under way %v)", ErrFrame, first, asm.active)
 	}
 	data := shm.slot(int(h.Slot))[:h.Len]
-	defer shm.state(int(h.Slot)).Store(0) // the sender may reuse it
-	// The checksum is taken as the data is copied out (block by block,
-	// while each is in cache), and checked before the message is used.
-	var sum uint32
+	defer shm.free(int(h.Slot)) // the sender may reuse it
+	// The data carries no checksum: it crossed no wire (memPayload.slot).
 	if first {
 		if len(data) < 8 {
 			return fmt.Errorf("%w: first fragment of %d bytes", ErrFrame, len(data))
 		}
 		total := binary.LittleEndian.Uint64(data)
-		if total > MaxPayload || total <= shmSlotSize-8 {
+		if total > MaxPayload || total+8 < fragMin {
 			return fmt.Errorf("%w: fragmented message of %d bytes", ErrFrame, total)
 		}
 		*asm = assembly{active: true, total: int64(total)}
@@ -1011,26 +1024,15 @@ func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) erro
 		if fn == nil || asm.total > limit {
 			asm.prefix = append([]byte(nil), data[8:][:min(len(data)-8, MessagePrefix)]...)
 		} else {
-			asm.buf = alloc8(int(total))
+			asm.buf = e.spares[src].get(int(total))
 		}
-		sum = crc32c.Update(0, data[:8])
 		data = data[8:]
 	}
 	if asm.off+int64(len(data)) > asm.total {
 		return fmt.Errorf("%w: fragments longer than the %d bytes announced", ErrFrame, asm.total)
 	}
 	if asm.buf != nil {
-		dst := asm.buf[asm.off : asm.off+int64(len(data))]
-		for o := 0; o < len(dst); o += sumBlock {
-			e := min(o+sumBlock, len(dst))
-			copy(dst[o:e], data[o:e])
-			sum = crc32c.Update(sum, dst[o:e])
-		}
-	} else {
-		sum = crc32c.Update(sum, data)
-	}
-	if sum != h.CRC {
-		return fmt.Errorf("%w: fragment checksum mismatch on %v from rank %d", ErrFrame, h.Key, src)
+		copy(asm.buf[asm.off:], data)
 	}
 	asm.off += int64(len(data))
 	if h.Frag&FragMore != 0 {

@@ -35,6 +35,7 @@ type benchConfig struct {
 	Timeout  time.Duration `json:"timeout"` // bounds each collective
 	Shared   bool          `json:"shared"`  // all_reduce tensors from NewSharedTensor
 	RPC      bool          `json:"rpc"`     // the RPC cases of bench_rpc.py instead of collectives
+	RPCCases []string      `json:"rpc_cases"`
 }
 
 const benchConfigEnv = "GODIST_BENCH_CONFIG"
@@ -65,6 +66,7 @@ func benchMain(args []string) int {
 	target := fs.Duration("target", 2*time.Second, "time budget per size: the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size before the 5 probe iterations")
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
+	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
 	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of shared/anchors/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
 	shared := fs.Bool("shared", false, "all_reduce tensors made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks reduce them through shared memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
@@ -122,6 +124,9 @@ Flags:
 		Shared: *shared, RPC: *rpcCases,
 	}
 	if *rpcCases {
+		if cfg.RPCCases, err = parseRPCCases(*rpcOnly); err != nil {
+			return fail("--rpc-cases: %v", err)
+		}
 		cfg.MinIters, cfg.MaxIters = 20, 20000
 		*nproc = 2
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/godist/godist/dist"
@@ -15,6 +17,24 @@ import (
 type rpcAddArgs struct {
 	X *tensor.Tensor
 	Y float32
+}
+
+// rpcCaseNames are godist bench --rpc's cases, in the order they run.
+var rpcCaseNames = []string{"add", "remote", "echo_1KiB", "echo_1MiB", "echo_16MiB", "async_echo", "async_add"}
+
+// parseRPCCases parses --rpc-cases.
+func parseRPCCases(s string) ([]string, error) {
+	if s == "all" || s == "" {
+		return rpcCaseNames, nil
+	}
+	var out []string
+	for _, c := range strings.Split(s, ",") {
+		if !slices.Contains(rpcCaseNames, c) {
+			return nil, fmt.Errorf("unknown case %q (cases: %s)", c, strings.Join(rpcCaseNames, ","))
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // benchRPC is one rank of godist bench --rpc: rank 1 serves, rank 0 times
@@ -82,33 +102,29 @@ func benchRPC(ctx context.Context, cfg benchConfig, enc *json.Encoder) error {
 		}
 		return enc.Encode(r)
 	}
+	want := func(c string) bool { return cfg.RPCCases == nil || slices.Contains(cfg.RPCCases, c) }
 	small := tensor.FromFloat32([]float32{1, 1}, 2)
-	ts, err := timed(20, 20000, func() error {
-		_, err := add.Call(ctx, a, "worker1", rpcAddArgs{small, 3})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("rpc_sync add: %w", err)
-	}
-	if err := emit("rpc_sync add(2 floats)", 0, ts, 0); err != nil {
-		return err
-	}
-	ts, err = timed(20, 20000, func() error {
-		ref, err := make2.Remote(ctx, a, "worker1", 2)
+	if want("add") {
+		ts, err := timed(20, 20000, func() error {
+			_, err := add.Call(ctx, a, "worker1", rpcAddArgs{small, 3})
+			return err
+		})
 		if err != nil {
+			return fmt.Errorf("rpc_sync add: %w", err)
+		}
+		if err := emit("rpc_sync add(2 floats)", 0, ts, 0); err != nil {
 			return err
 		}
-		_, err = ref.ToHere(ctx)
-		ref.Release()
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("remote().to_here(): %w", err)
 	}
-	if err := emit("remote(make 2 floats).to_here()", 0, ts, 0); err != nil {
-		return err
+	if want("remote") {
+		if err := benchRemote(ctx, a, make2, timed, emit); err != nil {
+			return err
+		}
 	}
-	for _, n := range []int{1 << 10, 1 << 20, 16 << 20} {
+	for i, n := range []int{1 << 10, 1 << 20, 16 << 20} {
+		if !want([]string{"echo_1KiB", "echo_1MiB", "echo_16MiB"}[i]) {
+			continue
+		}
 		t := tensor.New(tensor.Float32, n/4)
 		ts, err := timed(5, 20000, func() error {
 			_, err := echo.Call(ctx, a, "worker1", t)
@@ -121,35 +137,56 @@ func benchRPC(ctx context.Context, cfg benchConfig, enc *json.Encoder) error {
 			return err
 		}
 	}
-	mib := tensor.New(tensor.Float32, (1<<20)/4)
 	futs := make([]*rpc.Future[*tensor.Tensor], 256)
-	ts, err = timed(3, 200, func() error {
-		for i := range 64 {
-			futs[i] = echo.Go(ctx, a, "worker1", mib)
+	if want("async_echo") {
+		mib := tensor.New(tensor.Float32, (1<<20)/4)
+		ts, err := timed(3, 200, func() error {
+			for i := range 64 {
+				futs[i] = echo.Go(ctx, a, "worker1", mib)
+			}
+			_, err := rpc.WaitAll(ctx, futs[:64])
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("echo 1 MiB x64: %w", err)
 		}
-		_, err := rpc.WaitAll(ctx, futs[:64])
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("echo 1 MiB x64: %w", err)
-	}
-	if err := emit("rpc_async echo 1 MiB x64 in flight", 1<<20, ts, 64); err != nil {
-		return err
-	}
-	ts, err = timed(3, 2000, func() error {
-		for i := range 256 {
-			futs[i] = add.Go(ctx, a, "worker1", rpcAddArgs{small, 1})
+		if err := emit("rpc_async echo 1 MiB x64 in flight", 1<<20, ts, 64); err != nil {
+			return err
 		}
-		_, err := rpc.WaitAll(ctx, futs)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("add x256: %w", err)
 	}
-	if err := emit("rpc_async add x256 in flight", 0, ts, 256); err != nil {
-		return err
+	if want("async_add") {
+		ts, err := timed(3, 2000, func() error {
+			for i := range 256 {
+				futs[i] = add.Go(ctx, a, "worker1", rpcAddArgs{small, 1})
+			}
+			_, err := rpc.WaitAll(ctx, futs)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("add x256: %w", err)
+		}
+		if err := emit("rpc_async add x256 in flight", 0, ts, 256); err != nil {
+			return err
+		}
 	}
 	return a.Shutdown(ctx, true)
+}
+
+// benchRemote times remote(make 2 floats).to_here().
+func benchRemote(ctx context.Context, a *rpc.Agent, make2 rpc.Fn[int, *tensor.Tensor], timed func(int, int, func() error) ([]float64, error), emit func(string, int, []float64, int) error) error {
+	ts, err := timed(20, 20000, func() error {
+		ref, err := make2.Remote(ctx, a, "worker1", 2)
+		if err != nil {
+			return err
+		}
+		_, err = ref.ToHere(ctx)
+		ref.Release()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remote().to_here(): %w", err)
+	}
+	return emit("remote(make 2 floats).to_here()", 0, ts, 0)
 }
 
 func distOptions(cfg benchConfig) dist.Options {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,7 @@ func Run(t *testing.T, newMesh NewMesh) {
 	t.Run("Control", func(t *testing.T) { testControl(t, newMesh) })
 	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, newMesh) })
 	t.Run("Messages", func(t *testing.T) { testMessages(t, newMesh) })
+	t.Run("MessagesKept", func(t *testing.T) { testMessagesKept(t, newMesh) })
 	t.Run("BadPeer", func(t *testing.T) {
 		m := newMesh(t, 2)
 		defer m.Close()
@@ -425,19 +427,22 @@ func testMessages(t *testing.T, newMesh NewMesh) {
 		src  int
 		seq  uint64
 		data []byte
-	}{{2, 2, big}, {0, 3, nil}, {0, 4, huge}, {2, 5, payload(2, 1, 5, 9)}, {0, 6, bigger}}
+	}{{2, 2, big}, {0, 3, nil}, {0, 4, huge}, {2, 5, payload(2, 1, 5, 9)}, {0, 6, bigger},
+		// Around the sizes where shared memory fragments a message.
+		{0, 7, payload(0, 1, 7, 128<<10-1)}, {0, 8, payload(0, 1, 8, 256<<10-9)}, {2, 9, payload(2, 1, 9, 256<<10)},
+		{0, 10, payload(0, 1, 10, 1<<20+3)}, {2, 11, payload(2, 1, 11, 4<<20+1)}}
 	for _, s := range sends {
 		if err := m.Endpoints[s.src].SendMessage(ctx, 1, transport.Key{Seq: s.seq}, s.seq, s.data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	seen := map[uint64]msg{}
-	for len(seen) < 6 {
+	for len(seen) < len(sends)+1 {
 		select {
 		case x := <-got:
 			seen[x.seq] = x
 		case <-ctx.Done():
-			t.Fatalf("only %d of 6 messages arrived", len(seen))
+			t.Fatalf("only %d of %d messages arrived", len(seen), len(sends)+1)
 		}
 	}
 	check := func(seq uint64, src int, want []byte) {
@@ -454,6 +459,9 @@ func testMessages(t *testing.T, newMesh NewMesh) {
 	check(3, 0, []byte{})
 	check(5, 2, payload(2, 1, 5, 9))
 	check(6, 0, bigger)
+	for _, s := range sends[5:] {
+		check(s.seq, s.src, s.data)
+	}
 	if x := seen[4]; x.size != limit+1 || len(x.b) != transport.MessagePrefix || !bytes.Equal(x.b, huge[:transport.MessagePrefix]) {
 		t.Errorf("over-limit message: %d bytes of %d", len(x.b), x.size)
 	}
@@ -471,5 +479,44 @@ func testMessages(t *testing.T, newMesh NewMesh) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("WatchPeers heard nothing")
+	}
+}
+
+// testMessagesKept: message buffers a handler keeps stay its own while
+// the collector runs and more messages of the same size arrive (the
+// transport recycles the buffers of messages nobody holds any more: it
+// must never reuse one that is still held), and a second round, after
+// the first is dropped, arrives intact too.
+func testMessagesKept(t *testing.T, newMesh NewMesh) {
+	m := newMesh(t, 2)
+	defer m.Close()
+	ctx := ctxT(t, 30*time.Second)
+	got := make(chan []byte, 64)
+	m.Endpoints[1].SetMessageHandler(8<<20, func(src int, k transport.Key, fp uint64, b []byte, size int64) {
+		got <- b
+	})
+	const n, size = 24, 1<<20 + 5
+	for round := range 2 {
+		kept := make([][]byte, 0, n)
+		for i := range n {
+			if err := m.Endpoints[0].SendMessage(ctx, 1, transport.Key{Seq: uint64(round*n + i)}, 1, payload(0, round, i, size)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case b := <-got:
+				kept = append(kept, b)
+			case <-ctx.Done():
+				t.Fatalf("round %d: message %d did not arrive", round, i)
+			}
+			runtime.GC() // buffers of dropped messages come back for reuse now
+		}
+		for i, b := range kept {
+			if !bytes.Equal(b, payload(0, round, i, size)) {
+				t.Fatalf("round %d: kept message %d changed after later messages arrived", round, i)
+			}
+		}
+		kept = nil
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // let finalizers run
 	}
 }

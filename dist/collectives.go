@@ -142,10 +142,13 @@ func (g *Group) broadcastCall(t *tensor.Tensor, root int) (call, error) {
 // broadcast sends bytes (elements of one byte for the schedule: the
 // choice depends on the byte count, which all ranks share).
 func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, root int) error {
+	if sb, off := g.sharedFor(b); sb != nil {
+		return explainShared(g.broadcastShared(ctx, seq, c, b, sb, off, root), true)
+	}
 	sched := g.schedule(schedKey{opBroadcast, len(b), 1, root}, func() algo.Schedule {
 		return algo.ChooseBroadcast(g.Size(), root, len(b), 1).Schedule(g.rank)
 	})
-	return g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil, nil)
+	return explainShared(g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil, nil), false)
 }
 
 // Reduce reduces t across the group into root's t. The other members' t
@@ -278,8 +281,11 @@ func (g *Group) allGatherIntoCall(out, in *tensor.Tensor) (call, error) {
 func (g *Group) allGatherInto(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor) error {
 	n := len(in.Bytes())
 	buf := out.Bytes()
+	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
+		return explainShared(g.allGatherShared(ctx, seq, c, buf, in.Bytes(), sb, off), true)
+	}
 	copy(buf[g.rank*n:(g.rank+1)*n], in.Bytes())
-	return g.allGatherBytes(ctx, seq, c, buf, equalCounts(g.Size(), n))
+	return explainShared(g.allGatherBytes(ctx, seq, c, buf, equalCounts(g.Size(), n)), false)
 }
 
 // Gather collects every member's in into root's outs (one per member);
@@ -488,7 +494,7 @@ func (g *Group) ReduceScatterTensor(ctx context.Context, out, in *tensor.Tensor,
 		return err
 	}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op)
+		return g.reduceScatterTensor(ctx, seq, c, out, in, op)
 	})
 }
 
@@ -496,8 +502,17 @@ func (g *Group) ReduceScatterTensor(ctx context.Context, out, in *tensor.Tensor,
 func (g *Group) ReduceScatterTensorAsync(out, in *tensor.Tensor, op ReduceOp) *Work {
 	c, err := g.reduceScatterTensorCall(out, in, op)
 	return g.async(c, err, func(ctx context.Context, seq uint64) error {
-		return g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op)
+		return g.reduceScatterTensor(ctx, seq, c, out, in, op)
 	})
+}
+
+// reduceScatterTensor reduce-scatters in straight out of the others'
+// memory when in is a piece of a shared tensor, else with the ring.
+func (g *Group) reduceScatterTensor(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor, op ReduceOp) error {
+	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
+		return explainShared(g.reduceScatterShared(ctx, seq, c, out.Bytes(), in.Bytes(), sb, off, reduceFunc(op, out.DType()), op), true)
+	}
+	return explainShared(g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op), false)
 }
 
 func (g *Group) reduceScatterTensorCall(out, in *tensor.Tensor, op ReduceOp) (call, error) {

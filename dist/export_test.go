@@ -1,4 +1,4 @@
 package dist
 
-// SharedAllReduces counts g's all-reduces that went through shared memory.
-func SharedAllReduces(g *Group) int64 { return g.sharedReduces.Load() }
+// SharedCalls counts g's collectives that went through shared memory.
+func SharedCalls(g *Group) int64 { return g.sharedCalls.Load() }

@@ -119,7 +119,7 @@ type Group struct {
 	rank    int   // this process's rank in the group
 	timeout time.Duration
 
-	sharedReduces atomic.Int64 // all-reduces done through shared memory (sharedreduce.go)
+	sharedCalls atomic.Int64 // collectives done through shared memory (sharedreduce.go)
 
 	ctx    context.Context // cancelled, with the failure as cause, when the group fails
 	cancel context.CancelCauseFunc

@@ -290,7 +290,7 @@ func TestInitOptionsOverrideEnv(t *testing.T) {
 						if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
 							return err
 						}
-						if got := dist.SharedAllReduces(g) == 1; got != c.shared {
+						if got := dist.SharedCalls(g) == 1; got != c.shared {
 							return fmt.Errorf("all-reduce through shared memory: %v, want %v", got, c.shared)
 						}
 						return g.Barrier(ctx)

@@ -11,11 +11,19 @@ import (
 )
 
 // NewSharedTensor returns a zeroed contiguous tensor that, when all of g
-// is on one host, every member maps from every other. An all-reduce of it
-// (or of a piece of at least 128 KiB, the same piece on every member) then
-// sends no payload: each member reduces its share straight out of the
-// others' copies and writes the result into them (sharedreduce.go). DDP
-// keeps its gradient buckets in such a tensor.
+// is on one host, every member maps from every other. Collectives whose
+// input is it, or a piece of at least 128 KiB of it, then send no payload
+// (sharedreduce.go):
+//   - AllReduce (the same piece on every member): each member reduces its
+//     share straight out of the others' copies and writes the result into
+//     them;
+//   - Broadcast (the same piece everywhere): each member copies root's
+//     piece into its own, one copy where a transfer makes two;
+//   - AllGatherIntoTensor and ReduceScatterTensor (each member's input
+//     anywhere in its copy, such as its own chunk of a shared output):
+//     each member reads the others' inputs where they lie.
+//
+// DDP keeps its gradient buckets in such a tensor.
 //
 // Every member must call it, in the same order as its other collectives.
 // Unless all of g is on one host with shared memory on (members on other

@@ -69,7 +69,7 @@ func TestSharedTensor(t *testing.T) {
 						return fmt.Errorf("%v of [%d, +%d): %v", p.op, p.off, p.len, err)
 					}
 				}
-				shared := dist.SharedAllReduces(g)
+				shared := dist.SharedCalls(g)
 				if c.shm && shared != 5 {
 					return fmt.Errorf("rank %d: %d all-reduces through shared memory, want 5 (3 sums, the large piece, MAX)", r, shared)
 				}
@@ -183,4 +183,124 @@ func TestSharedAllReduceMisuse(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestSharedCollectives: over TCP with shared memory, broadcast,
+// all_gather_into_tensor and reduce_scatter_tensor of pieces of a
+// NewSharedTensor go through shared memory (the inputs read straight out
+// of the others' copies), in place too, and give what they give on
+// ordinary tensors; the inputs stay as they were.
+func TestSharedCollectives(t *testing.T) {
+	const n = 120_000 // per rank: 480 KB
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world%d", world), func(t *testing.T) {
+			opt := disttest.Options{TCP: true, SharedMemory: true, Timeout: 20 * time.Second}
+			disttest.SpawnWith(t, world, opt, func(_ *disttest.Job, g *dist.Group) error {
+				ctx := context.Background()
+				r, size := g.Rank(), g.Size()
+				x, err := g.NewSharedTensor(ctx, tensor.Float32, size*n)
+				if err != nil {
+					return err
+				}
+				calls := dist.SharedCalls(g)
+				counted := func(what string, want int64) error {
+					if got := dist.SharedCalls(g) - calls; got != want {
+						return fmt.Errorf("rank %d: %s: %d calls through shared memory, want %d", r, what, got, want)
+					}
+					calls = dist.SharedCalls(g)
+					return nil
+				}
+				equal := func(what string, got, want []float32) error {
+					for i := range want {
+						if got[i] != want[i] {
+							return fmt.Errorf("rank %d: %s: [%d] = %v, want %v", r, what, i, got[i], want[i])
+						}
+					}
+					return nil
+				}
+				// Broadcast of a piece, from each root.
+				for root := range size {
+					piece := x.Narrow(0, 1024, n)
+					piece.Copy(randFloat32(uint64(10*root+r), n))
+					if err := g.Broadcast(ctx, piece, root); err != nil {
+						return err
+					}
+					if err := equal(fmt.Sprintf("broadcast from %d", root), piece.Float32s(), randFloat32(uint64(10*root+root), n).Float32s()); err != nil {
+						return err
+					}
+				}
+				if err := counted("broadcast", int64(size)); err != nil {
+					return err
+				}
+				// all_gather_into_tensor: a shared input into an ordinary
+				// output, then in place (the input is this rank's chunk of
+				// the shared output).
+				want := tensor.New(tensor.Float32, size*n)
+				for q := range size {
+					want.Narrow(0, q*n, n).Copy(randFloat32(uint64(20+q), n))
+				}
+				in := x.Narrow(0, 0, n)
+				in.Copy(randFloat32(uint64(20+r), n))
+				out := tensor.New(tensor.Float32, size*n)
+				if err := g.AllGatherIntoTensor(ctx, out, in); err != nil {
+					return err
+				}
+				if err := equal("all_gather", out.Float32s(), want.Float32s()); err != nil {
+					return err
+				}
+				if err := equal("all_gather's input", in.Float32s(), randFloat32(uint64(20+r), n).Float32s()); err != nil {
+					return err
+				}
+				x.Zero()
+				mine := x.Narrow(0, r*n, n)
+				mine.Copy(randFloat32(uint64(20+r), n))
+				if err := g.AllGatherIntoTensor(ctx, x, mine); err != nil {
+					return err
+				}
+				if err := equal("all_gather in place", x.Float32s(), want.Float32s()); err != nil {
+					return err
+				}
+				if err := counted("all_gather", 2); err != nil {
+					return err
+				}
+				// reduce_scatter_tensor, SUM then AVG into an ordinary
+				// output, then in place; against the ring on ordinary
+				// tensors.
+				for _, op := range []dist.ReduceOp{dist.Sum, dist.Avg} {
+					x.Copy(randFloat32(uint64(30+r), size*n))
+					plainIn := randFloat32(uint64(30+r), size*n)
+					plainOut := tensor.New(tensor.Float32, n)
+					if err := g.ReduceScatterTensor(ctx, plainOut, plainIn, op); err != nil {
+						return err
+					}
+					got := tensor.New(tensor.Float32, n)
+					if err := g.ReduceScatterTensor(ctx, got, x, op); err != nil {
+						return err
+					}
+					if err := sameSum(got.Float32s(), plainOut.Float32s(), size); err != nil {
+						return fmt.Errorf("rank %d: reduce_scatter %v: %v", r, op, err)
+					}
+					if err := equal("reduce_scatter's input", x.Float32s(), randFloat32(uint64(30+r), size*n).Float32s()); err != nil {
+						return err
+					}
+					if err := g.ReduceScatterTensor(ctx, x.Narrow(0, r*n, n), x, op); err != nil {
+						return err
+					}
+					if err := sameSum(x.Narrow(0, r*n, n).Float32s(), plainOut.Float32s(), size); err != nil {
+						return fmt.Errorf("rank %d: reduce_scatter %v in place: %v", r, op, err)
+					}
+				}
+				if err := counted("reduce_scatter", 4); err != nil {
+					return err
+				}
+				// Different pieces in a broadcast: an error, not a hang.
+				err = g.Broadcast(ctx, x.Narrow(0, r*n, n), 0)
+				var om *dist.OffsetMismatchError
+				if !errors.As(err, &om) && (err == nil || !strings.Contains(err.Error(), "every member must pass the same piece")) {
+					return fmt.Errorf("rank %d: broadcast of different pieces: %v, want an OffsetMismatchError", r, err)
+				}
+				return nil
+			})
+		})
+	}
 }

@@ -126,7 +126,9 @@ func (g *Group) sharedFor(b []byte) (*sharedBuf, int) {
 
 // SharedAllReduceApplies reports whether an all-reduce of t on g goes
 // through shared memory: t is a piece of at least 128 KiB of a tensor from
-// g's NewSharedTensor, and every member has mapped every other's copy.
+// g's NewSharedTensor, and every member has mapped every other's copy. The
+// same holds for a broadcast of t, and for an all-gather or a
+// reduce-scatter whose input is t.
 func SharedAllReduceApplies(g *Group, t *tensor.Tensor) bool {
 	if !t.IsContiguous() {
 		return false
@@ -135,8 +137,8 @@ func SharedAllReduceApplies(g *Group, t *tensor.Tensor) bool {
 	return sb != nil
 }
 
-// explainShared says what a frame of the wrong length at the start of an
-// all-reduce means when one side went through shared memory and the other
+// explainShared says what a frame of the wrong length at the start of a
+// collective means when one side went through shared memory and the other
 // did not (shared: this rank did): the first frame of a shared all-reduce
 // carries 8 bytes, the piece's offset.
 func explainShared(err error, shared bool) error {
@@ -145,26 +147,38 @@ func explainShared(err error, shared bool) error {
 		return err
 	}
 	if shared {
-		return fmt.Errorf("%w: rank %d all-reduced an ordinary tensor where this rank passed a piece of a shared one (Group.NewSharedTensor); every member must pass the same piece of its own shared tensor", err, le.Src)
+		return fmt.Errorf("%w: rank %d passed an ordinary tensor where this rank passed a piece of a shared one (Group.NewSharedTensor); every member must pass the same piece of its own shared tensor", err, le.Src)
 	}
-	return fmt.Errorf("%w: rank %d all-reduced a piece of a shared tensor (Group.NewSharedTensor) where this rank passed an ordinary one; every member must pass the same piece of its own shared tensor", err, le.Src)
+	return fmt.Errorf("%w: rank %d passed a piece of a shared tensor (Group.NewSharedTensor) where this rank passed an ordinary one; every member must pass the same piece of its own shared tensor", err, le.Src)
 }
 
-// OffsetMismatchError reports that members all-reduced different pieces
-// of a shared tensor as the same call.
+// OffsetMismatchError reports that members passed different pieces of a
+// shared tensor to the same call (all_reduce and broadcast need the same
+// piece everywhere), or a piece that does not fit in the tensor.
 type OffsetMismatchError struct {
-	Rank, Peer   int // global ranks
-	Mine, Theirs int // byte offsets in the shared tensor
+	Op           string // the collective, as PyTorch names it
+	Rank, Peer   int    // global ranks
+	Mine, Theirs int    // byte offsets in the shared tensor
 }
 
 func (e *OffsetMismatchError) Error() string {
-	return fmt.Sprintf("dist: all_reduce: rank %d reduced the piece at byte %d of a shared tensor, rank %d the piece at byte %d; every member must pass the same piece of its copy", e.Rank, e.Mine, e.Peer, e.Theirs)
+	return fmt.Sprintf("dist: %s: rank %d passed the piece at byte %d of a shared tensor, rank %d the piece at byte %d; every member must pass the same piece of its copy", e.Op, e.Rank, e.Mine, e.Peer, e.Theirs)
 }
 
-// allReduceShared all-reduces b, which lies at off in shared tensor sb
-// (see the comment at the top of this file).
-func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byte, es int, sb *sharedBuf, off int, red, final reducer, op ReduceOp) error {
-	g.sharedReduces.Add(1)
+// sharedCall runs the body of a collective over shared memory: every
+// member announces where its piece of n bytes lies in its shared tensor
+// sb (this rank's at off), then body runs with the others' copies of
+// their pieces mapped (others[q], by group rank; nil for this rank),
+// then every member says it is done with the others' memory. With
+// sameOffset the pieces must lie at the same offset everywhere (else an
+// *OffsetMismatchError). body may read the others' pieces and write
+// the parts of them that this rank alone writes (see each collective).
+//
+// The first exchange orders every member's inputs before anyone reads
+// them; the second keeps each member's inputs and outputs untouched by
+// the others once its call returns.
+func (g *Group) sharedCall(ctx context.Context, seq uint64, c call, sb *sharedBuf, off, n int, sameOffset bool, body func(others [][]byte) error) error {
+	g.sharedCalls.Add(1)
 	ep := g.world.ep
 	fp := c.fingerprint()
 	size := g.Size()
@@ -205,37 +219,50 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 	if err := exchange(0, at[:]); err != nil {
 		return err
 	}
+	offs := make([]int, size)
 	for q := range size {
-		if q != g.rank {
-			if theirs := int(binary.LittleEndian.Uint64(ins[q])); theirs != off {
-				return &OffsetMismatchError{Rank: g.world.rank, Peer: g.ranks[q], Mine: off, Theirs: theirs}
-			}
+		offs[q] = off
+		if q == g.rank {
+			continue
 		}
+		theirs := binary.LittleEndian.Uint64(ins[q])
+		if sameOffset && int(theirs) != off {
+			return &OffsetMismatchError{Op: c.op.String(), Rank: g.world.rank, Peer: g.ranks[q], Mine: off, Theirs: int(theirs)}
+		}
+		if theirs > uint64(sb.n) || uint64(sb.n)-theirs < uint64(n) {
+			return &OffsetMismatchError{Op: c.op.String(), Rank: g.world.rank, Peer: g.ranks[q], Mine: off, Theirs: int(min(theirs, 1<<62))}
+		}
+		offs[q] = int(theirs)
 	}
-	offs, lens := algo.Chunks(len(b)/es, size)
-	chunk := func(mem []byte, q int) []byte { return mem[offs[q]*es : (offs[q]+lens[q])*es] }
-	// peers returns the other members' copies of b.
-	peers := func(region func(peer int, id uint8) []byte) ([][]byte, error) {
-		out := make([][]byte, size)
+	err := sb.pm.UsePeerRegions(func(region func(int, uint8) []byte) error {
+		others := make([][]byte, size)
 		for q := range size {
 			if q == g.rank {
 				continue
 			}
 			mem := region(g.ranks[q], sb.ids[q])
-			if len(mem) < off+len(b) {
-				return nil, &transport.PeerError{Rank: g.ranks[q], Err: fmt.Errorf("its shared tensor is no longer mapped (connection ended)")}
+			if len(mem) < offs[q]+n {
+				return &transport.PeerError{Rank: g.ranks[q], Err: fmt.Errorf("its shared tensor is no longer mapped (connection ended)")}
 			}
-			out[q] = mem[off : off+len(b)]
+			others[q] = mem[offs[q] : offs[q]+n]
 		}
-		return out, nil
+		return body(others)
+	})
+	if err != nil {
+		return err
 	}
-	// Reduce this rank's chunk, the others' copies in rank order, then
-	// write the result into theirs.
-	err := sb.pm.UsePeerRegions(func(region func(int, uint8) []byte) error {
-		others, err := peers(region)
-		if err != nil {
-			return err
-		}
+	return exchange(1, nil)
+}
+
+// allReduceShared all-reduces b, which lies at off in shared tensor sb
+// (see the comment at the top of this file): this rank reduces its chunk
+// of every copy, the others' in rank order, into its own copy, then
+// writes the result into theirs.
+func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byte, es int, sb *sharedBuf, off int, red, final reducer, op ReduceOp) error {
+	size := g.Size()
+	offs, lens := algo.Chunks(len(b)/es, size)
+	chunk := func(mem []byte, q int) []byte { return mem[offs[q]*es : (offs[q]+lens[q])*es] }
+	return g.sharedCall(ctx, seq, c, sb, off, len(b), true, func(others [][]byte) error {
 		mine, last := chunk(b, g.rank), size-1
 		if last == g.rank {
 			last--
@@ -260,8 +287,70 @@ func (g *Group) allReduceShared(ctx context.Context, seq uint64, c call, b []byt
 		}
 		return nil
 	})
-	if err != nil {
-		return err
+}
+
+// broadcastShared broadcasts b, which lies at off in shared tensor sb:
+// every member but root copies root's piece straight into its own, one
+// copy where a transfer makes two.
+func (g *Group) broadcastShared(ctx context.Context, seq uint64, c call, b []byte, sb *sharedBuf, off, root int) error {
+	return g.sharedCall(ctx, seq, c, sb, off, len(b), true, func(others [][]byte) error {
+		if g.rank != root {
+			copy(b, others[root])
+		}
+		return nil
+	})
+}
+
+// allGatherShared gathers every member's in, a piece of its shared tensor
+// sb (this rank's at off; the others' anywhere in theirs, such as their
+// own chunk of a shared out), into out: each member copies the others'
+// pieces straight into its out. out may be anything, in may be this
+// rank's chunk of it.
+func (g *Group) allGatherShared(ctx context.Context, seq uint64, c call, out, in []byte, sb *sharedBuf, off int) error {
+	n := len(in)
+	mine := out[g.rank*n : (g.rank+1)*n]
+	if !overlapMem(mine, in) || unsafe.SliceData(mine) != unsafe.SliceData(in) {
+		copy(mine, in)
 	}
-	return exchange(1, nil)
+	return g.sharedCall(ctx, seq, c, sb, off, n, false, func(others [][]byte) error {
+		for q, theirs := range others {
+			if q != g.rank {
+				copy(out[q*n:(q+1)*n], theirs)
+			}
+		}
+		return nil
+	})
+}
+
+// reduceScatterShared reduce-scatters in, a piece of this rank's shared
+// tensor sb at off (the others' anywhere in theirs), into out: each
+// member reduces its chunk of every member's in, its own first and then
+// the others' in rank order, straight out of their memory. in is not
+// modified unless out is a part of it.
+func (g *Group) reduceScatterShared(ctx context.Context, seq uint64, c call, out, in []byte, sb *sharedBuf, off int, red reducer, op ReduceOp) error {
+	n := len(out)
+	own := in[g.rank*n : (g.rank+1)*n]
+	dst := out
+	inPlace := unsafe.SliceData(out) == unsafe.SliceData(own)
+	if !inPlace && overlapMem(out, in) {
+		dst = scratchCopy(own) // out overlaps what the others read: reduce aside
+		defer putScratch(dst)
+	}
+	return g.sharedCall(ctx, seq, c, sb, off, len(in), false, func(others [][]byte) error {
+		if !inPlace && &dst[0] == &out[0] {
+			copy(dst, own)
+		}
+		for q, theirs := range others {
+			if q != g.rank {
+				red(dst, theirs[g.rank*n:(g.rank+1)*n])
+			}
+		}
+		if op == Avg {
+			finishAvg(dst, c.dtype, g.Size())
+		}
+		if &dst[0] != &out[0] {
+			copy(out, dst)
+		}
+		return nil
+	})
 }

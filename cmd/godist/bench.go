@@ -33,7 +33,7 @@ type benchConfig struct {
 	MaxIters int           `json:"max_iters"`
 	Target   time.Duration `json:"target"`
 	Timeout  time.Duration `json:"timeout"` // bounds each collective
-	Shared   bool          `json:"shared"`  // all_reduce tensors from NewSharedTensor
+	Shared   bool          `json:"shared"`  // inputs from NewSharedTensor
 	RPC      bool          `json:"rpc"`     // the RPC cases of bench_rpc.py instead of collectives
 	RPCCases []string      `json:"rpc_cases"`
 }
@@ -68,7 +68,7 @@ func benchMain(args []string) int {
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
 	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
 	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of shared/anchors/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
-	shared := fs.Bool("shared", false, "all_reduce tensors made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks reduce them through shared memory)")
+	shared := fs.Bool("shared", false, "inputs of all_reduce, broadcast, all_gather and reduce_scatter made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks then read them straight out of each other's memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Minute, "limit for the whole run; the ranks are killed when it passes")
 	fs.Usage = func() {

@@ -93,35 +93,62 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	per, nbytes := elemCount(op, size, es, n)
 	var fn func() error
 	var plan string
+	// input returns a tensor of numel ones: with --shared, made by
+	// NewSharedTensor (and plan says so when the op goes through shared
+	// memory), released when the cell ends (its calls have ended by then).
+	var release []*tensor.Tensor
+	defer func() {
+		for _, t := range release {
+			t.Release()
+		}
+	}()
+	input := func(numel int) (*tensor.Tensor, error) {
+		t := tensor.Full(dt, 1, numel)
+		if !cfg.Shared {
+			return t, nil
+		}
+		st, err := g.NewSharedTensor(ctx, dt, numel)
+		if err != nil {
+			return nil, err
+		}
+		release = append(release, st)
+		st.Copy(t)
+		if dist.SharedAllReduceApplies(g, st) {
+			plan = "shared memory"
+		}
+		return st, nil
+	}
 	switch op {
 	case "all_reduce":
-		t := tensor.Full(dt, 1, per)
 		plan = algo.ChooseAllReduce(n, per, es).String()
-		if cfg.Shared {
-			st, err := g.NewSharedTensor(ctx, dt, per)
-			if err != nil {
-				return result{}, err
-			}
-			defer st.Release() // the cell's calls have ended by then
-			st.Copy(t)
-			t = st
-			if dist.SharedAllReduceApplies(g, st) {
-				plan = "shared memory"
-			}
+		t, err := input(per)
+		if err != nil {
+			return result{}, err
 		}
 		fn = func() error { return g.AllReduce(ctx, t, dist.Sum) }
 	case "broadcast":
-		t := tensor.Full(dt, 1, per)
-		fn = func() error { return g.Broadcast(ctx, t, 0) }
 		plan = algo.ChooseBroadcast(n, 0, per*es, 1).String() // dist chooses on bytes
+		t, err := input(per)
+		if err != nil {
+			return result{}, err
+		}
+		fn = func() error { return g.Broadcast(ctx, t, 0) }
 	case "all_gather":
-		in, out := tensor.Full(dt, 1, per), tensor.New(dt, per*n)
-		fn = func() error { return g.AllGatherIntoTensor(ctx, out, in) }
 		plan = algo.ChooseAllGather(n, equal(n, per*es), 1).String() // dist chooses on bytes
+		in, err := input(per)
+		if err != nil {
+			return result{}, err
+		}
+		out := tensor.New(dt, per*n)
+		fn = func() error { return g.AllGatherIntoTensor(ctx, out, in) }
 	case "reduce_scatter":
-		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per)
-		fn = func() error { return g.ReduceScatterTensor(ctx, out, in, dist.Sum) }
 		plan = algo.ChooseReduceScatter(n, equal(n, per), es).String()
+		in, err := input(per * n)
+		if err != nil {
+			return result{}, err
+		}
+		out := tensor.New(dt, per)
+		fn = func() error { return g.ReduceScatterTensor(ctx, out, in, dist.Sum) }
 	case "all_to_all":
 		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per*n)
 		fn = func() error { return g.AllToAllSingle(ctx, out, in, nil, nil) }

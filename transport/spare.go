@@ -17,7 +17,9 @@ import (
 //   - from the recycled ones: a buffer given out here carries a finalizer,
 //     which runs once the collector has proved that nothing points into it
 //     any more (a slice or a tensor viewing any part of it keeps all of it
-//     alive), and puts it back for reuse instead of freeing it;
+//     alive), and puts it in a sync.Pool for reuse instead of freeing it;
+//     what the pool does not give out again within two collections is
+//     freed, so an idle process keeps nothing;
 //   - from the connection's spare: a fresh buffer of the size of the last
 //     message, allocated and faulted in by a goroutine of its own while the
 //     reader waited, so those costs are off the message's path;
@@ -30,48 +32,32 @@ const (
 	spareMax   = 64 << 20  // larger ones too: rare, and not worth holding
 	spareRound = 64 << 10  // buffers are sized up to this, so that requests and replies of one size share them
 	pageSize   = 4 << 10
-	// recycledMax bounds the bytes of buffers kept for reuse; beyond it a
-	// buffer nobody uses is freed.
-	recycledMax = 256 << 20
 )
 
-// recycled holds message buffers whose users are gone, by size.
-var recycled struct {
-	sync.Mutex
-	free  map[int][]*uint64
-	bytes int
-}
+// recycled holds message buffers whose users are gone: a *sync.Pool of
+// *uint64 (the buffer's first word) by size.
+var recycled sync.Map
 
 // fromRecycled returns a recycled buffer of size bytes, or nil.
 func fromRecycled(size int) []byte {
-	recycled.Lock()
-	defer recycled.Unlock()
-	l := recycled.free[size]
-	if len(l) == 0 {
+	p, ok := recycled.Load(size)
+	if !ok {
 		return nil
 	}
-	p := l[len(l)-1]
-	l[len(l)-1] = nil
-	recycled.free[size] = l[:len(l)-1]
-	recycled.bytes -= size
-	return unsafe.Slice((*byte)(unsafe.Pointer(p)), size)
+	w, _ := p.(*sync.Pool).Get().(*uint64)
+	if w == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(w)), size)
 }
 
 // track makes b (a whole allocation of alloc8, spareRound-sized) come back
 // to recycled when it becomes unreachable.
 func track(b []byte) {
 	size := len(b)
-	runtime.SetFinalizer((*uint64)(unsafe.Pointer(&b[0])), func(p *uint64) {
-		recycled.Lock()
-		defer recycled.Unlock()
-		if recycled.bytes+size > recycledMax {
-			return // dropped: it has no finalizer any more, so it is freed
-		}
-		if recycled.free == nil {
-			recycled.free = map[int][]*uint64{}
-		}
-		recycled.free[size] = append(recycled.free[size], p)
-		recycled.bytes += size
+	runtime.SetFinalizer((*uint64)(unsafe.Pointer(&b[0])), func(w *uint64) {
+		p, _ := recycled.LoadOrStore(size, new(sync.Pool))
+		p.(*sync.Pool).Put(w)
 	})
 }
 

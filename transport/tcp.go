@@ -865,7 +865,15 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSe
 			idle = time.Now()
 		}
 		// The clock is read every 32 polls: a poll is cheaper than it.
-		if polls++; spin > 0 && (polls%32 != 0 || time.Since(idle) < spin) {
+		// While a fragmented message is under way its next fragment is
+		// due as soon as the sender has copied it in (tens of µs), so the
+		// reader polls longer (fragSpin) rather than make the sender wake
+		// it for each fragment.
+		wait := spin
+		if asm.active {
+			wait = max(spin, fragSpin)
+		}
+		if polls++; wait > 0 && (polls%32 != 0 || time.Since(idle) < wait) {
 			runtime.Gosched() // polling must not keep the senders off the cores
 			continue
 		}
@@ -916,6 +924,10 @@ const (
 	fragMin = 256 << 10
 	fragMax = 1 << 20
 )
+
+// fragSpin is how long a ring's reader polls for the next fragment of a
+// message under way before it parks.
+const fragSpin = 2 * time.Millisecond
 
 func fragSize(n int) int { return min(max((n+3)/4, fragMin/2), fragMax) }
 

@@ -60,9 +60,11 @@ func main() {
 
 	fmt.Printf("rpccmp: %s, %d rounds, target %v a case\n\n", time.Now().UTC().Format(time.RFC3339), *rounds, *target)
 	fmt.Printf("- godist: %s\n", strings.Join(strings.Fields(string(version)), " "))
-	torch := missingTorch(*python, *script)
+	torchVersion, torch := probeTorch(*python, *script)
 	if torch != "" {
 		fmt.Printf("- skipping PyTorch: %s\n", torch)
+	} else {
+		fmt.Printf("- PyTorch: %s, %s\n", torchVersion, filepath.Base(*script))
 	}
 
 	godistArgv := []string{bin, "bench", "--rpc", "--json", "--target", target.String(), "--rpc-cases", *cases}
@@ -145,15 +147,17 @@ func measure(label string, argv []string, out string, jsonOnStdout bool, timeout
 	return r
 }
 
-// missingTorch says why bench_rpc.py cannot run here, or "".
-func missingTorch(python, script string) string {
+// probeTorch returns torch's version, or says why bench_rpc.py cannot
+// run here.
+func probeTorch(python, script string) (version, missing string) {
 	if _, err := os.Stat(script); err != nil {
-		return fmt.Sprintf("no %s: %v (--script)", filepath.Base(script), err)
+		return "", fmt.Sprintf("no %s: %v (--script)", filepath.Base(script), err)
 	}
-	if err := exec.Command(python, "-c", "import torch.distributed.rpc").Run(); err != nil {
-		return fmt.Sprintf("%s cannot import torch.distributed.rpc (Debian: python3-torch)", python)
+	v, err := exec.Command(python, "-c", "import torch.distributed.rpc, torch; print('torch', torch.__version__)").Output()
+	if err != nil {
+		return "", fmt.Sprintf("%s cannot import torch.distributed.rpc (Debian: python3-torch)", python)
 	}
-	return ""
+	return strings.TrimSpace(string(v)), ""
 }
 
 // freePort returns a loopback port free a moment ago, so that runs beside

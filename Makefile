@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -99,10 +99,20 @@ endif
 bench:
 	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
 
-# Collectives: godist bench and PyTorch gloo (shared/anchors/bench_gloo.py)
-# one after the other, as one table per op.
+# Collectives: godist bench, OpenMPI over shared memory (vader) and over
+# loopback TCP (shared/anchors/bench_mpi.py under mpirun) and PyTorch gloo
+# (shared/anchors/bench_gloo.py) one after the other, as one table per world
+# and op with each peer's median over godist's. A peer not installed is
+# skipped. DISTCMP_FLAGS narrows it, e.g. DISTCMP_FLAGS='--target 0.3s'.
 bench-dist:
-	$(GO) run ./internal/tools/gloocmp --worlds 2,4
+	$(GO) run ./internal/tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
+
+# RPC: godist bench --rpc and PyTorch's TensorPipe RPC
+# (shared/anchors/bench_rpc.py), 3 rounds taking turns to go first, as one
+# table of the rounds' medians and ranges and godist's advantage per case.
+# RPCCMP_FLAGS narrows it, e.g. RPCCMP_FLAGS='--rounds 1 --cases add'.
+bench-rpc:
+	$(GO) run ./internal/tools/rpccmp --python $(PYTHON) $(RPCCMP_FLAGS)
 
 bench-gemm:
 	$(GO) test -run '^$$' -bench . -benchtime 20x $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/blas/

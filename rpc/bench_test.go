@@ -16,7 +16,7 @@ import (
 
 // tcpAgents starts two agents in this process joined by real loopback TCP
 // (with the same-host shared-memory path, as dist.Init makes them). The
-// cross-process numbers, beside PyTorch's, come from `godist bench-rpc`.
+// cross-process numbers, beside PyTorch's, come from `make bench-rpc`.
 func tcpAgents(b testing.TB) ([]*rpc.Agent, funcs) {
 	st := store.NewMem()
 	agents := make([]*rpc.Agent, 2)

@@ -377,7 +377,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
-		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
+		Spin: opt.spin(), Yield: os.Getenv("GODIST_SPIN_YIELD") == "1", SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
 		// The store stays up a moment after a failed Init (in the

@@ -33,7 +33,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	rerr := s.rc.Read(func(fd uintptr) bool {
-		var start time.Time
+		var start, last time.Time
 		for {
 			n, err = syscall.Read(int(fd), p)
 			switch {
@@ -44,11 +44,16 @@ func (s *spinReader) Read(p []byte) (int, error) {
 			case s.spin <= 0:
 				return false
 			}
+			now := time.Now()
 			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > s.spin {
-				return false // park until the poller says it is readable
+				start = now
+			} else if now.Sub(start) > s.spin || now.Sub(last) > preempted {
+				// Park until the poller says it is readable: the time is
+				// up, or the thread lost its CPU since the last poll
+				// (other work wants it; see readRing).
+				return false
 			}
+			last = now
 			if cgobusy.Saturated() {
 				// The rank's CPU is in a C kernel, and this goroutine
 				// would poll on a second thread beside it.

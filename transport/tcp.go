@@ -51,6 +51,11 @@ type TCPOptions struct {
 	// parks in the runtime's poller (DefaultSpin computes the usual
 	// value); 0 or less never polls.
 	Spin time.Duration
+	// Yield makes a polling reader of the frame ring give its CPU to
+	// other processes between polls (sched_yield), not only to this
+	// process's goroutines: for a host running more ranks than CPUs,
+	// where a rank that polls holds the CPU its peer needs to answer.
+	Yield bool
 	// SharedMemory lets peers on the same host move large payloads through
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
 	// it only when both ranks enable it.
@@ -316,7 +321,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		}
 		e.links[r] = l
 		if in := shmIns[r]; in != nil && in.ring != nil {
-			go e.readRing(r, c, opt.Spin, in)
+			go e.readRing(r, c, opt.Spin, opt.Yield, in)
 		} else {
 			go e.readLoop(r, c, opt.Spin, in)
 		}
@@ -804,7 +809,7 @@ func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *a
 // the socket, which brings a wakeup byte (0) when the sender has pushed
 // a frame since, or the connection's end. A frame too large for the ring
 // comes on the socket after an empty frame in the ring that says so.
-func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
+func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
 	defer shm.unmap()
 	defer e.unmapPeerRegions(r)
 	br := bufio.NewReaderSize(conn, viewMax)
@@ -845,7 +850,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSe
 		ferr = e.handleFrame(r, &h, &memPayload{b: body}, shm, &asm)
 	}
 	ring := shm.ring
-	var idle time.Time
+	var idle, checked time.Time
 	polls := 0
 	for {
 		got, err := ring.TryPop(handle)
@@ -863,6 +868,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSe
 		}
 		if idle.IsZero() {
 			idle = time.Now()
+			checked = idle
 		}
 		// The clock is read every 32 polls: a poll is cheaper than it.
 		// While a fragmented message is under way its next fragment is
@@ -873,8 +879,25 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, shm *shmSe
 		if asm.active {
 			wait = max(spin, fragSpin)
 		}
-		if polls++; wait > 0 && (polls%32 != 0 || time.Since(idle) < wait) {
+		if polls++; wait > 0 && polls%32 == 0 {
+			now := time.Now()
+			if now.Sub(checked) > preempted {
+				// The thread was off its CPU between two looks at the
+				// clock: other work wants this CPU, and a poller that
+				// holds it only delays the peer's answer (a busy host
+				// turned 10 µs calls into 16 ms ones). Sleep instead.
+				wait = 0
+			}
+			checked = now
+			if now.Sub(idle) >= wait {
+				wait = 0
+			}
+		}
+		if wait > 0 {
 			runtime.Gosched() // polling must not keep the senders off the cores
+			if yield {
+				osYield()
+			}
 			continue
 		}
 		if !ring.Park() {
@@ -924,6 +947,10 @@ const (
 	fragMin = 256 << 10
 	fragMax = 1 << 20
 )
+
+// preempted is a gap between two looks at the clock of a polling reader
+// (32 polls, a few µs) that says its thread lost its CPU meanwhile.
+const preempted = 500 * time.Microsecond
 
 // fragSpin is how long a ring's reader polls for the next fragment of a
 // message under way before it parks.

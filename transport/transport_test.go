@@ -48,10 +48,10 @@ func tcpMeshSpin(spin time.Duration) transporttest.NewMesh {
 }
 
 func newTCPMesh(t *testing.T, size int, spin time.Duration, shm bool) transporttest.Mesh {
-	return newTCPMeshRing(t, size, spin, shm, false)
+	return newTCPMeshRing(t, size, spin, shm, false, false)
 }
 
-func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring bool) transporttest.Mesh {
+func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring, yield bool) transporttest.Mesh {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, size)
 	errs := make([]error, size)
@@ -62,7 +62,7 @@ func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring bool) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, SharedMemory: shm, ShmRing: ring})
+			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, Yield: yield, SharedMemory: shm, ShmRing: ring})
 		}()
 	}
 	wg.Wait()
@@ -99,9 +99,14 @@ func TestTCPSharedMemory(t *testing.T) {
 // going through the shared-memory frame ring (TCPOptions.ShmRing), with a
 // polling reader and with one that parks at once on the socket.
 func TestTCPShmRing(t *testing.T) {
-	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
-		t.Run(fmt.Sprint("spin", spin), func(t *testing.T) {
-			transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh { return newTCPMeshRing(t, size, spin, true, true) })
+	for _, c := range []struct {
+		spin  time.Duration
+		yield bool
+	}{{0, false}, {200 * time.Microsecond, false}, {200 * time.Microsecond, true}} {
+		t.Run(fmt.Sprintf("spin%v/yield=%v", c.spin, c.yield), func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh {
+				return newTCPMeshRing(t, size, c.spin, true, true, c.yield)
+			})
 		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/godist/godist/internal/handshake"
+	"github.com/godist/godist/internal/simd"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport/internal/shmring"
 )
@@ -1071,7 +1072,9 @@ func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) erro
 		return fmt.Errorf("%w: fragments longer than the %d bytes announced", ErrFrame, asm.total)
 	}
 	if asm.buf != nil {
-		copy(asm.buf[asm.off:], data)
+		// Non-temporal stores: the message is larger than the caches
+		// want (fragMin and up), and its buffer is cold.
+		simd.CopyStreaming(asm.buf[asm.off:asm.off+int64(len(data))], data)
 	}
 	asm.off += int64(len(data))
 	if h.Frag&FragMore != 0 {

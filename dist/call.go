@@ -48,6 +48,9 @@ type call struct {
 	count int // elements (per rank, where the op has a per-rank count)
 	root  int // -1 when the op has none
 	rop   ReduceOp
+	// ctl: the call goes through the group's control block (ctl.go),
+	// decided when it is issued. Not part of the fingerprint.
+	ctl bool
 }
 
 const noRoot = 0x7ff

@@ -93,12 +93,15 @@ func (g *Group) allReduceCall(t *tensor.Tensor, op ReduceOp) (call, error) {
 	if err := checkReduce(op, t.DType()); err != nil {
 		return call{}, &InputError{"all_reduce", err.Error()}
 	}
-	return call{op: opAllReduce, dtype: t.DType(), count: t.Numel(), root: -1, rop: op}, nil
+	return call{op: opAllReduce, dtype: t.DType(), count: t.Numel(), root: -1, rop: op, ctl: g.ctlFits(len(t.Bytes()))}, nil
 }
 
 func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor, op ReduceOp) error {
 	es, b := t.DType().Size(), t.Bytes()
 	final := avgFinal(op, t.DType(), g.Size())
+	if c.ctl {
+		return g.allReduceCtl(ctx, seq, c, b, reduceFunc(op, t.DType()), final, op)
+	}
 	if sb, off := g.sharedFor(b); sb != nil {
 		return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
 	}
@@ -136,12 +139,15 @@ func (g *Group) broadcastCall(t *tensor.Tensor, root int) (call, error) {
 	if err := g.checkRoot("broadcast", root); err != nil {
 		return call{}, err
 	}
-	return call{op: opBroadcast, dtype: t.DType(), count: t.Numel(), root: root}, nil
+	return call{op: opBroadcast, dtype: t.DType(), count: t.Numel(), root: root, ctl: g.ctlFits(len(t.Bytes()))}, nil
 }
 
 // broadcast sends bytes (elements of one byte for the schedule: the
 // choice depends on the byte count, which all ranks share).
 func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, root int) error {
+	if c.ctl {
+		return g.broadcastCtl(ctx, seq, c, b, root)
+	}
 	if sb, off := g.sharedFor(b); sb != nil {
 		return explainShared(g.broadcastShared(ctx, seq, c, b, sb, off, root), true)
 	}
@@ -275,12 +281,15 @@ func (g *Group) allGatherIntoCall(out, in *tensor.Tensor) (call, error) {
 	if out.DType() != in.DType() || out.Numel() != in.Numel()*g.Size() {
 		return call{}, &InputError{op, fmt.Sprintf("output %v with %d elements for input %v with %d in a group of %d", out.DType(), out.Numel(), in.DType(), in.Numel(), g.Size())}
 	}
-	return call{op: opAllGather, dtype: in.DType(), count: in.Numel(), root: -1}, nil
+	return call{op: opAllGather, dtype: in.DType(), count: in.Numel(), root: -1, ctl: g.ctlFits(len(in.Bytes()))}, nil
 }
 
 func (g *Group) allGatherInto(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor) error {
 	n := len(in.Bytes())
 	buf := out.Bytes()
+	if c.ctl {
+		return g.allGatherCtl(ctx, seq, c, buf, in.Bytes())
+	}
 	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
 		return explainShared(g.allGatherShared(ctx, seq, c, buf, in.Bytes(), sb, off), true)
 	}
@@ -533,17 +542,20 @@ func (g *Group) reduceScatterTensorCall(out, in *tensor.Tensor, op ReduceOp) (ca
 
 // Barrier returns once every member has entered it.
 func (g *Group) Barrier(ctx context.Context) error {
-	c := call{op: opBarrier, root: -1}
+	c := call{op: opBarrier, root: -1, ctl: g.ctlFits(0)}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) })
 }
 
 // BarrierAsync is Barrier returning a Work.
 func (g *Group) BarrierAsync() *Work {
-	c := call{op: opBarrier, root: -1}
+	c := call{op: opBarrier, root: -1, ctl: g.ctlFits(0)}
 	return g.async(c, nil, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) })
 }
 
 func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
+	if c.ctl {
+		return g.barrierCtl(ctx, seq, c)
+	}
 	sched := g.schedule(schedKey{opBarrier, 0, 0, -1}, func() algo.Schedule {
 		return algo.DisseminationBarrier(g.rank, g.Size())
 	})

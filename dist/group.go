@@ -34,6 +34,7 @@ type world struct {
 	autoDump   bool
 	stopSignal func()
 	host       string // this rank's host, as the other ranks reach it
+	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
 	stopStatus func() // stops the status publisher (status.go)
 
 	mu struct {
@@ -119,7 +120,18 @@ type Group struct {
 	rank    int   // this process's rank in the group
 	timeout time.Duration
 
-	sharedCalls atomic.Int64 // collectives done through shared memory (sharedreduce.go)
+	sharedCalls atomic.Int64 // collectives done through shared memory (sharedreduce.go, ctl.go)
+
+	// The control block of small collectives (ctl.go), when every member
+	// shares this host's memory: made by InitSmallCollectives.
+	ctl atomic.Pointer[ctlBlock]
+	// Calls through it run one at a time, in the order they were issued
+	// (ctl.go): the ordinal of each, and the last that ended.
+	ctlTurn struct {
+		sync.Mutex
+		ended   uint64
+		changed chan struct{} // closed when ended moves
+	}
 
 	ctx    context.Context // cancelled, with the failure as cause, when the group fails
 	cancel context.CancelCauseFunc
@@ -133,6 +145,8 @@ type Group struct {
 		schedules map[schedKey]algo.Schedule // this rank's schedules, by call
 		shared    []*sharedBuf               // tensors every member has mapped from every other (sharedreduce.go)
 		running   int                        // calls between runCall's start and end
+		ctlIssued uint64                     // control-block calls issued (ctl.go)
+		ctlOrd    map[uint64]uint64          // their ordinals, by sequence number, until they start
 		idle      chan struct{}              // closed when running drops to 0 (waitIdle)
 	}
 }
@@ -318,6 +332,9 @@ func (g *Group) beginCollective(c call) (ticket, error) {
 	g.mu.Lock()
 	id, seq, out, err := g.mu.st.beginCollective(c, now)
 	g.armLocked(out.Arm, now)
+	if c.ctl && err == nil {
+		g.ctlIssueLocked(seq)
+	}
 	g.mu.Unlock()
 	g.carry(out)
 	return ticket{id, seq, c}, err

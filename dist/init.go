@@ -74,6 +74,12 @@ type Options struct {
 	// (transport.TCPOptions.ShmRing; default: on, unless the
 	// GODIST_SHM_RING variable is 0).
 	ShmRing SharedMemoryMode
+	// SmallCollectives says whether, with SharedMemory, barriers and
+	// all-reduces, broadcasts and all-gathers of at most 4 KiB a member go
+	// through a control block in the members' shared memory instead of the
+	// transport, when every member of the group is on this host (ctl.go;
+	// default: on, unless the GODIST_SHM_CTL variable is 0).
+	SmallCollectives SharedMemoryMode
 	// LocalWorldSize is how many ranks of the job run on this host
 	// (default: the LOCAL_WORLD_SIZE variable; unknown when neither
 	// says). It chooses the default Spin.
@@ -399,6 +405,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	w := newWorld(rank, size, ep, st, "tcp")
 	w.closers = closers
 	w.host = host
+	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
 	switch {
 	case opt.FlightRecorder == 0:
 		w.flightSize = DefaultFlightEntries
@@ -421,7 +428,12 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	for i := range all {
 		all[i] = i
 	}
-	return newGroup(w, 0, all, opt.Timeout), nil
+	g := newGroup(w, 0, all, opt.Timeout)
+	if err := g.initCtl(ctx); err != nil {
+		g.Destroy()
+		return nil, fmt.Errorf("dist: rank %d: the control block of small collectives: %w", rank, err)
+	}
+	return g, nil
 }
 
 // failedInitStoreGrace is how long rank 0 serves the store after its Init
@@ -500,6 +512,12 @@ func withEnv(opt Options, get func(string) string) Options {
 		opt.ShmRing = SharedMemoryOn
 		if get("GODIST_SHM_RING") == "0" {
 			opt.ShmRing = SharedMemoryOff
+		}
+	}
+	if opt.SmallCollectives == SharedMemoryDefault {
+		opt.SmallCollectives = SharedMemoryOn
+		if get("GODIST_SHM_CTL") == "0" {
+			opt.SmallCollectives = SharedMemoryOff
 		}
 	}
 	if opt.SharedMemory == SharedMemoryDefault {
@@ -598,6 +616,7 @@ func FromEndpoint(ep *transport.Endpoint, st store.Store, backend string, timeou
 		timeout = DefaultTimeout
 	}
 	w := newWorld(ep.Rank(), ep.Size(), ep, st, backend)
+	w.noCtl = true // InitSmallCollectives makes one
 	all := make([]int, ep.Size())
 	for i := range all {
 		all[i] = i

@@ -29,7 +29,7 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
 	}
 	// A barrier whose fingerprint carries the list: a member passing a
 	// different list gets a desync error naming it.
-	c := call{op: opNewGroup, count: int(h.Sum64() & (1<<40 - 1)), root: -1}
+	c := call{op: opNewGroup, count: int(h.Sum64() & (1<<40 - 1)), root: -1, ctl: g.ctlFits(0)}
 	if err := g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) }); err != nil {
 		return nil, err
 	}
@@ -41,7 +41,12 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
 	for i, r := range rs {
 		global[i] = g.ranks[r]
 	}
-	return newGroup(g.world, id, global, g.timeout), nil
+	sub := newGroup(g.world, id, global, g.timeout)
+	if err := sub.initCtl(ctx); err != nil {
+		sub.Destroy()
+		return nil, err
+	}
+	return sub, nil
 }
 
 // Split divides g into subgroups, one per distinct color, as MPI_Comm_split:
@@ -80,6 +85,10 @@ func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	sub := newGroup(g.world, id, global, g.timeout)
 	// Group ranks follow the split order, not ascending global ranks.
 	sub.rank = slices.Index(global, g.world.rank)
+	if err := sub.initCtl(ctx); err != nil {
+		sub.Destroy()
+		return nil, err
+	}
 	return sub, nil
 }
 

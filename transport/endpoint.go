@@ -880,6 +880,7 @@ func (e *Endpoint) Close() error {
 			}
 		}
 	}
+	e.unmapPeerRegions()
 	return first
 }
 

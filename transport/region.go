@@ -217,17 +217,18 @@ func (e *Endpoint) UsePeerRegions(fn func(region func(peer int, id uint8) []byte
 	return fn(e.peerRegion)
 }
 
-// unmapPeerRegions releases peer's regions (its connection has ended and
-// its reader, their only user, has stopped).
-func (e *Endpoint) unmapPeerRegions(peer int) {
+// unmapPeerRegions releases every peer's regions (Close). They stay
+// mapped when a peer's connection ends before: a peer that finished a
+// call and closed may have left in its region what this rank has still
+// to read (dist's control blocks), and a mapping of a file outlives the
+// process that made it, so reading a dead peer's region is safe.
+func (e *Endpoint) unmapPeerRegions() {
 	e.regionUse.Lock()
 	defer e.regionUse.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k, mem := range e.mu.regions {
-		if k.peer == peer {
-			unix.Munmap(mem)
-			delete(e.mu.regions, k)
-		}
+		unix.Munmap(mem)
+		delete(e.mu.regions, k)
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/godist/godist/transport/internal/futex"
+	"github.com/godist/godist/internal/futex"
 
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport/internal/shmring"

@@ -727,7 +727,6 @@ func (l *tcpLink) close() error {
 // readLoop reads frames from rank r until the connection ends.
 func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
 	defer shm.unmap()
-	defer e.unmapPeerRegions(r)
 	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
 	in := &streamPayload{br}
 	var asm assembly
@@ -812,7 +811,6 @@ func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *a
 // comes on the socket after an empty frame in the ring that says so.
 func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
 	defer shm.unmap()
-	defer e.unmapPeerRegions(r)
 	br := bufio.NewReaderSize(conn, viewMax)
 	in := &streamPayload{br}
 	var asm assembly

@@ -26,7 +26,11 @@ type Options struct {
 	// ShmRing (with SharedMemory) sends the same-host frames through the
 	// shared-memory frame ring (transport.TCPOptions.ShmRing).
 	ShmRing bool
-	Faults  transport.Faults
+	// SmallCollectives (with SharedMemory) makes each group's control
+	// block of small collectives (Group.InitSmallCollectives), as
+	// dist.Init does by default.
+	SmallCollectives bool
+	Faults           transport.Faults
 	// Timeout bounds the whole job (default 60s) and is the groups'
 	// collective timeout.
 	Timeout time.Duration
@@ -99,6 +103,16 @@ func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Gro
 					errs[r] = fmt.Errorf("panic: %v", p)
 				}
 			}()
+			if opt.SmallCollectives {
+				ctx, cancel := context.WithTimeout(context.Background(), opt.Timeout)
+				err := j.Groups[r].InitSmallCollectives(ctx)
+				cancel()
+				if err != nil {
+					errs[r] = fmt.Errorf("rank %d: InitSmallCollectives: %w", r, err)
+					j.Kill(r)
+					return
+				}
+			}
 			errs[r] = fn(j, j.Groups[r])
 			if errs[r] != nil {
 				// The others would wait for this rank until the timeout:

@@ -189,7 +189,7 @@ type ConvColumns struct{ t *Tensor }
 // faulting in megabytes per training step. A nil *ConvColumns is a no-op.
 func (c *ConvColumns) Release() {
 	if c != nil && c.t != nil {
-		recycle(c.t)
+		c.t.Recycle()
 		c.t = nil
 	}
 }
@@ -214,15 +214,15 @@ func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColu
 	k, pix := g.c*g.kh*g.kw, g.oh*g.ow
 	x = x.Contiguous()
 	wm := w.Contiguous().Reshape(oc, k)
-	out = New(x.dtype, n, oc, g.oh, g.ow)
-	cols := scratch(x.dtype, n*k*pix) // im2col writes every element
+	out = Empty(x.dtype, n, oc, g.oh, g.ow) // convScatter writes every element
+	cols := Empty(x.dtype, n*k*pix)         // and im2col too
 	chunk := convChunk(k, pix, n, x.dtype.Size())
 	var bias *Tensor
 	if b != nil && b.dtype == x.dtype {
 		bias = b.Reshape(oc).Contiguous()
 	}
-	prodBuf := scratch(x.dtype, oc*chunk*pix) // every GEMM overwrites its part
-	defer recycle(prodBuf)
+	prodBuf := Empty(x.dtype, oc*chunk*pix) // every GEMM overwrites its part
+	defer prodBuf.Recycle()
 	for i0 := 0; i0 < n; i0 += chunk {
 		m := min(chunk, n-i0)
 		c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
@@ -300,19 +300,19 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 	wm := w.Contiguous().Reshape(oc, k)
 	g = g.Contiguous()
 	if wantW {
-		dw = New(w.dtype, oc, k)
+		dw = Empty(w.dtype, oc, k) // the first chunk's product overwrites it
 	}
 	if wantX {
 		dx = New(x.dtype, x.shape...)
 	}
 	chunk := convChunk(k, pix, n, x.dtype.Size())
 	// gt and dcols are scratch: every element is written before it is read.
-	gt := scratch(g.dtype, oc*chunk*pix)
-	defer recycle(gt)
+	gt := Empty(g.dtype, oc*chunk*pix)
+	defer gt.Recycle()
 	var dcolsBuf *Tensor
 	if wantX {
-		dcolsBuf = scratch(x.dtype, k*chunk*pix)
-		defer recycle(dcolsBuf)
+		dcolsBuf = Empty(x.dtype, k*chunk*pix)
+		defer dcolsBuf.Recycle()
 	}
 	for i0 := 0; i0 < n; i0 += chunk {
 		m := min(chunk, n-i0)
@@ -322,7 +322,11 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 		gm := gc.Reshape(oc, m*pix)
 		if wantW {
 			c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
-			dw.AddMatMul(gm, c.T())
+			if i0 == 0 {
+				dw.MatMul(gm, c.T())
+			} else {
+				dw.AddMatMul(gm, c.T())
+			}
 		}
 		if wantX {
 			dcols := dcolsBuf.Narrow(0, 0, k*m*pix).Reshape(k, m*pix)
@@ -341,7 +345,9 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 		dw = dw.Reshape(w.shape...)
 	}
 	if wantB {
-		db = new(Tensor).Sum(new(Tensor).Sum(g.Reshape(n, oc, pix), 2, false), 0, false)
+		perImage := new(Tensor).Sum(g.Reshape(n, oc, pix), 2, false)
+		db = new(Tensor).Sum(perImage, 0, false)
+		perImage.Recycle()
 	}
 	return dx, dw, db
 }
@@ -356,7 +362,7 @@ func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
 	p = p.norm()
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
 	oh, ow := p.OutSize(h, w, kh, kw)
-	out, indices = New(x.dtype, n, c, oh, ow), New(Int64, n, c, oh, ow)
+	out, indices = Empty(x.dtype, n, c, oh, ow), Empty(Int64, n, c, oh, ow) // maxPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {
 	case Float32:
@@ -533,7 +539,7 @@ func AvgPool2d(x *Tensor, kh, kw int, p Conv2dParams) *Tensor {
 	p = p.norm()
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
 	oh, ow := p.OutSize(h, w, kh, kw)
-	out := New(x.dtype, n, c, oh, ow)
+	out := Empty(x.dtype, n, c, oh, ow) // avgPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {
 	case Float32:

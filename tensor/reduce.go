@@ -35,7 +35,7 @@ func (t *Tensor) Mean(a *Tensor, dim int, keepdim bool) *Tensor {
 
 func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Tensor {
 	dim = a.axis(dim)
-	t.prepare(a.dtype, reducedShape(a.shape, dim, keepdim), name)
+	t.prepareAll(a.dtype, reducedShape(a.shape, dim, keepdim), name)
 	checkAlias(t, a, name)
 	dst := t.Contiguous()
 	src := a.Contiguous()
@@ -137,7 +137,7 @@ func (t *Tensor) SumTo(a *Tensor, shape []int) *Tensor {
 func MaxDim(a *Tensor, dim int, keepdim bool) (values, indices *Tensor) {
 	dim = a.axis(dim)
 	shape := reducedShape(a.shape, dim, keepdim)
-	values, indices = New(a.dtype, shape...), New(Int64, shape...)
+	values, indices = Empty(a.dtype, shape...), Empty(Int64, shape...)
 	src := a.Contiguous()
 	outer, n, inner := src.split3(dim)
 	if n == 0 {
@@ -189,7 +189,7 @@ func (t *Tensor) LogSoftmax(a *Tensor, dim int) *Tensor {
 
 func (t *Tensor) softmax(name string, a *Tensor, dim int, log bool) *Tensor {
 	dim = a.axis(dim)
-	t.prepare(a.dtype, a.shape, name)
+	t.prepareAll(a.dtype, a.shape, name)
 	dst := t.Contiguous()
 	src := a.Contiguous()
 	outer, n, inner := src.split3(dim)
@@ -251,7 +251,7 @@ func (t *Tensor) LogSoftmaxBackward(g, y *Tensor, dim int) *Tensor {
 
 func (t *Tensor) softmaxBack(name string, g, y *Tensor, dim int, log bool) *Tensor {
 	dim = y.axis(dim)
-	t.prepare(y.dtype, y.shape, name)
+	t.prepareAll(y.dtype, y.shape, name)
 	dst := t.Contiguous()
 	g, y = g.Contiguous(), y.Contiguous()
 	outer, n, inner := y.split3(dim)

@@ -342,9 +342,15 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 // MaxPool2d returns the maximum over kh×kw windows.
 func MaxPool2d(x *Var, kh, kw int, p tensor.Conv2dParams) *Var {
 	out, idx := tensor.MaxPool2d(x.value, kh, kw, p)
-	return record("MaxPool2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
+	v := record("MaxPool2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		return []*tensor.Tensor{tensor.MaxPool2dBackward(g, idx, x.Shape())}
 	}, x)
+	if v.node != nil {
+		v.node.release = idx.Recycle // only backward reads the indices
+	} else {
+		idx.Recycle()
+	}
+	return v
 }
 
 // AvgPool2d returns the mean over kh×kw windows.

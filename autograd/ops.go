@@ -290,8 +290,8 @@ func Linear(x, w, b *Var) *Var {
 		// The bias first, in every row, then the product added to it:
 		// one pass over the output fewer than adding the bias after.
 		shape := append(x.value.Shape()[:x.value.Dim()-1:x.value.Dim()-1], w.value.Size(0))
-		out = tensor.New(x.value.DType(), shape...)
-		out.Copy(b.value.Expand(shape...))
+		out = tensor.Empty(x.value.DType(), shape...)
+		out.Copy(b.value.Expand(shape...)) // every element
 		out.AddMatMul(x.value, w.value.T())
 	} else {
 		out = nt().MatMul(x.value, w.value.T())

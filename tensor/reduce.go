@@ -77,22 +77,26 @@ func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
 		}
 		return
 	}
-	acc := make([]float64, inner)
+	// The sums of a block of columns at a time, in float64 on the stack.
+	var buf [512]float64
 	for o := range outer {
-		clear(acc)
 		base := o * n * inner
-		for j := range n {
-			row := s[base+j*inner : base+(j+1)*inner]
-			for i, x := range row {
-				acc[i] += float64(x)
+		for lo := 0; lo < inner; lo += len(buf) {
+			acc := buf[:min(len(buf), inner-lo)]
+			clear(acc)
+			for j := range n {
+				row := s[base+j*inner+lo : base+j*inner+lo+len(acc)]
+				for i, x := range row {
+					acc[i] += float64(x)
+				}
 			}
-		}
-		out := d[o*inner : (o+1)*inner]
-		for i := range out {
-			if mean {
-				out[i] = T(acc[i] / float64(n))
-			} else {
-				out[i] = T(acc[i])
+			out := d[o*inner+lo : o*inner+lo+len(acc)]
+			for i := range out {
+				if mean {
+					out[i] = T(acc[i] / float64(n))
+				} else {
+					out[i] = T(acc[i])
+				}
 			}
 		}
 	}

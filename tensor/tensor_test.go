@@ -452,3 +452,35 @@ func TestNewOffHeap(t *testing.T) {
 		t.Fatal("small tensor mapped off the heap")
 	}
 }
+
+// TestSumOfWideColumns sums over a leading dimension with more columns
+// than the kernel's block of accumulators.
+func TestSumOfWideColumns(t *testing.T) {
+	const rows, cols = 5, 1300
+	x := New(Float32, 2, rows, cols)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(i%11) - 5
+	}
+	for _, mean := range []bool{false, true} {
+		var got *Tensor
+		if mean {
+			got = new(Tensor).Mean(x, 1, false)
+		} else {
+			got = new(Tensor).Sum(x, 1, false)
+		}
+		for o := range 2 {
+			for c := range cols {
+				var want float64
+				for r := range rows {
+					want += x.At(o, r, c)
+				}
+				if mean {
+					want /= rows
+				}
+				if g := got.At(o, c); math.Abs(g-want) > 1e-5 {
+					t.Fatalf("mean=%v [%d %d]: %v, want %v", mean, o, c, g, want)
+				}
+			}
+		}
+	}
+}

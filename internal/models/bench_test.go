@@ -1,52 +1,30 @@
 package models
 
 import (
-	"context"
 	"runtime"
 	"testing"
 
 	"github.com/godist/godist/autograd"
-	"github.com/godist/godist/dist"
-	"github.com/godist/godist/dist/disttest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
-	"github.com/godist/godist/parallel/ddp"
 	"github.com/godist/godist/tensor"
 )
 
 // benchStep measures one training step (forward, loss, backward, SGD) on a
 // batch of 64 random Fashion-MNIST-shaped inputs. Besides the time it
 // reports what a step costs the Go heap once warm: bytes and allocations
-// (B/op, allocs/op) and garbage collections (GCs/step).
+// (B/step, allocs/step) and garbage collections (GCs/step).
 func benchStep(b *testing.B, net *nn.Sequential) {
-	x, y := fashionBatch(1)
-	opt := optim.NewSGD(nn.Parameters(net), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
-	step := func() {
-		opt.ZeroGrad(true)
-		loss := nn.CrossEntropy(nn.Call(net, x), y)
-		loss.Backward(nil)
-		opt.Step()
-	}
-	for range 3 { // warm up: momentum buffers, pools
-		step()
+	step := trainStep(net, nil, 1, true)
+	for range warmSteps {
+		must(b, step())
 	}
 	b.ReportAllocs()
 	m := startMem(b)
 	for range b.N {
-		step()
+		must(b, step())
 	}
 	m.report(b, 1)
-}
-
-// fashionBatch returns 64 random Fashion-MNIST-shaped inputs and labels.
-func fashionBatch(seed uint64) (*autograd.Var, *tensor.Tensor) {
-	rng := tensor.NewRNG(seed)
-	x := autograd.Const(tensor.Randn(rng, 64, 1, 28, 28))
-	labels := make([]int64, 64)
-	for i := range labels {
-		labels[i] = int64(rng.IntN(10))
-	}
-	return x, tensor.FromInt64(labels)
 }
 
 // memStart is the heap's state when a benchmark's timed part began.
@@ -76,49 +54,16 @@ func (m *memStart) report(b *testing.B, world int) {
 func BenchmarkStepMLP(b *testing.B)   { benchStep(b, MLP(tensor.NewRNG(0))) }
 func BenchmarkStepLeNet(b *testing.B) { benchStep(b, LeNet(tensor.NewRNG(0))) }
 
-// benchDDPStep is benchStep under DDP at world 2, the step written as
-// examples/ddp-fashion-mnist writes it (gradients as bucket views). The
-// ranks are goroutines over loopback TCP with shared memory and the frame
-// ring, what dist.Init gives ranks on one host (the in-process transport
-// copies every frame, as a test network should, and would be measured
-// instead of DDP). The metrics are one rank's bytes and allocations per
-// step, the process's collections.
+// benchDDPStep is benchStep under DDP at world 2 (see onDDPRanks). The
+// metrics are one rank's bytes and allocations per step, the process's
+// collections.
 func benchDDPStep(b *testing.B, model func(*tensor.RNG) *nn.Sequential) {
-	const world = 2
 	var m *memStart
-	opt := disttest.Options{TCP: true, SharedMemory: true, ShmRing: true}
-	disttest.SpawnWith(b, world, opt, func(_ *disttest.Job, g *dist.Group) error {
-		ctx := context.Background()
-		d, err := ddp.New(ctx, model(tensor.NewRNG(uint64(g.Rank()))), g, ddp.Options{GradientAsBucketView: true})
-		if err != nil {
+	onDDPRanks(b, model, func(rank int, step, barrier func() error) error {
+		if err := barrier(); err != nil {
 			return err
 		}
-		x, y := fashionBatch(uint64(1 + g.Rank()))
-		opt := optim.NewSGD(nn.Parameters(d), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
-		step := func() error {
-			opt.ZeroGrad(true)
-			if err := d.Prepare(ctx); err != nil {
-				return err
-			}
-			loss := nn.CrossEntropy(nn.Call(d, x), y)
-			if err := loss.Backward(nil); err != nil {
-				return err
-			}
-			if err := d.Wait(ctx); err != nil {
-				return err
-			}
-			opt.Step()
-			return nil
-		}
-		for range 3 { // warm up: bucket rebuild, momentum buffers, pools
-			if err := step(); err != nil {
-				return err
-			}
-		}
-		if err := g.Barrier(ctx); err != nil {
-			return err
-		}
-		if g.Rank() == 0 {
+		if rank == 0 {
 			m = startMem(b)
 		}
 		for range b.N {
@@ -126,11 +71,11 @@ func benchDDPStep(b *testing.B, model func(*tensor.RNG) *nn.Sequential) {
 				return err
 			}
 		}
-		if err := g.Barrier(ctx); err != nil {
+		if err := barrier(); err != nil {
 			return err
 		}
-		if g.Rank() == 0 {
-			m.report(b, world)
+		if rank == 0 {
+			m.report(b, ddpWorld)
 		}
 		return nil
 	})

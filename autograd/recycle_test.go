@@ -215,3 +215,17 @@ func TestOutsideFunctionKeepsWhatItSaw(t *testing.T) {
 		t.Fatal("an outside Function's input, output or gradient was recycled")
 	}
 }
+
+func TestComputingWithRecycledVarPanics(t *testing.T) {
+	m := newNet()
+	_, h, y := m.forward(batch(0), true)
+	if err := MeanAll(Square(y)).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an operation on a recycled transient Var did not panic")
+		}
+	}()
+	Linear(h, m.w2, nil) // h was kept past its step, against the rule
+}

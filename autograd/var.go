@@ -174,8 +174,16 @@ func (s *storage) recyclable() bool {
 // track puts v, just recorded, in a storage group: that of the input whose
 // value its own value is a view of, if any (a view of an input outside
 // every group is in none), else a group of its own when its value is a
-// pooled buffer and v is in the graph.
+// pooled buffer and v is in the graph. An input whose storage was
+// recycled (code that kept a transient Var and computed with it in a
+// later step) has just been read after another step took its memory: it
+// panics, rather than let the wrong numbers go on.
 func (v *Var) track(inputs []*Var) {
+	for _, in := range inputs {
+		if in != nil && in.stor != nil && in.stor.state.Load() == storageRecycled {
+			panic("autograd: an operation on a transient Var whose storage a backward pass recycled (MarkTransient; nn.Sequential marks the outputs of its inner layers): a layer kept its input or output past the step")
+		}
+	}
 	for _, in := range inputs {
 		if in != nil && tensor.SharesStorage(v.value, in.value) {
 			if in.stor != nil {

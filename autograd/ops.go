@@ -328,7 +328,17 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 		cols = nil
 	}
 	v := maskable(record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
-		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.wants(), w.wants(), b != nil && b.wants())
+		var gx, gw, gb *tensor.Tensor
+		if x.wants() {
+			gx = nt()
+		}
+		if w.wants() {
+			gw = w.gradOut()
+		}
+		if b != nil && b.wants() {
+			gb = b.gradOut()
+		}
+		gx, gw, gb = tensor.Conv2dBackward(g, x.value, w.value, cols, p, gx, gw, gb)
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b))
 	if v.node != nil {

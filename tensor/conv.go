@@ -292,14 +292,19 @@ func convScatter[T float](out, prod, bias []T, oc, m, pix int) {
 	}
 }
 
-// Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
-// given g, the gradient of its output. columns are the patch matrices that
-// Conv2dCols returned, or nil to rebuild them; they are not released. A
-// gradient that is not wanted is returned nil.
-func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
+// Conv2dBackward computes the gradients of Conv2d with respect to x, w and
+// b into dx, dw and db, given g, the gradient of its output, and returns
+// them. A nil destination is a gradient not wanted (returned nil); an
+// unsized one (new(Tensor)) is allocated; a sized one must be contiguous,
+// of its operand's shape and dtype, and is overwritten (autograd passes a
+// parameter's gradient destination, a view into DDP's bucket). columns
+// are the patch matrices that Conv2dCols returned, or nil to rebuild
+// them; they are not released.
+func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, dx, dw, db *Tensor) (*Tensor, *Tensor, *Tensor) {
 	geo := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
 	k, pix := geo.c*geo.kh*geo.kw, geo.oh*geo.ow
+	wantX, wantW := dx != nil, dw != nil
 	var cols *Tensor
 	if wantW {
 		if columns == nil || columns.t == nil {
@@ -311,13 +316,25 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 	wc, gc := w.Contiguous(), g.Contiguous()
 	defer recycleCopy(wc, w)
 	defer recycleCopy(gc, g)
-	if wantW && n > 0 {
-		dw = Empty(w.dtype, w.shape...) // the first chunk's product overwrites it
-	} else if wantW {
-		dw = New(w.dtype, w.shape...)
+	if wantW {
+		// The first chunk's product overwrites dw; there is none for no images.
+		dw.prepareFill(w.dtype, w.shape, "Conv2dBackward", n == 0)
+		if !dw.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous weight gradient")
+		}
+		if n == 0 {
+			dw.Zero()
+		}
 	}
 	if wantX {
-		dx = New(x.dtype, x.shape...) // col2im adds into it
+		fresh := !dx.Sized()
+		dx.prepare(x.dtype, x.shape, "Conv2dBackward")
+		if !dx.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous input gradient")
+		}
+		if !fresh {
+			dx.Zero() // col2im adds into it
+		}
 	}
 	if wantW || wantX {
 		chunk := convChunk(k, pix, n, x.dtype.Size())
@@ -338,9 +355,9 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 			panic(fmt.Sprintf("tensor: Conv2dBackward of %v tensors", x.dtype))
 		}
 	}
-	if wantB {
+	if db != nil {
 		perImage := new(Tensor).Sum(gc.Reshape(n, oc, pix), 2, false)
-		db = new(Tensor).Sum(perImage, 0, false)
+		db.Sum(perImage, 0, false)
 		perImage.Recycle()
 	}
 	return dx, dw, db

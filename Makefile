@@ -86,6 +86,7 @@ vet:
 test: vet
 	$(GO) test -race -timeout 20m ./...
 	$(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
+	$(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./internal/models/
 	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
 ifeq ($(HAVE_OPENBLAS),yes)
 	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...

@@ -21,4 +21,31 @@
 // and receive nodes do).
 //
 // Recording can be switched off with NoGrad. The switch is process-wide.
+//
+// # Who owns the tensors of a step
+//
+// A backward pass that frees its graph (no RetainGraph) recycles, when it
+// is over, the storage that nothing can read any more (tensor.Recycle),
+// and the next step's operations take it from the pool instead of the Go
+// heap. In a steady training loop the heap then barely grows and the
+// collector barely runs. The rule that makes this safe:
+//
+//   - Gradients flowing through the graph belong to the engine: it
+//     recycles them all, except those that became a leaf's gradient
+//     (Grad), a retained gradient (RetainGrad), or were given to a tensor
+//     hook or to an outside Function's backward (Apply), which may keep
+//     them. A hook or Function that keeps a gradient keeps it intact.
+//   - Forward values are the program's: a Var's value is recycled only if
+//     the program marked the Var transient (MarkTransient: nothing reads
+//     it after the pass) and so is every Var viewing its storage, and
+//     none of them was read out (Value, Detach) or given to an outside
+//     Function. nn.Sequential marks the outputs of its inner layers; the
+//     Var it returns, the loss, the leaves (parameters, inputs) and every
+//     value nobody marked are never recycled.
+//   - Saved tensors that only a node's backward reads (im2col matrices,
+//     max-pooling indices) are recycled when the graph is freed.
+//
+// Value of a transient Var after its storage was recycled panics rather
+// than show another step's numbers. Built with the tag godist_guard, any
+// use of recycled storage through a stale view panics too.
 package autograd

@@ -3,6 +3,7 @@ package autograd
 import (
 	"container/heap"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/godist/godist/tensor"
@@ -18,7 +19,10 @@ import (
 // that input. Backward must not modify grad; it may return it (or a view of
 // it) as an input's gradient. Any other tensor it returns must be its own to
 // give away: the engine may add the input's other gradients into it in
-// place, or make it a leaf's gradient, which later passes update in place.
+// place, make it a leaf's gradient, which later passes update in place, or
+// recycle its storage once the pass is over (see the package
+// documentation). The gradient it is given, and the values of its inputs
+// and output, are never recycled: a Function may keep them.
 type Function interface {
 	Forward(inputs []*tensor.Tensor) *tensor.Tensor
 	Backward(grad *tensor.Tensor) []*tensor.Tensor
@@ -43,21 +47,39 @@ type Fallible interface {
 
 // Apply runs f on the inputs' values and, when recording is on and some
 // input requires gradients, records it in the graph.
+//
+// f's code is outside the package, so the engine assumes it may keep what
+// it is given: the inputs' values and the gradient of its output are never
+// recycled (see MarkTransient), nor is its output.
 func Apply(f Function, inputs ...*Var) *Var {
-	return record(fmt.Sprintf("%T", f), f.Forward(values(inputs)), f.Backward, inputs...)
+	return foreign(record(fmt.Sprintf("%T", f), f.Forward(values(inputs)), f.Backward, inputs...), inputs)
+}
+
+// foreign marks v as made by an outside Function from inputs.
+func foreign(v *Var, inputs []*Var) *Var {
+	for _, in := range inputs {
+		if in != nil {
+			in.untrack()
+		}
+	}
+	v.untrack()
+	if v.node != nil {
+		v.node.foreign = true
+	}
+	return v
 }
 
 // ApplyFallible is Apply for an operation that can fail: its forward
 // error, if any, is the result's Err.
 func ApplyFallible(f Fallible, inputs ...*Var) *Var {
 	out, err := f.TryForward(values(inputs))
-	v := record(fmt.Sprintf("%T", f), out, func(g *tensor.Tensor) []*tensor.Tensor {
+	v := foreign(record(fmt.Sprintf("%T", f), out, func(g *tensor.Tensor) []*tensor.Tensor {
 		ins, err := f.TryBackward(g)
 		if err != nil {
 			panic(backwardFailure{err})
 		}
 		return ins
-	}, inputs...)
+	}, inputs...), inputs)
 	if v.err == nil {
 		v.err = err
 	}
@@ -86,7 +108,10 @@ type node struct {
 	// maskable says backward computes only the gradients of the inputs
 	// that want() them (see BackwardSplit).
 	maskable bool
-	out      *Var
+	// foreign says an outside Function (Apply) runs backward: it may keep
+	// the gradient it is given.
+	foreign bool
+	out     *Var
 	// release, if set, frees what backward kept once the graph is freed.
 	release func()
 	// view, if set, says that out is a slice of the one input's value: the
@@ -124,19 +149,18 @@ func record(name string, out *tensor.Tensor, backward func(*tensor.Tensor) []*te
 			break
 		}
 	}
-	if !GradEnabled() {
-		return v
-	}
-	for _, in := range inputs {
-		if in != nil && in.requiresGrad {
-			v.requiresGrad = true
-			break
+	if GradEnabled() {
+		for _, in := range inputs {
+			if in != nil && in.requiresGrad {
+				v.requiresGrad = true
+				break
+			}
 		}
 	}
-	if !v.requiresGrad {
-		return v
+	if v.requiresGrad {
+		v.node = &node{name: name, seq: nodeSeq.Add(1), backward: backward, inputs: inputs, out: v}
 	}
-	v.node = &node{name: name, seq: nodeSeq.Add(1), backward: backward, inputs: inputs, out: v}
+	v.track(inputs) // a view joins its input's storage group, with or without a graph
 	return v
 }
 
@@ -183,9 +207,14 @@ func (v *Var) BackwardWith(grad *tensor.Tensor, opt BackwardOptions) error {
 		return nil
 	}
 	e := newEngine(v.node)
+	defer e.done()
 	e.kept = append(e.kept, grad) // the caller's tensor is never stolen
+	e.recycling = !opt.RetainGraph
 	err := e.run(v.node, grad)
 	if !opt.RetainGraph || err != nil {
+		if err == nil {
+			e.recycleGraph()
+		}
 		for n := range e.deps {
 			n.backward, n.inputs = nil, nil
 			if n.release != nil {
@@ -208,7 +237,17 @@ type engine struct {
 	// split, in the first part of a split pass, holds the weights whose
 	// gradients wait for the second.
 	split *WeightPass
+	// recycling says the pass frees the graph, and rec gathers what it
+	// may then recycle (recycleGraph).
+	recycling bool
+	rec       tensor.Recycler
+	stack     []*node // newEngine's, kept for the next pass
+	ready     nodeHeap
 }
+
+// engines are engines of finished passes, their maps and slices kept for
+// the next: a training step then allocates no bookkeeping.
+var engines sync.Pool
 
 // steal reports whether a leaf may keep g as its gradient without copying:
 // g must be a whole, contiguous buffer that no leaf took this pass. Other
@@ -230,13 +269,18 @@ func (e *engine) steal(g *tensor.Tensor) bool {
 // newEngine counts, for every node and leaf reachable from root, how many
 // edges of the graph lead into it.
 func newEngine(root *node) *engine {
-	e := &engine{
-		deps:     map[*node]int{root: 0},
-		leafDeps: map[*Var]int{},
-		grads:    map[*node]gradBuf{},
-		leafGrad: map[*Var]gradBuf{},
+	e, _ := engines.Get().(*engine)
+	if e == nil {
+		e = &engine{
+			deps:     map[*node]int{},
+			leafDeps: map[*Var]int{},
+			grads:    map[*node]gradBuf{},
+			leafGrad: map[*Var]gradBuf{},
+		}
 	}
-	stack := []*node{root}
+	e.deps[root] = 0
+	stack := append(e.stack[:0], root)
+	defer func() { e.stack = stack[:0] }()
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -258,6 +302,64 @@ func newEngine(root *node) *engine {
 		}
 	}
 	return e
+}
+
+// done gives e, its pass over, back for reuse. An engine whose pass is
+// split (the WeightPass holds it) is never done.
+func (e *engine) done() {
+	clear(e.deps)
+	clear(e.leafDeps)
+	clear(e.grads)
+	clear(e.leafGrad)
+	clear(e.kept)
+	e.kept = e.kept[:0]
+	clear(e.ready)
+	e.ready = e.ready[:0]
+	e.split, e.recycling = nil, false
+	e.rec.Reset()
+	engines.Put(e)
+}
+
+// drop and keep tell the pass's Recycler about a gradient that is dead
+// once the pass is over, or one that outlives it.
+func (e *engine) drop(t *tensor.Tensor) {
+	if e.recycling {
+		e.rec.Drop(t)
+	}
+}
+
+func (e *engine) keep(t *tensor.Tensor) {
+	if e.recycling {
+		e.rec.Keep(t)
+	}
+}
+
+// recycleGraph runs after a pass that completed and freed the graph: it
+// recycles the storage that nothing can read any more. That is the values
+// of transient Vars (MarkTransient: every Var viewing the storage is
+// transient, and none was read out), and the gradients that flowed
+// through the graph, except those that became a leaf's gradient (kept),
+// were retained or given to tensor hooks or outside Functions (kept as
+// they passed). The graph's other values and its leaves' are kept, so
+// that a gradient sharing their storage is not recycled either.
+func (e *engine) recycleGraph() {
+	for n := range e.deps {
+		out := n.out
+		if s := out.stor; s != nil && !out.holdsGrad() && s.recyclable() {
+			e.rec.Drop(out.value)
+		} else {
+			e.rec.Keep(out.value)
+		}
+		for _, in := range n.inputs {
+			if in != nil && in.node == nil {
+				e.rec.Keep(in.value)
+			}
+		}
+	}
+	for _, t := range e.kept {
+		e.rec.Keep(t)
+	}
+	e.rec.Recycle()
 }
 
 // backward runs n's backward function on g, with the leaves whose only
@@ -291,7 +393,7 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 			err = f.err
 		}
 	}()
-	ready := &nodeHeap{}
+	ready := &e.ready
 	e.grads[root] = gradBuf{t: grad}
 	heap.Push(ready, root)
 	for ready.Len() > 0 {
@@ -299,12 +401,23 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 		g := e.grads[n].t
 		delete(e.grads, n)
 		if g != nil {
+			// Hooks, a retained gradient and an outside Function's
+			// backward may keep g; otherwise it is dead after this node.
+			held := e.recycling && (n.foreign || n.out.holdsGrad())
+			if held {
+				e.keep(g)
+			}
 			g = n.out.runHooks(g)
 			n.out.mu.Lock()
 			if n.out.mu.retainGrad {
 				n.out.mu.grad = g
 			}
 			n.out.mu.Unlock()
+			if held {
+				e.keep(g)
+			} else {
+				e.drop(g)
+			}
 		}
 		if n.view != nil && sliceAccumulation {
 			// A slice of its input: g goes into that slice of the
@@ -340,6 +453,7 @@ func (e *engine) run(root *node, grad *tensor.Tensor) (err error) {
 			if gi != nil && !tensor.SameShape(gi, in.value) {
 				panic(fmt.Sprintf("autograd: %s returned a gradient of shape %v for input %d of shape %v", n.name, gi.Shape(), i, in.value.Shape()))
 			}
+			e.drop(gi) // kept if it becomes a leaf's gradient
 			e.deliver(in, gi, gi != nil && fresh(gi, i, ins, g), nil, ready)
 		}
 	}
@@ -360,7 +474,13 @@ func (e *engine) deliver(in *Var, g *tensor.Tensor, own bool, view *sliceView, r
 	if in.node == nil {
 		e.leafGrad[in] = e.leafGrad[in].add(in.value, g, own, view)
 		if e.leafDeps[in]--; e.leafDeps[in] == 0 {
-			in.accumulate(e.leafGrad[in].t, e.steal)
+			g := e.leafGrad[in].t
+			if e.recycling && in.holdsGrad() {
+				e.keep(g) // the leaf's tensor hooks see it
+			}
+			e.drop(g)
+			in.accumulate(g, e.steal)
+			e.keep(in.Grad())
 			delete(e.leafGrad, in)
 		}
 		return

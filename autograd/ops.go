@@ -290,8 +290,8 @@ func Linear(x, w, b *Var) *Var {
 		// The bias first, in every row, then the product added to it:
 		// one pass over the output fewer than adding the bias after.
 		shape := append(x.value.Shape()[:x.value.Dim()-1:x.value.Dim()-1], w.value.Size(0))
-		out = tensor.New(x.value.DType(), shape...)
-		out.Copy(b.value.Expand(shape...))
+		out = tensor.Empty(x.value.DType(), shape...)
+		out.Copy(b.value.Expand(shape...)) // every element
 		out.AddMatMul(x.value, w.value.T())
 	} else {
 		out = nt().MatMul(x.value, w.value.T())
@@ -328,7 +328,17 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 		cols = nil
 	}
 	v := maskable(record("Conv2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
-		gx, gw, gb := tensor.Conv2dBackward(g, x.value, w.value, cols, p, x.wants(), w.wants(), b != nil && b.wants())
+		var gx, gw, gb *tensor.Tensor
+		if x.wants() {
+			gx = nt()
+		}
+		if w.wants() {
+			gw = w.gradOut()
+		}
+		if b != nil && b.wants() {
+			gb = b.gradOut()
+		}
+		gx, gw, gb = tensor.Conv2dBackward(g, x.value, w.value, cols, p, gx, gw, gb)
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b))
 	if v.node != nil {
@@ -342,9 +352,15 @@ func Conv2d(x, w, b *Var, p tensor.Conv2dParams) *Var {
 // MaxPool2d returns the maximum over kh×kw windows.
 func MaxPool2d(x *Var, kh, kw int, p tensor.Conv2dParams) *Var {
 	out, idx := tensor.MaxPool2d(x.value, kh, kw, p)
-	return record("MaxPool2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
+	v := record("MaxPool2d", out, func(g *tensor.Tensor) []*tensor.Tensor {
 		return []*tensor.Tensor{tensor.MaxPool2dBackward(g, idx, x.Shape())}
 	}, x)
+	if v.node != nil {
+		v.node.release = idx.Recycle // only backward reads the indices
+	} else {
+		idx.Recycle()
+	}
+	return v
 }
 
 // AvgPool2d returns the mean over kh×kw windows.

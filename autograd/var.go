@@ -21,6 +21,12 @@ type Var struct {
 	node         *node // the operation that made this Var; nil for leaves
 	err          error // a failed forward (Fallible) this Var was computed from
 	masked       bool  // an operation's backward skips v's gradient (split passes)
+	// stor is the storage group of v's value, when that is a pooled
+	// buffer a recorded operation made (own) or a view of one; transient
+	// says MarkTransient was called. See storage.
+	stor      *storage
+	own       storage
+	transient bool
 
 	mu struct {
 		sync.Mutex
@@ -59,7 +65,16 @@ func (v *Var) Err() error { return v.err }
 
 // Value returns the tensor computed in the forward pass. Code that changes
 // it in place (an optimizer step) must do so outside a recorded graph.
-func (v *Var) Value() *tensor.Tensor { return v.value }
+//
+// Value of a Var marked transient (MarkTransient) whose storage a backward
+// pass has recycled panics; taking the value of one earlier keeps its
+// storage from being recycled.
+func (v *Var) Value() *tensor.Tensor {
+	if v.stor != nil {
+		v.stor.escape()
+	}
+	return v.value
+}
 
 // SetValue replaces the value of a leaf (loading a checkpoint, say).
 func (v *Var) SetValue(t *tensor.Tensor) {
@@ -90,7 +105,115 @@ func (v *Var) SetRequiresGrad(b bool) {
 func (v *Var) IsLeaf() bool { return v.node == nil }
 
 // Detach returns a new constant leaf sharing v's value.
-func (v *Var) Detach() *Var { return Const(v.value) }
+func (v *Var) Detach() *Var { return Const(v.Value()) }
+
+// MarkTransient declares that nothing reads v's value once the backward
+// pass through v's graph has freed the graph (a Backward without
+// RetainGraph): v is an intermediate result that only the operations
+// recorded from it use. That pass may then recycle the value's storage
+// for the tensors of later steps, and Value on v panics afterwards.
+//
+// nn.Sequential marks the outputs of all its layers but the last, so a
+// model built from Sequentials allocates no activations once warm. Mark
+// only what no code keeps: a value read before the pass (Value, Detach)
+// is never recycled, and nor is the storage of a Var that shares it with
+// an unmarked one (a view: Reshape, Narrow, ...), one with tensor hooks or
+// a retained gradient, or one an outside Function (Apply) saw.
+func (v *Var) MarkTransient() {
+	if v.transient {
+		return
+	}
+	v.transient = true
+	if v.stor != nil {
+		v.stor.kept.Add(-1)
+	}
+}
+
+// storage is what the Vars whose values share one pooled buffer (a
+// recorded operation's output and the views recorded from it) know about
+// it together: how many of them are not transient, and whether the buffer
+// has been read out (Value) or recycled. A backward pass that frees the
+// graph recycles the buffer when every Var viewing it is transient and
+// none has been read out.
+type storage struct {
+	kept  atomic.Int32 // Vars viewing the buffer not marked transient
+	state atomic.Int32 // storageLive, storageEscaped or storageRecycled
+}
+
+const (
+	storageLive = iota
+	storageEscaped
+	storageRecycled
+)
+
+// escape records that code outside the graph holds the buffer.
+func (s *storage) escape() {
+	for {
+		switch s.state.Load() {
+		case storageEscaped:
+			return
+		case storageRecycled:
+			panic("autograd: value of a transient Var after the backward pass that recycled it (MarkTransient; nn.Sequential marks the outputs of its inner layers): read or clone it before backward, or give the layer a forward hook")
+		}
+		if s.state.CompareAndSwap(storageLive, storageEscaped) {
+			return
+		}
+	}
+}
+
+// recyclable reports whether the buffer may be recycled now, and if so
+// marks it recycled: every Var viewing it is transient and none read it
+// out. It is true again for the buffer's other Vars in the same pass.
+func (s *storage) recyclable() bool {
+	if s.kept.Load() != 0 {
+		return false
+	}
+	return s.state.CompareAndSwap(storageLive, storageRecycled) || s.state.Load() == storageRecycled
+}
+
+// track puts v, just recorded, in a storage group: that of the input whose
+// value its own value is a view of, if any (a view of an input outside
+// every group is in none), else a group of its own when its value is a
+// pooled buffer and v is in the graph. An input whose storage was
+// recycled (code that kept a transient Var and computed with it in a
+// later step) has just been read after another step took its memory: it
+// panics, rather than let the wrong numbers go on.
+func (v *Var) track(inputs []*Var) {
+	for _, in := range inputs {
+		if in != nil && in.stor != nil && in.stor.state.Load() == storageRecycled {
+			panic("autograd: an operation on a transient Var whose storage a backward pass recycled (MarkTransient; nn.Sequential marks the outputs of its inner layers): a layer kept its input or output past the step")
+		}
+	}
+	for _, in := range inputs {
+		if in != nil && tensor.SharesStorage(v.value, in.value) {
+			if in.stor != nil {
+				v.stor = in.stor
+				v.stor.kept.Add(1)
+			}
+			return
+		}
+	}
+	if v.node != nil && v.value.Recyclable() {
+		v.stor = &v.own
+		v.stor.kept.Store(1)
+	}
+}
+
+// untrack takes v out of its storage group for good: its value may be
+// kept by code the package cannot see (an outside Function made it).
+func (v *Var) untrack() {
+	if v.stor != nil {
+		v.stor.escape()
+	}
+}
+
+// holdsGrad reports whether code outside the engine sees v's gradients
+// (tensor hooks, a retained gradient).
+func (v *Var) holdsGrad() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.mu.hooks) > 0 || v.mu.retainGrad
+}
 
 // Grad returns the accumulated gradient, or nil if none has been computed.
 func (v *Var) Grad() *tensor.Tensor {

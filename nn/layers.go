@@ -187,6 +187,16 @@ func (e *Embedding) Forward(x *autograd.Var) *autograd.Var {
 
 // Sequential runs layers in order; its children are named "0", "1", ... as
 // in PyTorch, so state-dict names match torch.nn.Sequential's.
+//
+// The outputs of all its layers but the last are the Sequential's own:
+// each feeds the next layer and nothing else, so Forward marks it
+// transient (autograd.Var.MarkTransient) and the backward pass recycles
+// its storage for the next step's activations. A forward hook of the
+// layer that made an output, or a forward pre-hook of the layer it feeds,
+// sees it and may keep it: then it is not marked. A layer inside a
+// Sequential must not keep its input or its output past the backward pass
+// in any other way (a field holding it for the next call, say); clone the
+// value if it must.
 type Sequential struct {
 	Base
 	Layers []Layer
@@ -203,8 +213,15 @@ func NewSequential(layers ...Layer) *Sequential {
 
 // Forward runs every layer (with its hooks) in order.
 func (s *Sequential) Forward(x *autograd.Var) *autograd.Var {
-	for _, l := range s.Layers {
-		x = Call(l, x)
+	in := x
+	for i, l := range s.Layers {
+		y := Call(l, x)
+		// x, made by the layer before, has now been used by the one
+		// layer that needed it (unless that layer passed it on as is).
+		if x != in && y != x && len(s.Layers[i-1].base().postHooks) == 0 && len(l.base().preHooks) == 0 {
+			x.MarkTransient()
+		}
+		x = y
 	}
 	return x
 }

@@ -189,7 +189,7 @@ type ConvColumns struct{ t *Tensor }
 // faulting in megabytes per training step. A nil *ConvColumns is a no-op.
 func (c *ConvColumns) Release() {
 	if c != nil && c.t != nil {
-		recycle(c.t)
+		c.t.Recycle()
 		c.t = nil
 	}
 }
@@ -212,53 +212,64 @@ func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColu
 	g := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
 	k, pix := g.c*g.kh*g.kw, g.oh*g.ow
-	x = x.Contiguous()
-	wm := w.Contiguous().Reshape(oc, k)
-	out = New(x.dtype, n, oc, g.oh, g.ow)
-	cols := scratch(x.dtype, n*k*pix) // im2col writes every element
+	xc, wc := x.Contiguous(), w.Contiguous()
+	out = Empty(x.dtype, n, oc, g.oh, g.ow) // convScatter writes every element
+	cols := Empty(x.dtype, n*k*pix)         // and im2col too
 	chunk := convChunk(k, pix, n, x.dtype.Size())
+	prod := Empty(x.dtype, oc*chunk*pix) // every GEMM overwrites its part
 	var bias *Tensor
 	if b != nil && b.dtype == x.dtype {
 		bias = b.Reshape(oc).Contiguous()
 	}
-	prodBuf := scratch(x.dtype, oc*chunk*pix) // every GEMM overwrites its part
-	defer recycle(prodBuf)
-	for i0 := 0; i0 < n; i0 += chunk {
-		m := min(chunk, n-i0)
-		c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
-		for i := range m {
-			img := x.Select(0, i0+i)
-			switch x.dtype {
-			case Float32:
-				im2col(f32s(c.buf)[c.off+i*pix:], img.Float32s(), g, m*pix)
-			case Float64:
-				im2col(f64s(c.buf)[c.off+i*pix:], img.Float64s(), g, m*pix)
-			default:
-				panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
-			}
+	switch x.dtype {
+	case Float32:
+		var bv []float32
+		if bias != nil {
+			bv = bias.Float32s()
 		}
-		prod := prodBuf.Narrow(0, 0, oc*m*pix).Reshape(oc, m*pix)
-		prod.MatMul(wm, c) // OC × m·P
-		dst := out.Narrow(0, i0, m)
-		switch x.dtype {
-		case Float32:
-			var bv []float32
-			if bias != nil {
-				bv = bias.Float32s()
-			}
-			convScatter(dst.Float32s(), prod.Float32s(), bv, oc, m, pix)
-		case Float64:
-			var bv []float64
-			if bias != nil {
-				bv = bias.Float64s()
-			}
-			convScatter(dst.Float64s(), prod.Float64s(), bv, oc, m, pix)
+		convForward(out.Float32s(), cols.Float32s(), prod.Float32s(), xc.Float32s(), wc.Float32s(), bv, g, n, oc, chunk, sgemm)
+	case Float64:
+		var bv []float64
+		if bias != nil {
+			bv = bias.Float64s()
 		}
+		convForward(out.Float64s(), cols.Float64s(), prod.Float64s(), xc.Float64s(), wc.Float64s(), bv, g, n, oc, chunk, dgemm)
+	default:
+		panic(fmt.Sprintf("tensor: Conv2d of %v tensors", x.dtype))
 	}
+	prod.Recycle()
+	recycleCopy(xc, x)
+	recycleCopy(wc, w)
 	if b != nil && bias == nil {
 		out.Add(out, b.Reshape(oc, 1, 1))
 	}
 	return out, &ConvColumns{cols}
+}
+
+// recycleCopy recycles c if it is a copy that a kernel made of t
+// (Contiguous of a strided t) and no longer needs.
+func recycleCopy(c, t *Tensor) {
+	if c != t {
+		c.Recycle()
+	}
+}
+
+// convForward convolves the n images of x (contiguous, C×H×W each) with
+// the weights w (OC × K), chunk images at a time: their patch matrices
+// side by side in cols (K × m·P for a chunk of m), one GEMM into prod,
+// then scattered into out with the bias (nil: none).
+func convForward[T float](out, cols, prod, x, w, bias []T, g convGeom, n, oc, chunk int, gemm gemmFn[T]) {
+	k, pix, img := g.c*g.kh*g.kw, g.oh*g.ow, g.c*g.h*g.w
+	for i0 := 0; i0 < n; i0 += chunk {
+		m := min(chunk, n-i0)
+		c := cols[i0*k*pix : (i0+m)*k*pix]
+		for i := range m {
+			im2col(c[i*pix:], x[(i0+i)*img:(i0+i+1)*img], g, m*pix)
+		}
+		pr := prod[:oc*m*pix]
+		gemm(false, false, oc, m*pix, k, 1, w, k, c, m*pix, 0, pr, m*pix) // OC × m·P
+		convScatter(out[i0*oc*pix:(i0+m)*oc*pix], pr, bias, oc, m, pix)
+	}
 }
 
 // convScatter moves the product prod (OC × m·P) of a chunk of m images into
@@ -281,14 +292,19 @@ func convScatter[T float](out, prod, bias []T, oc, m, pix int) {
 	}
 }
 
-// Conv2dBackward returns the gradients of Conv2d with respect to x, w and b
-// given g, the gradient of its output. columns are the patch matrices that
-// Conv2dCols returned, or nil to rebuild them; they are not released. A
-// gradient that is not wanted is returned nil.
-func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX, wantW, wantB bool) (dx, dw, db *Tensor) {
+// Conv2dBackward computes the gradients of Conv2d with respect to x, w and
+// b into dx, dw and db, given g, the gradient of its output, and returns
+// them. A nil destination is a gradient not wanted (returned nil); an
+// unsized one (new(Tensor)) is allocated; a sized one must be contiguous,
+// of its operand's shape and dtype, and is overwritten (autograd passes a
+// parameter's gradient destination, a view into DDP's bucket). columns
+// are the patch matrices that Conv2dCols returned, or nil to rebuild
+// them; they are not released.
+func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, dx, dw, db *Tensor) (*Tensor, *Tensor, *Tensor) {
 	geo := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
 	k, pix := geo.c*geo.kh*geo.kw, geo.oh*geo.ow
+	wantX, wantW := dx != nil, dw != nil
 	var cols *Tensor
 	if wantW {
 		if columns == nil || columns.t == nil {
@@ -297,53 +313,113 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, wantX
 		}
 		cols = columns.t
 	}
-	wm := w.Contiguous().Reshape(oc, k)
-	g = g.Contiguous()
+	wc, gc := w.Contiguous(), g.Contiguous()
+	defer recycleCopy(wc, w)
+	defer recycleCopy(gc, g)
 	if wantW {
-		dw = New(w.dtype, oc, k)
+		// The first chunk's product overwrites dw; there is none for no images.
+		dw.prepareFill(w.dtype, w.shape, "Conv2dBackward", n == 0)
+		if !dw.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous weight gradient")
+		}
+		if n == 0 {
+			dw.Zero()
+		}
 	}
 	if wantX {
-		dx = New(x.dtype, x.shape...)
+		fresh := !dx.Sized()
+		dx.prepare(x.dtype, x.shape, "Conv2dBackward")
+		if !dx.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous input gradient")
+		}
+		if !fresh {
+			dx.Zero() // col2im adds into it
+		}
 	}
-	chunk := convChunk(k, pix, n, x.dtype.Size())
-	// gt and dcols are scratch: every element is written before it is read.
-	gt := scratch(g.dtype, oc*chunk*pix)
-	defer recycle(gt)
-	var dcolsBuf *Tensor
-	if wantX {
-		dcolsBuf = scratch(x.dtype, k*chunk*pix)
-		defer recycle(dcolsBuf)
+	if wantW || wantX {
+		chunk := convChunk(k, pix, n, x.dtype.Size())
+		// gt and dcols are scratch: every element is written before it is read.
+		gt := Empty(g.dtype, oc*chunk*pix)
+		defer gt.Recycle()
+		var dcols *Tensor
+		if wantX {
+			dcols = Empty(x.dtype, k*chunk*pix)
+			defer dcols.Recycle()
+		}
+		switch x.dtype {
+		case Float32:
+			convBackward(convGrads[float32]{dx: f32data(dx), dw: f32data(dw), g: gc.Float32s(), w: wc.Float32s(), cols: f32data(cols), gt: gt.Float32s(), dcols: f32data(dcols)}, geo, n, oc, chunk, sgemm)
+		case Float64:
+			convBackward(convGrads[float64]{dx: f64data(dx), dw: f64data(dw), g: gc.Float64s(), w: wc.Float64s(), cols: f64data(cols), gt: gt.Float64s(), dcols: f64data(dcols)}, geo, n, oc, chunk, dgemm)
+		default:
+			panic(fmt.Sprintf("tensor: Conv2dBackward of %v tensors", x.dtype))
+		}
 	}
+	if db != nil {
+		perImage := new(Tensor).Sum(gc.Reshape(n, oc, pix), 2, false)
+		db.Sum(perImage, 0, false)
+		perImage.Recycle()
+	}
+	return dx, dw, db
+}
+
+// f32data and f64data are the elements of a contiguous tensor, or nil
+// for none.
+func f32data(t *Tensor) []float32 {
+	if t == nil {
+		return nil
+	}
+	return t.Float32s()
+}
+
+func f64data(t *Tensor) []float64 {
+	if t == nil {
+		return nil
+	}
+	return t.Float64s()
+}
+
+// convGrads are the operands of convBackward: the gradients it computes
+// (dx, N×C×H×W, added into; dw, OC×K, overwritten; nil when not wanted),
+// the output gradient g (N×OC×P), the weights w (OC×K), the forward pass's
+// patch matrices cols (needed for dw), and scratch space for a chunk's
+// output gradient (gt) and input patch gradients (dcols, needed for dx).
+type convGrads[T float] struct {
+	dx, dw, g, w, cols, gt, dcols []T
+}
+
+// convBackward computes the input and weight gradients of a convolution
+// chunk by chunk, in the forward pass's layout: a chunk's output gradient
+// as OC × m·P, the weight gradient as its product with the patch
+// matrices, the patch gradients as Wᵀ times it, added back into the
+// images by col2im.
+func convBackward[T float](a convGrads[T], geo convGeom, n, oc, chunk int, gemm gemmFn[T]) {
+	k, pix, img := geo.c*geo.kh*geo.kw, geo.oh*geo.ow, geo.c*geo.h*geo.w
 	for i0 := 0; i0 < n; i0 += chunk {
 		m := min(chunk, n-i0)
-		// The chunk's output gradient as OC × m·P, the forward product's layout.
-		gc := gt.Narrow(0, 0, oc*m*pix).Reshape(oc, m, pix)
-		copyStrided(gc, g.Narrow(0, i0, m).Reshape(m, oc, pix).Transpose(0, 1))
-		gm := gc.Reshape(oc, m*pix)
-		if wantW {
-			c := cols.Narrow(0, i0*k*pix, m*k*pix).Reshape(k, m*pix)
-			dw.AddMatMul(gm, c.T())
+		gm := a.gt[:oc*m*pix] // OC × m·P: gm[o][i][p] = g[i0+i][o][p]
+		for i := range m {
+			for o := range oc {
+				src := a.g[((i0+i)*oc+o)*pix : ((i0+i)*oc+o+1)*pix]
+				copy(gm[(o*m+i)*pix:(o*m+i+1)*pix], src)
+			}
 		}
-		if wantX {
-			dcols := dcolsBuf.Narrow(0, 0, k*m*pix).Reshape(k, m*pix)
-			dcols.MatMul(wm.T(), gm) // K × m·P
+		if a.dw != nil {
+			var beta T = 1
+			if i0 == 0 {
+				beta = 0
+			}
+			c := a.cols[i0*k*pix : (i0+m)*k*pix]                                   // K × m·P
+			gemm(false, true, oc, k, m*pix, 1, gm, m*pix, c, m*pix, beta, a.dw, k) // dw += gm·cᵀ
+		}
+		if a.dx != nil {
+			dc := a.dcols[:k*m*pix]
+			gemm(true, false, k, m*pix, oc, 1, a.w, k, gm, m*pix, 0, dc, m*pix) // K × m·P = Wᵀ·gm
 			for i := range m {
-				switch x.dtype {
-				case Float32:
-					col2im(dx.Select(0, i0+i).Float32s(), dcols.Float32s()[i*pix:], geo, m*pix)
-				case Float64:
-					col2im(dx.Select(0, i0+i).Float64s(), dcols.Float64s()[i*pix:], geo, m*pix)
-				}
+				col2im(a.dx[(i0+i)*img:(i0+i+1)*img], dc[i*pix:], geo, m*pix)
 			}
 		}
 	}
-	if wantW {
-		dw = dw.Reshape(w.shape...)
-	}
-	if wantB {
-		db = new(Tensor).Sum(new(Tensor).Sum(g.Reshape(n, oc, pix), 2, false), 0, false)
-	}
-	return dx, dw, db
 }
 
 // MaxPool2d returns the maximum over kh×kw windows of x (N×C×H×W), padding
@@ -356,7 +432,7 @@ func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
 	p = p.norm()
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
 	oh, ow := p.OutSize(h, w, kh, kw)
-	out, indices = New(x.dtype, n, c, oh, ow), New(Int64, n, c, oh, ow)
+	out, indices = Empty(x.dtype, n, c, oh, ow), Empty(Int64, n, c, oh, ow) // maxPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {
 	case Float32:
@@ -533,7 +609,7 @@ func AvgPool2d(x *Tensor, kh, kw int, p Conv2dParams) *Tensor {
 	p = p.norm()
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
 	oh, ow := p.OutSize(h, w, kh, kw)
-	out := New(x.dtype, n, c, oh, ow)
+	out := Empty(x.dtype, n, c, oh, ow) // avgPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {
 	case Float32:

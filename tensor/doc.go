@@ -15,6 +15,16 @@
 // Exact aliasing (t.Add(t, b)) is in-place and allowed; partial overlap,
 // and a MatMul destination sharing an operand's storage, panic.
 //
+// Storage of 256 bytes or more comes from a pool of recycled buffers, one
+// sync.Pool per size: New clears what it reuses, Empty (torch.empty) and
+// the destinations of operations that write every element do not, and
+// Recycle gives storage back. The package never recycles on its own
+// except its kernels' scratch space; autograd's engine recycles the
+// intermediate tensors of a backward pass, under the ownership rule its
+// package documentation states. Built with the tag godist_guard, a view
+// of recycled storage panics when used, and recycled memory is poisoned
+// with NaNs.
+//
 // Shape and dtype errors are programmer errors and panic, as in gonum; the
 // layers that take input from the network check it before calling here.
 //

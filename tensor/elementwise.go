@@ -89,7 +89,7 @@ func (t *Tensor) binary(op binOp, a, b *Tensor) *Tensor {
 		panic(fmt.Sprintf("tensor: %s of %v and %v", name, a.dtype, b.dtype))
 	}
 	shape := BroadcastShapes(a.shape, b.shape)
-	t.prepare(a.dtype, shape, name)
+	t.prepareAll(a.dtype, shape, name)
 	checkAlias(t, a, name)
 	checkAlias(t, b, name)
 	if !SameShape(a, t) {
@@ -233,7 +233,7 @@ func (t *Tensor) AddScaled(a *Tensor, alpha float64, b *Tensor) *Tensor {
 	if !SameShape(a, b) || a.dtype != b.dtype {
 		panic(fmt.Sprintf("tensor: AddScaled of %v%v and %v%v", a.dtype, a.shape, b.dtype, b.shape))
 	}
-	t.prepare(a.dtype, a.shape, "AddScaled")
+	t.prepareAll(a.dtype, a.shape, "AddScaled")
 	checkAlias(t, a, "AddScaled")
 	checkAlias(t, b, "AddScaled")
 	if t.IsContiguous() && a.IsContiguous() && b.IsContiguous() {
@@ -308,11 +308,11 @@ func (t *Tensor) Square(a *Tensor) *Tensor { return t.unary(opSquare, a) }
 
 func (t *Tensor) unary(op unOp, a *Tensor) *Tensor {
 	name := unOpNames[op]
-	t.prepare(a.dtype, a.shape, name)
+	t.prepareAll(a.dtype, a.shape, name)
 	checkAlias(t, a, name)
 	dst := t
 	if !t.IsContiguous() {
-		dst = New(t.dtype, t.shape...)
+		dst = Empty(t.dtype, t.shape...)
 	}
 	src := a.Contiguous()
 	switch t.dtype {
@@ -325,6 +325,7 @@ func (t *Tensor) unary(op unOp, a *Tensor) *Tensor {
 	}
 	if dst != t {
 		copyStrided(t, dst)
+		dst.Recycle()
 	}
 	return t
 }
@@ -478,10 +479,10 @@ func (t *Tensor) fused2(name string, a, b *Tensor, f64 func(a, b float64) float6
 	if !SameShape(a, b) || a.dtype != b.dtype {
 		panic(fmt.Sprintf("tensor: %s of %v%v and %v%v", name, a.dtype, a.shape, b.dtype, b.shape))
 	}
-	t.prepare(a.dtype, a.shape, name)
+	t.prepareAll(a.dtype, a.shape, name)
 	dst := t
 	if !t.IsContiguous() {
-		dst = New(t.dtype, t.shape...)
+		dst = Empty(t.dtype, t.shape...)
 	}
 	a, b = a.Contiguous(), b.Contiguous()
 	switch t.dtype {
@@ -497,6 +498,7 @@ func (t *Tensor) fused2(name string, a, b *Tensor, f64 func(a, b float64) float6
 	}
 	if dst != t {
 		copyStrided(t, dst)
+		dst.Recycle()
 	}
 	return t
 }

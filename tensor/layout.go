@@ -9,7 +9,7 @@ import (
 // offset.
 func (t *Tensor) view(shape, strides []int, off int) *Tensor {
 	t.live()
-	return &Tensor{dtype: t.dtype, shape: shape, strides: strides, off: off, buf: t.buf, keep: t.keep}
+	return &Tensor{dtype: t.dtype, shape: shape, strides: strides, off: off, buf: t.buf, keep: t.keep, pool: t.pool, gen: t.gen}
 }
 
 // Reshape returns a tensor with the same elements in a new shape. One
@@ -194,7 +194,7 @@ func (t *Tensor) Contiguous() *Tensor {
 
 // Clone returns a contiguous copy of t.
 func (t *Tensor) Clone() *Tensor {
-	c := New(t.dtype, t.shape...)
+	c := Empty(t.dtype, t.shape...)
 	copyStrided(c, t)
 	return c
 }
@@ -204,7 +204,7 @@ func (t *Tensor) Clone() *Tensor {
 // contiguous copy. It returns t.
 func (t *Tensor) Copy(src *Tensor) *Tensor {
 	if !t.Sized() {
-		t.init(src.dtype, src.shape)
+		t.initFill(src.dtype, src.shape, false)
 	}
 	if !SameShape(t, src) {
 		src = src.Expand(t.shape...)
@@ -416,7 +416,7 @@ func Cat(dim int, ts ...*Tensor) *Tensor {
 		}
 		shape[dim] += t.shape[dim]
 	}
-	out := New(ts[0].dtype, shape...)
+	out := Empty(ts[0].dtype, shape...)
 	at := 0
 	for _, t := range ts {
 		copyStrided(out.Narrow(dim, at, t.shape[dim]), t)

@@ -31,7 +31,7 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
 		panic(fmt.Sprintf("tensor: MatMul of shapes %v and %v", a.shape, b.shape))
 	}
 	shape := append(append([]int(nil), batch...), m, n)
-	t.prepare(a.dtype, shape, "MatMul")
+	t.prepareAll(a.dtype, shape, "MatMul") // beta 0 never reads the destination
 	t.live()
 	for _, x := range []*Tensor{a, b} {
 		x.live()

@@ -35,7 +35,7 @@ func (t *Tensor) Mean(a *Tensor, dim int, keepdim bool) *Tensor {
 
 func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Tensor {
 	dim = a.axis(dim)
-	t.prepare(a.dtype, reducedShape(a.shape, dim, keepdim), name)
+	t.prepareAll(a.dtype, reducedShape(a.shape, dim, keepdim), name)
 	checkAlias(t, a, name)
 	dst := t.Contiguous()
 	src := a.Contiguous()
@@ -77,22 +77,26 @@ func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
 		}
 		return
 	}
-	acc := make([]float64, inner)
+	// The sums of a block of columns at a time, in float64 on the stack.
+	var buf [512]float64
 	for o := range outer {
-		clear(acc)
 		base := o * n * inner
-		for j := range n {
-			row := s[base+j*inner : base+(j+1)*inner]
-			for i, x := range row {
-				acc[i] += float64(x)
+		for lo := 0; lo < inner; lo += len(buf) {
+			acc := buf[:min(len(buf), inner-lo)]
+			clear(acc)
+			for j := range n {
+				row := s[base+j*inner+lo : base+j*inner+lo+len(acc)]
+				for i, x := range row {
+					acc[i] += float64(x)
+				}
 			}
-		}
-		out := d[o*inner : (o+1)*inner]
-		for i := range out {
-			if mean {
-				out[i] = T(acc[i] / float64(n))
-			} else {
-				out[i] = T(acc[i])
+			out := d[o*inner+lo : o*inner+lo+len(acc)]
+			for i := range out {
+				if mean {
+					out[i] = T(acc[i] / float64(n))
+				} else {
+					out[i] = T(acc[i])
+				}
 			}
 		}
 	}
@@ -137,7 +141,7 @@ func (t *Tensor) SumTo(a *Tensor, shape []int) *Tensor {
 func MaxDim(a *Tensor, dim int, keepdim bool) (values, indices *Tensor) {
 	dim = a.axis(dim)
 	shape := reducedShape(a.shape, dim, keepdim)
-	values, indices = New(a.dtype, shape...), New(Int64, shape...)
+	values, indices = Empty(a.dtype, shape...), Empty(Int64, shape...)
 	src := a.Contiguous()
 	outer, n, inner := src.split3(dim)
 	if n == 0 {
@@ -189,7 +193,7 @@ func (t *Tensor) LogSoftmax(a *Tensor, dim int) *Tensor {
 
 func (t *Tensor) softmax(name string, a *Tensor, dim int, log bool) *Tensor {
 	dim = a.axis(dim)
-	t.prepare(a.dtype, a.shape, name)
+	t.prepareAll(a.dtype, a.shape, name)
 	dst := t.Contiguous()
 	src := a.Contiguous()
 	outer, n, inner := src.split3(dim)
@@ -251,7 +255,7 @@ func (t *Tensor) LogSoftmaxBackward(g, y *Tensor, dim int) *Tensor {
 
 func (t *Tensor) softmaxBack(name string, g, y *Tensor, dim int, log bool) *Tensor {
 	dim = y.axis(dim)
-	t.prepare(y.dtype, y.shape, name)
+	t.prepareAll(y.dtype, y.shape, name)
 	dst := t.Contiguous()
 	g, y = g.Contiguous(), y.Contiguous()
 	outer, n, inner := y.split3(dim)

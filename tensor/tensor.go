@@ -21,6 +21,8 @@ type Tensor struct {
 	off     int      // offset of element 0 in elements
 	buf     []byte   // backing storage, 8-byte aligned; nil only when unsized
 	keep    *offHeap // buf's mapping when it lies outside the Go heap (NewOffHeap)
+	pool    *pooled  // buf's pool buffer when it came from the pool (pool.go)
+	gen     uint32   // pool's generation when buf was handed out
 }
 
 // alloc returns a zeroed, 8-byte aligned buffer of n elements of d.
@@ -53,7 +55,12 @@ func Full(d DType, v float64, shape ...int) *Tensor {
 // Scalar returns a 0-dimensional float32 tensor holding v.
 func Scalar(v float32) *Tensor { return fromSlice(Float32, []float32{v}, []int{}) }
 
-func (t *Tensor) init(d DType, shape []int) {
+func (t *Tensor) init(d DType, shape []int) { t.initFill(d, shape, true) }
+
+// initFill makes t a contiguous tensor of dtype d and the given shape, its
+// elements zero when zero is set and unspecified otherwise (a recycled
+// buffer is then not cleared).
+func (t *Tensor) initFill(d DType, shape []int, zero bool) {
 	if d == Invalid || d.Size() == 0 {
 		panic(fmt.Sprintf("tensor: invalid dtype %v", d))
 	}
@@ -68,6 +75,12 @@ func (t *Tensor) init(d DType, shape []int) {
 	t.shape = append([]int(nil), shape...)
 	t.strides = contiguousStrides(t.shape)
 	t.off = 0
+	t.pool, t.gen = nil, 0
+	if nb := n * d.Size(); nb >= poolMin {
+		p := getPooled(nb, zero)
+		t.buf, t.pool, t.gen = p.buf, p, p.gen.Load()
+		return
+	}
 	t.buf = alloc(d, n)
 }
 
@@ -496,10 +509,16 @@ func (it *index) next() bool {
 }
 
 // prepare makes t a destination of dtype d and the given shape: an unsized
-// t is allocated; a sized t must match.
-func (t *Tensor) prepare(d DType, shape []int, op string) {
+// t is allocated, zeroed; a sized t must match.
+func (t *Tensor) prepare(d DType, shape []int, op string) { t.prepareFill(d, shape, op, true) }
+
+// prepareAll is prepare for an operation that writes every element of its
+// destination: a new destination is not zeroed first.
+func (t *Tensor) prepareAll(d DType, shape []int, op string) { t.prepareFill(d, shape, op, false) }
+
+func (t *Tensor) prepareFill(d DType, shape []int, op string, zero bool) {
 	if !t.Sized() {
-		t.init(d, shape)
+		t.initFill(d, shape, zero)
 		return
 	}
 	if t.dtype != d || !equalInts(t.shape, shape) {

@@ -452,3 +452,60 @@ func TestNewOffHeap(t *testing.T) {
 		t.Fatal("small tensor mapped off the heap")
 	}
 }
+
+// TestSumOfWideColumns sums over a leading dimension with more columns
+// than the kernel's block of accumulators.
+func TestSumOfWideColumns(t *testing.T) {
+	const rows, cols = 5, 1300
+	x := New(Float32, 2, rows, cols)
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(i%11) - 5
+	}
+	for _, mean := range []bool{false, true} {
+		var got *Tensor
+		if mean {
+			got = new(Tensor).Mean(x, 1, false)
+		} else {
+			got = new(Tensor).Sum(x, 1, false)
+		}
+		for o := range 2 {
+			for c := range cols {
+				var want float64
+				for r := range rows {
+					want += x.At(o, r, c)
+				}
+				if mean {
+					want /= rows
+				}
+				if g := got.At(o, c); math.Abs(g-want) > 1e-5 {
+					t.Fatalf("mean=%v [%d %d]: %v, want %v", mean, o, c, g, want)
+				}
+			}
+		}
+	}
+}
+
+// TestConv2dBackwardIntoDestinations computes a convolution's gradients
+// into sized destinations holding garbage: they must come out as the
+// allocated ones, overwritten, not added to.
+func TestConv2dBackwardIntoDestinations(t *testing.T) {
+	rng := NewRNG(5)
+	x, w := Randn(rng, 3, 2, 7, 7), Randn(rng, 4, 2, 3, 3)
+	p := Conv2dParams{PadH: 1, PadW: 1}
+	out, cols := Conv2dCols(x, w, nil, p)
+	g := Randn(rng, out.Shape()...)
+	dx, dw, db := Conv2dBackward(g, x, w, cols, p, new(Tensor), new(Tensor), new(Tensor))
+	fx, fw, fb := Full(Float32, 7, x.Shape()...), Full(Float32, 7, w.Shape()...), Full(Float32, 7, 4)
+	gx, gw, gb := Conv2dBackward(g, x, w, cols, p, fx, fw, fb)
+	if gx != fx || gw != fw || gb != fb {
+		t.Fatal("Conv2dBackward did not return its destinations")
+	}
+	for _, c := range [][2]*Tensor{{dx, gx}, {dw, gw}, {db, gb}} {
+		if !Equal(c[0], c[1]) {
+			t.Fatalf("gradient into a destination %v differs from the allocated one %v", c[1], c[0])
+		}
+	}
+	if nx, nw, nb := Conv2dBackward(g, x, w, cols, p, nil, new(Tensor), nil); nx != nil || nb != nil || !Equal(nw, dw) {
+		t.Fatal("unwanted gradients computed, or the weight gradient alone differs")
+	}
+}

@@ -11,28 +11,78 @@ import (
 )
 
 // benchStep measures one training step (forward, loss, backward, SGD) on a
-// batch of 64 random Fashion-MNIST-shaped inputs.
+// batch of 64 random Fashion-MNIST-shaped inputs. Besides the time it
+// reports what a step costs the Go heap once warm: bytes and allocations
+// (B/step, allocs/step) and garbage collections (GCs/step).
 func benchStep(b *testing.B, net *nn.Sequential) {
-	rng := tensor.NewRNG(1)
-	x := autograd.Const(tensor.Randn(rng, 64, 1, 28, 28))
-	labels := make([]int64, 64)
-	for i := range labels {
-		labels[i] = int64(rng.IntN(10))
+	step := trainStep(net, nil, 1, true)
+	for range warmSteps {
+		must(b, step())
 	}
-	y := tensor.FromInt64(labels)
-	opt := optim.NewSGD(nn.Parameters(net), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
-	b.ResetTimer()
+	b.ReportAllocs()
+	m := startMem(b)
 	for range b.N {
-		opt.ZeroGrad(true)
-		loss := nn.CrossEntropy(nn.Call(net, x), y)
-		loss.Backward(nil)
-		opt.Step()
+		must(b, step())
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
+	m.report(b, 1)
+}
+
+// memStart is the heap's state when a benchmark's timed part began.
+type memStart struct{ ms runtime.MemStats }
+
+func startMem(b *testing.B) *memStart {
+	m := &memStart{}
+	runtime.ReadMemStats(&m.ms)
+	b.ResetTimer()
+	return m
+}
+
+// report adds ms/step, B/step, allocs/step and GCs/step over b.N steps
+// of world ranks in this process: bytes and allocations are one rank's
+// share (the process's divided by world), collections the process's.
+func (m *memStart) report(b *testing.B, world int) {
+	b.StopTimer()
+	var end runtime.MemStats
+	runtime.ReadMemStats(&end)
+	n := float64(b.N)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/n, "ms/step")
+	b.ReportMetric(float64(end.TotalAlloc-m.ms.TotalAlloc)/n/float64(world), "B/step")
+	b.ReportMetric(float64(end.Mallocs-m.ms.Mallocs)/n/float64(world), "allocs/step")
+	b.ReportMetric(float64(end.NumGC-m.ms.NumGC)/n, "GCs/step")
 }
 
 func BenchmarkStepMLP(b *testing.B)   { benchStep(b, MLP(tensor.NewRNG(0))) }
 func BenchmarkStepLeNet(b *testing.B) { benchStep(b, LeNet(tensor.NewRNG(0))) }
+
+// benchDDPStep is benchStep under DDP at world 2 (see onDDPRanks). The
+// metrics are one rank's bytes and allocations per step, the process's
+// collections.
+func benchDDPStep(b *testing.B, model func(*tensor.RNG) *nn.Sequential) {
+	var m *memStart
+	onDDPRanks(b, model, func(rank int, step, barrier func() error) error {
+		if err := barrier(); err != nil {
+			return err
+		}
+		if rank == 0 {
+			m = startMem(b)
+		}
+		for range b.N {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		if err := barrier(); err != nil {
+			return err
+		}
+		if rank == 0 {
+			m.report(b, ddpWorld)
+		}
+		return nil
+	})
+}
+
+func BenchmarkDDPStepMLP(b *testing.B)   { benchDDPStep(b, MLP) }
+func BenchmarkDDPStepLeNet(b *testing.B) { benchDDPStep(b, LeNet) }
 
 // lstmClassifier is the recurrent model of issue 18, written as a new user
 // would: a 1-layer LSTM (hidden 64) over the 28 rows of each image, the

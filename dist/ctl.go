@@ -52,7 +52,12 @@ const (
 	ctlWaiters = 2 * ctlSlotBytes
 	ctlBytes   = ctlWaiters + 64
 	ctlSpin    = 50 * time.Microsecond // polling before sleeping
-	ctlNap     = time.Millisecond      // a sleep's bound, to look at the context
+	// ctlYieldSpin is the polling of a member that yields its CPU between
+	// polls (more ranks than CPUs): sleeping costs a wakeup through the
+	// scheduler, tens of µs, where the others arrive within a few
+	// timeslices of yielding.
+	ctlYieldSpin = time.Millisecond
+	ctlNap       = time.Millisecond // a sleep's bound, to look at the context
 )
 
 // ctlBlock is a group's control block.
@@ -258,19 +263,28 @@ func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []by
 	}
 	word := ctlSeq(s)
 	start := time.Now()
+	spin, yield := ctlSpin, g.world.yield
+	if yield {
+		spin = ctlYieldSpin
+	}
 	for polls := 0; ; polls++ {
 		if word.Load() == ord {
 			return nil
 		}
-		if polls%64 == 63 {
+		if polls%64 == 63 || yield {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			if time.Since(start) > ctlSpin {
+			if time.Since(start) > spin {
 				break
 			}
 		}
 		runtime.Gosched()
+		if yield {
+			// More ranks than CPUs: the member this one waits for may
+			// need this CPU to get there.
+			osYield()
+		}
 	}
 	waiters := (*atomic.Uint32)(unsafe.Pointer(&mem[ctlWaiters]))
 	for {

@@ -35,6 +35,7 @@ type world struct {
 	stopSignal func()
 	host       string // this rank's host, as the other ranks reach it
 	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
+	yield      bool   // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
 	stopStatus func() // stops the status publisher (status.go)
 
 	mu struct {

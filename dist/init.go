@@ -406,6 +406,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	w.closers = closers
 	w.host = host
 	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
+	w.yield = opt.LocalWorldSize > runtime.NumCPU() || os.Getenv("GODIST_SPIN_YIELD") == "1"
 	switch {
 	case opt.FlightRecorder == 0:
 		w.flightSize = DefaultFlightEntries

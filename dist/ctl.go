@@ -272,8 +272,8 @@ func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []by
 			return nil
 		}
 		if polls%64 == 63 || yield {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
+			if err := g.ctlGone(ctx, q, word, ord); err != nil {
+				return err
 			}
 			if time.Since(start) > spin {
 				break
@@ -298,10 +298,25 @@ func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []by
 		if word.Load() == ord {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
+		if err := g.ctlGone(ctx, q, word, ord); err != nil {
+			return err
 		}
 	}
+}
+
+// ctlGone returns why a wait for member q's call ord must end: the
+// call's context ended (the group failed, a timeout), or q's connection
+// ended without q having published the call (a member that closes
+// cleanly leaves the group alone, as over the transport, but fails the
+// calls that wait on it).
+func (g *Group) ctlGone(ctx context.Context, q int, word *atomic.Uint64, ord uint64) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if err := g.world.ep.PeerErr(g.ranks[q]); err != nil && word.Load() != ord {
+		return err
+	}
+	return nil
 }
 
 var (

@@ -2,7 +2,10 @@ package dist_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +62,77 @@ func TestSmallCollectives(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSmallCollectivesFailures: through the control block, a member that
+// dies mid-way is named in the others' errors within 2 s; members that
+// issue different collectives get a DesyncError naming both calls; a
+// member that stops taking part times the others out, naming it.
+func TestSmallCollectivesFailures(t *testing.T) {
+	opt := disttest.Options{TCP: true, SharedMemory: true, ShmRing: true, SmallCollectives: true, Timeout: 10 * time.Second}
+	t.Run("death", func(t *testing.T) {
+		disttest.SpawnWith(t, 3, opt, func(j *disttest.Job, g *dist.Group) error {
+			ctx := context.Background()
+			for range 20 {
+				if err := g.Barrier(ctx); err != nil {
+					return err
+				}
+			}
+			if g.Rank() == 2 {
+				j.Kill(2)
+				return nil
+			}
+			start := time.Now()
+			var err error
+			for range 1000 {
+				if err = g.AllReduce(ctx, tensor.Zeros(2), dist.Sum); err != nil {
+					break
+				}
+			}
+			var re *dist.RankError
+			if !errors.As(err, &re) || re.Rank != 2 {
+				return fmt.Errorf("rank %d: got %v, want a RankError naming rank 2", g.Rank(), err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				return fmt.Errorf("rank %d: the death took %v to notice", g.Rank(), d)
+			}
+			return nil
+		})
+	})
+	t.Run("desync", func(t *testing.T) {
+		disttest.SpawnWith(t, 2, opt, func(_ *disttest.Job, g *dist.Group) error {
+			ctx := context.Background()
+			var err error
+			if g.Rank() == 0 {
+				err = g.Barrier(ctx)
+			} else {
+				err = g.AllReduce(ctx, tensor.Zeros(4), dist.Max)
+			}
+			var de *dist.DesyncError
+			var ae *dist.AbortError
+			if !errors.As(err, &de) && !errors.As(err, &ae) {
+				return fmt.Errorf("rank %d: got %v, want a DesyncError (or the peer's abort)", g.Rank(), err)
+			}
+			if de != nil && (!strings.Contains(de.Mine+de.Theirs, "barrier") || !strings.Contains(de.Mine+de.Theirs, "all_reduce")) {
+				return fmt.Errorf("rank %d: %v does not name both calls", g.Rank(), err)
+			}
+			return nil
+		})
+	})
+	t.Run("timeout", func(t *testing.T) {
+		o := opt
+		o.Timeout = 1500 * time.Millisecond
+		disttest.SpawnWith(t, 2, o, func(_ *disttest.Job, g *dist.Group) error {
+			if g.Rank() == 1 {
+				time.Sleep(2500 * time.Millisecond) // never calls the barrier
+				return nil
+			}
+			err := g.Barrier(context.Background())
+			var te *dist.TimeoutError
+			if !errors.As(err, &te) || !slices.Contains(te.Waiting, 1) {
+				return fmt.Errorf("rank 0: got %v, want a TimeoutError waiting on rank 1", err)
+			}
+			return nil
+		})
+	})
 }

@@ -52,6 +52,7 @@ const (
 	ctlWaiters = 2 * ctlSlotBytes
 	ctlBytes   = ctlWaiters + 64
 	ctlSpin    = 50 * time.Microsecond // polling before sleeping
+	ctlTight   = 2000                  // loads of a header before anything else (about 1-2 µs)
 	// ctlYieldSpin is the polling of a member that yields its CPU between
 	// polls (more ranks than CPUs): sleeping costs a wakeup through the
 	// scheduler, tens of µs, where the others arrive within a few
@@ -253,6 +254,20 @@ func (g *Group) ctlExchange(ctx context.Context, seq uint64, c call, in []byte, 
 // mem: polling, then asleep on the sequence word; the call's state
 // machine hears of the wait (its timeouts and probes), once per call.
 func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []byte, waited *bool) error {
+	word := ctlSeq(s)
+	yield := g.world.yield
+	tight := ctlTight
+	if yield {
+		tight = 0 // the member awaited may need this CPU
+	}
+	// First a tight poll: the others usually arrive within a microsecond
+	// or two, and a pass through the scheduler (Gosched) or the call's
+	// state machine costs a fraction of that each.
+	for range tight {
+		if word.Load() == ord {
+			return nil
+		}
+	}
 	if !*waited {
 		*waited = true
 		now := time.Now()
@@ -261,17 +276,18 @@ func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []by
 		g.armLocked(out.Arm, now)
 		g.mu.Unlock()
 	}
-	word := ctlSeq(s)
 	start := time.Now()
-	spin, yield := ctlSpin, g.world.yield
+	spin := ctlSpin
 	if yield {
 		spin = ctlYieldSpin
 	}
 	for polls := 0; ; polls++ {
-		if word.Load() == ord {
-			return nil
+		for range max(tight/8, 1) {
+			if word.Load() == ord {
+				return nil
+			}
 		}
-		if polls%64 == 63 || yield {
+		if polls%16 == 15 || yield {
 			if err := g.ctlGone(ctx, q, word, ord); err != nil {
 				return err
 			}

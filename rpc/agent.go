@@ -775,7 +775,7 @@ type request struct {
 }
 
 // maxIdleServers bounds the goroutines kept waiting for requests.
-const maxIdleServers = 32
+const maxIdleServers = 256
 
 // dispatch serves r on an idle server goroutine, or a new one (a handler
 // may block, so there is no fixed pool: a request never waits for one).

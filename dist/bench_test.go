@@ -126,3 +126,49 @@ func BenchmarkAllReduceInProc(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSmallCollectives measures the control block's path (ctl.go):
+// barriers and 8-byte all-reduces of goroutine ranks over loopback TCP
+// with shared memory; allocs/op is the group's cost per call, summed over
+// the ranks.
+func BenchmarkSmallCollectives(b *testing.B) {
+	const world = 2
+	gs := tcpGroupsWith(b, world, transport.TCPOptions{SharedMemory: true, ShmRing: true, Spin: 50 * time.Microsecond})
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		wg.Go(func() {
+			if err := g.InitSmallCollectives(context.Background()); err != nil {
+				panic(err)
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, g := range gs {
+			g.Destroy()
+		}
+	}()
+	for _, op := range []string{"barrier", "all_reduce_8B"} {
+		b.Run(op, func(b *testing.B) {
+			b.ReportAllocs()
+			var wg sync.WaitGroup
+			for r := range world {
+				x := tensor.Zeros(2)
+				wg.Go(func() {
+					for range b.N {
+						var err error
+						if op == "barrier" {
+							err = gs[r].Barrier(context.Background())
+						} else {
+							err = gs[r].AllReduce(context.Background(), x, dist.Sum)
+						}
+						if err != nil {
+							panic(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}

@@ -518,6 +518,9 @@ func (g *Group) ReduceScatterTensorAsync(out, in *tensor.Tensor, op ReduceOp) *W
 // reduceScatterTensor reduce-scatters in straight out of the others'
 // memory when in is a piece of a shared tensor, else with the ring.
 func (g *Group) reduceScatterTensor(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor, op ReduceOp) error {
+	if c.ctl {
+		return g.reduceScatterCtl(ctx, seq, c, out.Bytes(), in.Bytes(), reduceFunc(op, out.DType()), op)
+	}
 	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
 		return explainShared(g.reduceScatterShared(ctx, seq, c, out.Bytes(), in.Bytes(), sb, off, reduceFunc(op, out.DType()), op), true)
 	}
@@ -537,7 +540,7 @@ func (g *Group) reduceScatterTensorCall(out, in *tensor.Tensor, op ReduceOp) (ca
 	if err := checkReduce(op, out.DType()); err != nil {
 		return call{}, &InputError{name, err.Error()}
 	}
-	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op}, nil
+	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op, ctl: g.ctlFits(len(in.Bytes()))}, nil
 }
 
 // Barrier returns once every member has entered it.

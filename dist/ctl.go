@@ -16,7 +16,8 @@ import (
 // Small collectives in shared memory.
 //
 // When every member of a group shares this host's memory, barriers and
-// all-reduces, broadcasts and all-gathers of at most ctlMax bytes a member
+// all-reduces, broadcasts, all-gathers and reduce-scatters of at most ctlMax
+// bytes a member
 // go through a control block instead of the transport: a tensor from
 // NewSharedTensor in which each member owns two slots, used by calls of
 // even and odd ordinals (the calls that go through the block are
@@ -69,8 +70,8 @@ type ctlBlock struct {
 
 // InitSmallCollectives makes g's control block of small collectives
 // (ctl.go) when every member shares this host's memory; afterwards
-// barriers and small all-reduces, broadcasts and all-gathers go through
-// it. It is a collective: every member must call it, in the same order
+// barriers and small all-reduces, broadcasts, all-gathers and
+// reduce-scatters go through it. It is a collective: every member must call it, in the same order
 // relative to its other calls. dist.Init does it for the groups it and
 // their NewGroup and Split make (Options.SmallCollectives); groups from
 // FromEndpoint have none unless this is called. Where the members do not
@@ -394,4 +395,23 @@ func (g *Group) allGatherCtl(ctx context.Context, seq uint64, c call, out, in []
 	return g.ctlExchange(ctx, seq, c, in, func(int) int { return n }, func(q int, d []byte) {
 		copy(out[q*n:(q+1)*n], d)
 	})
+}
+
+// reduceScatterCtl reduce-scatters in through the control block: member
+// r reduces chunk r of every member's in, in rank order, into out (which
+// may be a part of in: every member reads the copies in the slots).
+func (g *Group) reduceScatterCtl(ctx context.Context, seq uint64, c call, out, in []byte, red reducer, op ReduceOp) error {
+	n := len(out)
+	err := g.ctlExchange(ctx, seq, c, in, func(int) int { return len(in) }, func(q int, d []byte) {
+		chunk := d[g.rank*n : (g.rank+1)*n]
+		if q == 0 {
+			copy(out, chunk)
+		} else {
+			red(out, chunk)
+		}
+	})
+	if err == nil && op == Avg {
+		finishAvg(out, c.dtype, g.Size())
+	}
+	return err
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // TestSmallCollectives: with a control block (all ranks on this host),
-// barriers and small all-reduces, broadcasts and all-gathers go through
+// barriers and small all-reduces, broadcasts, all-gathers and
+// reduce-scatters go through
 // shared memory and give what the transport gives.
 func TestSmallCollectives(t *testing.T) {
 	for _, world := range []int{2, 3, 4} {
@@ -54,9 +55,25 @@ func TestSmallCollectives(t *testing.T) {
 							return fmt.Errorf("all_gather %d: %v", it, v)
 						}
 					}
+					// reduce_scatter: member q's chunk of rank r's input
+					// holds r+q and it; in place every other time.
+					in := tensor.New(tensor.Int64, 2*world)
+					for q := range world {
+						in.Int64s()[2*q], in.Int64s()[2*q+1] = int64(r+q), int64(it)
+					}
+					rs := tensor.New(tensor.Int64, 2)
+					if it%2 == 1 {
+						rs = in.Narrow(0, 2*r, 2)
+					}
+					if err := g.ReduceScatterTensor(ctx, rs, in, dist.Sum); err != nil {
+						return fmt.Errorf("reduce_scatter %d: %w", it, err)
+					}
+					if v := rs.Int64s(); v[0] != int64(world*r+world*(world-1)/2) || v[1] != int64(world*it) {
+						return fmt.Errorf("reduce_scatter %d: %v", it, v)
+					}
 				}
-				if got := dist.SharedCalls(g) - before; got != 200 {
-					return fmt.Errorf("rank %d: %d calls through shared memory, want 200", r, got)
+				if got := dist.SharedCalls(g) - before; got != 250 {
+					return fmt.Errorf("rank %d: %d calls through shared memory, want 250", r, got)
 				}
 				return nil
 			})

@@ -75,10 +75,11 @@ type Options struct {
 	// GODIST_SHM_RING variable is 0).
 	ShmRing SharedMemoryMode
 	// SmallCollectives says whether, with SharedMemory, barriers and
-	// all-reduces, broadcasts and all-gathers of at most 4 KiB a member go
-	// through a control block in the members' shared memory instead of the
-	// transport, when every member of the group is on this host (ctl.go;
-	// default: on, unless the GODIST_SHM_CTL variable is 0).
+	// all-reduces, broadcasts, all-gathers and reduce-scatters of at most
+	// 4 KiB a member go through a control block in the members' shared
+	// memory instead of the transport, when every member of the group is
+	// on this host (ctl.go; default: on, unless the GODIST_SHM_CTL
+	// variable is 0).
 	SmallCollectives SharedMemoryMode
 	// LocalWorldSize is how many ranks of the job run on this host
 	// (default: the LOCAL_WORLD_SIZE variable; unknown when neither

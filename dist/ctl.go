@@ -71,11 +71,12 @@ type ctlBlock struct {
 // InitSmallCollectives makes g's control block of small collectives
 // (ctl.go) when every member shares this host's memory; afterwards
 // barriers and small all-reduces, broadcasts, all-gathers and
-// reduce-scatters go through it. It is a collective: every member must call it, in the same order
-// relative to its other calls. dist.Init does it for the groups it and
-// their NewGroup and Split make (Options.SmallCollectives); groups from
-// FromEndpoint have none unless this is called. Where the members do not
-// all share memory it does nothing and returns nil.
+// reduce-scatters go through it. It is a collective: every member must
+// call it, in the same order relative to its other calls. dist.Init does
+// it for the groups it and their NewGroup and Split make
+// (Options.SmallCollectives); groups from FromEndpoint have none unless
+// this is called. Where the members do not all share memory it does
+// nothing and returns nil.
 func (g *Group) InitSmallCollectives(ctx context.Context) error {
 	if g.Size() == 1 || g.ctl.Load() != nil {
 		return nil

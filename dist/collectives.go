@@ -293,7 +293,26 @@ func (g *Group) allGatherInto(ctx context.Context, seq uint64, c call, out, in *
 	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
 		return explainShared(g.allGatherShared(ctx, seq, c, buf, in.Bytes(), sb, off), true)
 	}
-	copy(buf[g.rank*n:(g.rank+1)*n], in.Bytes())
+	mine := buf[g.rank*n : (g.rank+1)*n]
+	if plan := algo.ChooseAllGather(g.Size(), equalCounts(g.Size(), n), 1); plan.Name == "ring" && n >= 1<<20 && !overlapMem(mine, in.Bytes()) {
+		// The ring sends this rank's chunk straight from in, while a
+		// goroutine copies it into out in the time the exchange waits
+		// (a copy of a large chunk costs as much as its whole exchange).
+		p := parts{bufs: make([][]byte, g.Size()), offs: make([]int, g.Size()), es: 1}
+		for q := range p.bufs {
+			p.bufs[q], p.offs[q] = buf[q*n:(q+1)*n], q*n
+		}
+		p.bufs[g.rank] = in.Bytes()
+		copied := make(chan struct{})
+		go func() {
+			copy(mine, in.Bytes())
+			close(copied)
+		}()
+		err := g.execute(ctx, seq, c, plan.Schedule(g.rank), p, 1, nil, nil)
+		<-copied
+		return explainShared(err, false)
+	}
+	copy(mine, in.Bytes())
 	return explainShared(g.allGatherBytes(ctx, seq, c, buf, equalCounts(g.Size(), n)), false)
 }
 

@@ -468,3 +468,43 @@ func TestAvgIsSumScaled(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeAllGatherInto: all-gathers of chunks of a megabyte or more
+// (the ring sends this rank's chunk straight from the input while a
+// goroutine copies it into the output), separate and in place, and the
+// input left as it was.
+func TestLargeAllGatherInto(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		spawnBoth(t, world, func(g *dist.Group) error {
+			ctx := context.Background()
+			const n = 300_000 // 1.2 MB a rank
+			r, size := g.Rank(), g.Size()
+			want := tensor.New(tensor.Float32, size*n)
+			for q := range size {
+				want.Narrow(0, q*n, n).Copy(randFloat32(uint64(40+q), n))
+			}
+			in := randFloat32(uint64(40+r), n)
+			out := tensor.New(tensor.Float32, size*n)
+			for range 2 {
+				if err := g.AllGatherIntoTensor(ctx, out, in); err != nil {
+					return err
+				}
+				if !slices.Equal(out.Float32s(), want.Float32s()) {
+					return fmt.Errorf("rank %d: all_gather of %d-element chunks differs", r, n)
+				}
+				if !slices.Equal(in.Float32s(), randFloat32(uint64(40+r), n).Float32s()) {
+					return fmt.Errorf("rank %d: all_gather changed its input", r)
+				}
+				out.Zero()
+			}
+			out.Narrow(0, r*n, n).Copy(in)
+			if err := g.AllGatherIntoTensor(ctx, out, out.Narrow(0, r*n, n)); err != nil {
+				return err
+			}
+			if !slices.Equal(out.Float32s(), want.Float32s()) {
+				return fmt.Errorf("rank %d: in-place all_gather differs", r)
+			}
+			return nil
+		})
+	}
+}

@@ -563,7 +563,8 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 	ctx := context.WithValue(a.serveCtx, exchangeKey{}, x)
 	var cancel context.CancelFunc = func() {}
 	if h.timeout > 0 && !isRemote {
-		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+		dc := withLazyDeadline(ctx, h.timeout)
+		ctx, cancel = dc, dc.stop
 	}
 	x.Context = ctx
 	// run calls the function (on the target's value for a method) and
@@ -789,6 +790,12 @@ func (a *Agent) dispatch(r request) {
 
 // server serves r, then waits a while for more requests before it ends.
 func (a *Agent) server(r request) {
+	var t *time.Timer // one per server: a timer per request was a tenth of a small call
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		a.serve(r.src, r.id, r.fp, r.msg, r.size)
 		r = request{}
@@ -796,18 +803,23 @@ func (a *Agent) server(r request) {
 			a.idleServers.Add(-1)
 			return
 		}
-		t := time.NewTimer(time.Second)
+		if t == nil {
+			t = time.NewTimer(serverIdle)
+		} else {
+			t.Reset(serverIdle) // Go 1.23 timers: no stale tick to drain
+		}
 		select {
 		case r = <-a.idle:
-			t.Stop()
 			a.idleServers.Add(-1)
 		case <-t.C:
 			a.idleServers.Add(-1)
 			return
 		case <-a.serveCtx.Done():
-			t.Stop()
 			a.idleServers.Add(-1)
 			return
 		}
 	}
 }
+
+// serverIdle is how long an idle server goroutine waits for a request.
+const serverIdle = time.Second

@@ -84,36 +84,17 @@ func benchDDPStep(b *testing.B, model func(*tensor.RNG) *nn.Sequential) {
 func BenchmarkDDPStepMLP(b *testing.B)   { benchDDPStep(b, MLP) }
 func BenchmarkDDPStepLeNet(b *testing.B) { benchDDPStep(b, LeNet) }
 
-// lstmClassifier is the recurrent model of issue 18, written as a new user
-// would: a 1-layer LSTM (hidden 64) over the 28 rows of each image, the
-// last step's output through a Linear to 10 classes.
-type lstmClassifier struct {
-	nn.Base
-	LSTM *nn.LSTM
-	FC   *nn.Linear
-}
-
-func newLSTMClassifier(rng *tensor.RNG) *lstmClassifier {
-	m := &lstmClassifier{
-		LSTM: nn.NewLSTM(rng, 28, 64, nn.RNNOptions{BatchFirst: true}),
-		FC:   nn.NewLinear(rng, 64, 10, true),
-	}
-	m.RegisterModule("lstm", m.LSTM)
-	m.RegisterModule("fc", m.FC)
-	return m
-}
-
-func (m *lstmClassifier) Forward(x *autograd.Var) *autograd.Var {
-	out, _, _ := m.LSTM.Forward(x, nil, nil)
-	return m.FC.Forward(autograd.Select(out, 1, -1+out.Value().Size(1)))
-}
-
 // BenchmarkLSTMStep measures one training step (forward, loss, backward,
 // Adam) of the LSTM classifier on a batch of 64 random Fashion-MNIST-shaped
 // inputs (64, 28 rows, 28 columns). internal/tools/lstmbench runs the same
-// step in PyTorch.
-func BenchmarkLSTMStep(b *testing.B) {
-	net := newLSTMClassifier(tensor.NewRNG(0))
+// step in PyTorch; `make bench` (internal/tools/corebench) puts both in its
+// table.
+func BenchmarkLSTMStep(b *testing.B) { benchRecurrentStep(b, LSTMClassifier(tensor.NewRNG(0))) }
+
+// BenchmarkGRUStep is BenchmarkLSTMStep with the GRU classifier.
+func BenchmarkGRUStep(b *testing.B) { benchRecurrentStep(b, GRUClassifier(tensor.NewRNG(0))) }
+
+func benchRecurrentStep(b *testing.B, net *RecurrentClassifier) {
 	rng := tensor.NewRNG(1)
 	x := autograd.Const(tensor.Randn(rng, 64, 28, 28))
 	labels := make([]int64, 64)

@@ -1,8 +1,10 @@
 // Command corebench measures the local training core for `make bench` and
 // prints the README's table: single-thread GEMM GFLOP/s of the pure-Go and
 // OpenBLAS builds (OpenBLAS with and without OPENBLAS_CORETYPE, which needs
-// a fresh process each), and milliseconds per training step of the MLP and
-// LeNet beside PyTorch's, measured in the same run.
+// a fresh process each), and milliseconds per training step of five models
+// (stepModels: the MLP, LeNet, the LSTM and GRU classifiers and a
+// transformer block) beside PyTorch's (torch_step.py), measured in the same
+// run.
 //
 //	go run -tags openblas ./internal/tools/corebench
 package main
@@ -30,6 +32,25 @@ import (
 
 var shapes = [][3]int{{64, 784, 256}, {256, 256, 256}, {1024, 1024, 1024}}
 
+// stepModel is a model whose training step corebench times: its name (as
+// torch_step.py knows it too), its row's label, and div: a timing run
+// takes --steps/div steps, so that the slower steps do not make the run
+// long.
+type stepModel struct {
+	name, label string
+	div         int
+}
+
+var stepModels = []stepModel{
+	{"mlp", "MLP train step, batch 64, SGD, ms", 1},
+	{"lenet", "LeNet train step, batch 64, SGD, ms", 1},
+	{"lstm", "LSTM classifier train step, batch 64, Adam, ms", 4},
+	{"gru", "GRU classifier train step, batch 64, Adam, ms", 4},
+	{"block", "Transformer block train step, 8×128 tokens, width 128, AdamW, ms", 10},
+}
+
+func (m stepModel) steps(steps int) int { return max(1, steps/m.div) }
+
 // run is one measuring process and the environment it gets.
 type run struct {
 	label string
@@ -56,7 +77,7 @@ type torchReport struct {
 func main() {
 	child := flag.Bool("child", false, "measure and print JSON (internal)")
 	python := flag.String("python", "/usr/bin/python3", "Python with PyTorch for the peer's numbers (empty: skip)")
-	steps := flag.Int("steps", 200, "training steps per timing run")
+	steps := flag.Int("steps", 200, "training steps per timing run (of the MLP and LeNet; fewer of the slower models, see stepModels)")
 	reps := flag.Int("reps", 5, "timing runs (the median is reported)")
 	flag.Parse()
 	runtime.GOMAXPROCS(1)
@@ -95,7 +116,11 @@ func main() {
 
 func runTorch(python string, steps, reps int) *torchReport {
 	script := filepath.Join(sourceDir(), "torch_step.py")
-	cmd := exec.Command(python, script, fmt.Sprint("--steps=", steps), fmt.Sprint("--reps=", reps))
+	var runs []string
+	for _, m := range stepModels {
+		runs = append(runs, fmt.Sprint(m.name, ":", m.steps(steps)))
+	}
+	cmd := exec.Command(python, script, "--models="+strings.Join(runs, ","), fmt.Sprint("--reps=", reps))
 	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -144,8 +169,8 @@ func measure(steps, reps int) report {
 		for _, s := range shapes {
 			ir.Gemm[key(s)] = gemmGFLOPs(impl, s, reps)
 		}
-		for _, m := range []string{"mlp", "lenet"} {
-			ir.MsPerStep[m] = stepMs(m, steps, reps)
+		for _, m := range stepModels {
+			ir.MsPerStep[m.name] = stepMs(m.name, m.steps(steps), reps)
 		}
 		r.Impls[impl.Name()] = ir
 	}
@@ -173,24 +198,78 @@ func gemmGFLOPs(impl blas.Impl, s [3]int, reps int) float64 {
 	return median(runs)
 }
 
-func stepMs(model string, steps, reps int) float64 {
+// trainer is one model's training step: its optimizer, and its loss on a
+// fixed batch (the forward pass).
+type trainer struct {
+	opt  optim.Optimizer
+	loss func() *autograd.Var
+}
+
+// newTrainer returns the model called name with its batch, loss and
+// optimizer, as torch_step.py's make_trainer builds its twin:
+//
+//   - mlp, lenet: internal/models.MLP and LeNet on a (64, 1, 28, 28)
+//     batch, cross-entropy, SGD lr 0.01 momentum 0.9;
+//   - lstm, gru: internal/models.LSTMClassifier and GRUClassifier (1
+//     layer, hidden 64) over the 28 rows of a (64, 28, 28) batch,
+//     cross-entropy, Adam lr 1e-3;
+//   - block: one causal pre-LayerNorm nn.TransformerBlock (width 128, 4
+//     heads, GELU MLP of 512, no dropout) on a (8, 128, 128) batch, MSE
+//     against a fixed random target, AdamW lr 1e-3 weight decay 0.01.
+func newTrainer(name string) trainer {
 	rng := tensor.NewRNG(0)
-	net, err := models.New(model, rng)
-	check(err)
-	opt := optim.NewSGD(nn.Parameters(net), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
-	x := autograd.Const(tensor.Randn(rng, 64, 1, 28, 28))
-	labels := make([]int64, 64)
-	for i := range labels {
-		labels[i] = int64(rng.IntN(10))
+	labels := func() *tensor.Tensor {
+		l := make([]int64, 64)
+		for i := range l {
+			l[i] = int64(rng.IntN(10))
+		}
+		return tensor.FromInt64(l)
 	}
-	y := tensor.FromInt64(labels)
+	switch name {
+	case "mlp", "lenet":
+		net, err := models.New(name, rng)
+		check(err)
+		x := autograd.Const(tensor.Randn(rng, 64, 1, 28, 28))
+		y := labels()
+		return trainer{
+			optim.NewSGD(nn.Parameters(net), optim.SGDOptions{LR: 0.01, Momentum: 0.9}),
+			func() *autograd.Var { return nn.CrossEntropy(nn.Call(net, x), y) },
+		}
+	case "lstm", "gru":
+		net := models.LSTMClassifier(rng)
+		if name == "gru" {
+			net = models.GRUClassifier(rng)
+		}
+		x := autograd.Const(tensor.Randn(rng, 64, 28, 28))
+		y := labels()
+		return trainer{
+			optim.NewAdam(nn.Parameters(net), optim.AdamOptions{LR: 1e-3}),
+			func() *autograd.Var { return nn.CrossEntropy(nn.Call(net, x), y) },
+		}
+	case "block":
+		net := nn.NewTransformerBlock(rng, 128, 4, 4*128, 0, true)
+		x := autograd.Const(tensor.Randn(rng, 8, 128, 128))
+		y := autograd.Const(tensor.Randn(rng, 8, 128, 128))
+		return trainer{
+			optim.NewAdamW(nn.Parameters(net), optim.AdamOptions{LR: 1e-3, WeightDecay: 0.01}),
+			func() *autograd.Var { return nn.MSELoss(nn.Call(net, x), y) },
+		}
+	}
+	check(fmt.Errorf("no model %q", name))
+	return trainer{}
+}
+
+// stepMs returns the median over reps timing runs (after one that warms
+// up) of the milliseconds per step of steps training steps of model.
+func stepMs(model string, steps, reps int) float64 {
+	t := newTrainer(model)
 	var runs []float64
 	for r := range reps + 1 {
 		t0 := time.Now()
 		for range steps {
-			opt.ZeroGrad(true)
-			nn.CrossEntropy(nn.Call(net, x), y).Backward(nil)
-			opt.Step()
+			t.opt.ZeroGrad(true)
+			t.loss().Backward(nil)
+			t.opt.Step()
 		}
 		if r > 0 {
 			runs = append(runs, float64(time.Since(t0).Microseconds())/1e3/float64(steps))
@@ -242,8 +321,9 @@ func printTable(results []report, runs []run, torch *torchReport) {
 		}
 		fmt.Println(row)
 	}
-	for _, m := range []string{"mlp", "lenet"} {
-		row := fmt.Sprintf("| %s train step, batch 64, ms |", strings.ToUpper(m[:1])+m[1:])
+	for _, sm := range stepModels {
+		m := sm.name
+		row := fmt.Sprintf("| %s |", sm.label)
 		for _, c := range cols {
 			row += fmt.Sprintf(" %.2f", c.ir.MsPerStep[m])
 			if torch != nil {

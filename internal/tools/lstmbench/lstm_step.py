@@ -24,13 +24,17 @@ import torch.nn.functional as F  # noqa: E402
 
 
 class Classifier(nn.Module):
-    def __init__(self):
+    """internal/models.RecurrentClassifier: cell "lstm" (LSTMClassifier) or
+    "gru" (GRUClassifier), its parameters named <cell>.* and fc.*."""
+
+    def __init__(self, cell="lstm"):
         super().__init__()
-        self.lstm = nn.LSTM(28, 64, batch_first=True)
+        self.cell = cell
+        self.add_module(cell, {"lstm": nn.LSTM, "gru": nn.GRU}[cell](28, 64, batch_first=True))
         self.fc = nn.Linear(64, 10)
 
     def forward(self, x):
-        out, _ = self.lstm(x)
+        out, _ = getattr(self, self.cell)(x)
         return self.fc(out[:, -1])
 
 

@@ -384,7 +384,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
-		Spin: opt.spin(), Yield: os.Getenv("GODIST_SPIN_YIELD") == "1", SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
+		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
 		// The store stays up a moment after a failed Init (in the
@@ -407,7 +407,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	w.closers = closers
 	w.host = host
 	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
-	w.yield = opt.LocalWorldSize > runtime.NumCPU() || os.Getenv("GODIST_SPIN_YIELD") == "1"
+	w.yield = opt.LocalWorldSize > runtime.NumCPU()
 	switch {
 	case opt.FlightRecorder == 0:
 		w.flightSize = DefaultFlightEntries

@@ -192,16 +192,17 @@ func ctlSlotOf(mem []byte, seq uint64) []byte {
 	return mem[off : off+ctlSlotBytes]
 }
 
-// ctlExchange runs call seq through the control block: this member's
-// input is in (at most ctlMax bytes, may be nil), member q's must be
-// want(q) bytes long; each is called with every member's input in rank
-// order, this member's included, once all have arrived.
-func (g *Group) ctlExchange(ctx context.Context, seq uint64, c call, in []byte, want func(q int) int, each func(q int, data []byte)) error {
+// ctlCollect runs the first half of call seq through the control block:
+// this member's input is in (at most ctlMax bytes, may be nil), and
+// every member's but root's must be n bytes long (root's, when root >=
+// 0, is rootN bytes). It returns every member's input (this member's
+// copy in its slot included), in rank order, which stay valid until
+// ctlDone(ord), which the caller must call whatever the error.
+func (g *Group) ctlCollect(ctx context.Context, seq uint64, c call, in []byte, n, root, rootN int, slots [][]byte) (uint64, error) {
 	ord, err := g.ctlStart(ctx, seq)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer g.ctlEnd(ord)
 	cb := g.ctl.Load()
 	g.sharedCalls.Add(1)
 	fp := c.fingerprint()
@@ -213,43 +214,59 @@ func (g *Group) ctlExchange(ctx context.Context, seq uint64, c call, in []byte, 
 	if (*atomic.Uint32)(unsafe.Pointer(&cb.mine[ctlWaiters])).Load() != 0 {
 		futex.Wake(ctlSeqLow(mine), 1<<30)
 	}
-	size := g.Size()
-	return cb.sb.pm.UsePeerRegions(func(region func(int, uint8) []byte) error {
-		slots := make([][]byte, size)
-		var waited bool
-		for q := range size {
-			if q == g.rank {
-				slots[q] = mine
-				continue
-			}
-			mem := region(g.ranks[q], cb.sb.ids[q])
+	pm := cb.sb.pm
+	pm.LockPeerRegions()
+	var waited bool
+	for q := range g.Size() {
+		s := mine
+		if q != g.rank {
+			mem := pm.PeerRegion(g.ranks[q], cb.sb.ids[q])
 			if len(mem) < ctlBytes {
-				return &transport.PeerError{Rank: g.ranks[q], Err: errCtlUnmapped}
+				return ord, &transport.PeerError{Rank: g.ranks[q], Err: errCtlUnmapped}
 			}
-			s := ctlSlotOf(mem, ord)
+			s = ctlSlotOf(mem, ord)
 			if ctlSeq(s).Load() != ord {
 				if err := g.ctlWait(ctx, seq, ord, q, mem, s, &waited); err != nil {
-					return err
+					return ord, err
 				}
 			}
 			if theirs := binary.LittleEndian.Uint64(s[8:]); theirs != fp {
-				return &transport.FingerprintError{Src: g.ranks[q], Key: transport.Key{Group: g.id, Seq: seq}, Got: theirs, Want: fp}
+				return ord, &transport.FingerprintError{Src: g.ranks[q], Key: transport.Key{Group: g.id, Seq: seq}, Got: theirs, Want: fp}
 			}
-			if n := binary.LittleEndian.Uint32(s[16:]); int64(n) != int64(want(q)) {
-				return &transport.LengthError{Src: g.ranks[q], Key: transport.Key{Group: g.id, Seq: seq}, Got: int64(n), Want: int64(want(q))}
-			}
-			slots[q] = s
 		}
-		if waited {
-			g.mu.Lock()
-			g.mu.st.received(g.mu.st.byseq[seq])
-			g.mu.Unlock()
+		want := n
+		if q == root {
+			want = rootN
 		}
-		for q, s := range slots {
-			each(q, s[ctlHead:ctlHead+int(binary.LittleEndian.Uint32(s[16:]))])
+		if got := binary.LittleEndian.Uint32(s[16:]); int64(got) != int64(want) {
+			return ord, &transport.LengthError{Src: g.ranks[q], Key: transport.Key{Group: g.id, Seq: seq}, Got: int64(got), Want: int64(want)}
 		}
-		return nil
-	})
+		slots[q] = s[ctlHead : ctlHead+want]
+	}
+	if waited {
+		g.mu.Lock()
+		g.mu.st.received(g.mu.st.byseq[seq])
+		g.mu.Unlock()
+	}
+	return ord, nil
+}
+
+// ctlDone ends a call that ctlCollect began (ord 0: it never started).
+func (g *Group) ctlDone(ord uint64) {
+	if ord == 0 {
+		return
+	}
+	g.ctl.Load().sb.pm.UnlockPeerRegions()
+	g.ctlEnd(ord)
+}
+
+// ctlSlots returns room for a group's slots, on the stack for groups of
+// up to 8 members.
+func ctlSlots(buf *[8][]byte, size int) [][]byte {
+	if size <= len(buf) {
+		return buf[:size]
+	}
+	return make([][]byte, size)
 }
 
 // ctlWait waits until member q publishes call ord (seq) in slot s of its block
@@ -347,23 +364,30 @@ func (e errorString) Error() string { return string(e) }
 
 // barrierCtl is a barrier through the control block.
 func (g *Group) barrierCtl(ctx context.Context, seq uint64, c call) error {
-	return g.ctlExchange(ctx, seq, c, nil, func(int) int { return 0 }, func(int, []byte) {})
+	var buf [8][]byte
+	ord, err := g.ctlCollect(ctx, seq, c, nil, 0, -1, 0, ctlSlots(&buf, g.Size()))
+	g.ctlDone(ord)
+	return err
 }
 
 // allReduceCtl all-reduces b through the control block: every member
 // reduces all the inputs in rank order, so all get the same bits.
 func (g *Group) allReduceCtl(ctx context.Context, seq uint64, c call, b []byte, red, final reducer, op ReduceOp) error {
-	last := g.Size() - 1
-	err := g.ctlExchange(ctx, seq, c, b, func(int) int { return len(b) }, func(q int, d []byte) {
-		switch {
-		case q == 0:
-			copy(b, d)
-		case q == last && final != nil:
-			final(b, d)
-		default:
-			red(b, d)
+	var buf [8][]byte
+	slots := ctlSlots(&buf, g.Size())
+	ord, err := g.ctlCollect(ctx, seq, c, b, len(b), -1, 0, slots)
+	if err == nil {
+		last := len(slots) - 1
+		copy(b, slots[0])
+		for q := 1; q <= last; q++ {
+			if q == last && final != nil {
+				final(b, slots[q])
+			} else {
+				red(b, slots[q])
+			}
 		}
-	})
+	}
+	g.ctlDone(ord)
 	if err == nil && op == Avg && final == nil {
 		finishAvg(b, c.dtype, g.Size())
 	}
@@ -376,26 +400,30 @@ func (g *Group) broadcastCtl(ctx context.Context, seq uint64, c call, b []byte, 
 	if g.rank == root {
 		in = b
 	}
-	want := func(q int) int {
-		if q == root {
-			return len(b)
-		}
-		return 0
+	var buf [8][]byte
+	slots := ctlSlots(&buf, g.Size())
+	ord, err := g.ctlCollect(ctx, seq, c, in, 0, root, len(b), slots)
+	if err == nil && g.rank != root {
+		copy(b, slots[root])
 	}
-	return g.ctlExchange(ctx, seq, c, in, want, func(q int, d []byte) {
-		if q == root && g.rank != root {
-			copy(b, d)
-		}
-	})
+	g.ctlDone(ord)
+	return err
 }
 
 // allGatherCtl gathers every member's in into out through the control
 // block (in may be this member's chunk of out).
 func (g *Group) allGatherCtl(ctx context.Context, seq uint64, c call, out, in []byte) error {
 	n := len(in)
-	return g.ctlExchange(ctx, seq, c, in, func(int) int { return n }, func(q int, d []byte) {
-		copy(out[q*n:(q+1)*n], d)
-	})
+	var buf [8][]byte
+	slots := ctlSlots(&buf, g.Size())
+	ord, err := g.ctlCollect(ctx, seq, c, in, n, -1, 0, slots)
+	if err == nil {
+		for q, d := range slots {
+			copy(out[q*n:(q+1)*n], d)
+		}
+	}
+	g.ctlDone(ord)
+	return err
 }
 
 // reduceScatterCtl reduce-scatters in through the control block: member
@@ -403,14 +431,17 @@ func (g *Group) allGatherCtl(ctx context.Context, seq uint64, c call, out, in []
 // may be a part of in: every member reads the copies in the slots).
 func (g *Group) reduceScatterCtl(ctx context.Context, seq uint64, c call, out, in []byte, red reducer, op ReduceOp) error {
 	n := len(out)
-	err := g.ctlExchange(ctx, seq, c, in, func(int) int { return len(in) }, func(q int, d []byte) {
-		chunk := d[g.rank*n : (g.rank+1)*n]
-		if q == 0 {
-			copy(out, chunk)
-		} else {
-			red(out, chunk)
+	var buf [8][]byte
+	slots := ctlSlots(&buf, g.Size())
+	ord, err := g.ctlCollect(ctx, seq, c, in, len(in), -1, 0, slots)
+	if err == nil {
+		r := g.rank
+		copy(out, slots[0][r*n:(r+1)*n])
+		for _, d := range slots[1:] {
+			red(out, d[r*n:(r+1)*n])
 		}
-	})
+	}
+	g.ctlDone(ord)
 	if err == nil && op == Avg {
 		finishAvg(out, c.dtype, g.Size())
 	}

@@ -40,6 +40,12 @@ type PeerMemory interface {
 	// UsePeerRegions runs fn, which may read and write the peers' mapped
 	// regions that region returns (nil when not mapped) until fn returns.
 	UsePeerRegions(fn func(region func(peer int, id uint8) []byte) error) error
+	// LockPeerRegions and UnlockPeerRegions are UsePeerRegions without a
+	// function (for a hot path that must not allocate one): between them
+	// PeerRegion's memory stays mapped.
+	LockPeerRegions()
+	UnlockPeerRegions()
+	PeerRegion(peer int, id uint8) []byte
 }
 
 var _ PeerMemory = (*Endpoint)(nil)
@@ -216,6 +222,17 @@ func (e *Endpoint) UsePeerRegions(fn func(region func(peer int, id uint8) []byte
 	defer e.regionUse.RUnlock()
 	return fn(e.peerRegion)
 }
+
+// LockPeerRegions keeps the peers' mapped regions mapped until
+// UnlockPeerRegions (see UsePeerRegions).
+func (e *Endpoint) LockPeerRegions() { e.regionUse.RLock() }
+
+// UnlockPeerRegions ends LockPeerRegions.
+func (e *Endpoint) UnlockPeerRegions() { e.regionUse.RUnlock() }
+
+// PeerRegion returns peer's region id as MapRegion mapped it, or nil; use
+// it only between LockPeerRegions and UnlockPeerRegions.
+func (e *Endpoint) PeerRegion(peer int, id uint8) []byte { return e.peerRegion(peer, id) }
 
 // unmapPeerRegions releases every peer's regions (Close). They stay
 // mapped when a peer's connection ends before: a peer that finished a

@@ -17,9 +17,8 @@ import (
 //   - from the recycled ones: a buffer given out here carries a finalizer,
 //     which runs once the collector has proved that nothing points into it
 //     any more (a slice or a tensor viewing any part of it keeps all of it
-//     alive), and puts it in a sync.Pool for reuse instead of freeing it;
-//     what the pool does not give out again within two collections is
-//     freed, so an idle process keeps nothing;
+//     alive), and puts it back for reuse instead of freeing it; what
+//     nobody takes within two collections is freed;
 //   - from the connection's spare: a fresh buffer of the size of the last
 //     message, allocated and faulted in by a goroutine of its own while the
 //     reader waited, so those costs are off the message's path;
@@ -34,21 +33,37 @@ const (
 	pageSize   = 4 << 10
 )
 
-// recycled holds message buffers whose users are gone: a *sync.Pool of
-// *uint64 (the buffer's first word) by size.
-var recycled sync.Map
+// recycled holds message buffers whose users are gone, by size. Like a
+// sync.Pool, it lets a buffer go when two collections pass without
+// anyone taking it, so a process that stops receiving large messages
+// keeps none (and the heap the collector paces itself on does not grow
+// with buffers nobody uses); unlike one, it hands a buffer to whichever
+// P asks (the finalizer that puts a buffer back runs on one P and the
+// reader that takes it on another, and a Pool keeps an item in its
+// putter's private slot, out of the other's reach).
+var recycled struct {
+	sync.Mutex
+	free map[int][]recycledBuf
+	gen  uint64 // collections seen (gcTick)
+}
+
+type recycledBuf struct {
+	w   *uint64 // the buffer's first word
+	gen uint64  // recycled.gen when it was put back
+}
 
 // fromRecycled returns a recycled buffer of size bytes, or nil.
 func fromRecycled(size int) []byte {
-	p, ok := recycled.Load(size)
-	if !ok {
+	recycled.Lock()
+	defer recycled.Unlock()
+	l := recycled.free[size]
+	if len(l) == 0 {
 		return nil
 	}
-	w, _ := p.(*sync.Pool).Get().(*uint64)
-	if w == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(w)), size)
+	b := l[len(l)-1]
+	l[len(l)-1] = recycledBuf{}
+	recycled.free[size] = l[:len(l)-1]
+	return unsafe.Slice((*byte)(unsafe.Pointer(b.w)), size)
 }
 
 // track makes b (a whole allocation of alloc8, spareRound-sized) come back
@@ -56,10 +71,41 @@ func fromRecycled(size int) []byte {
 func track(b []byte) {
 	size := len(b)
 	runtime.SetFinalizer((*uint64)(unsafe.Pointer(&b[0])), func(w *uint64) {
-		p, _ := recycled.LoadOrStore(size, new(sync.Pool))
-		p.(*sync.Pool).Put(w)
+		recycled.Lock()
+		defer recycled.Unlock()
+		if recycled.free == nil {
+			recycled.free = map[int][]recycledBuf{}
+		}
+		recycled.free[size] = append(recycled.free[size], recycledBuf{w, recycled.gen})
 	})
 }
+
+// gcSentinel's finalizer runs once per collection (gcTick makes a new one
+// each time): it drops the buffers put back before the previous one.
+type gcSentinel struct{ _ [16]byte }
+
+func gcTick() {
+	runtime.SetFinalizer(new(gcSentinel), func(*gcSentinel) {
+		recycled.Lock()
+		recycled.gen++
+		for size, l := range recycled.free {
+			k := 0
+			for k < len(l) && l[k].gen+2 <= recycled.gen {
+				k++
+			}
+			clear(l[:k])
+			if l = l[k:]; len(l) == 0 {
+				delete(recycled.free, size)
+			} else {
+				recycled.free[size] = l
+			}
+		}
+		recycled.Unlock()
+		gcTick()
+	})
+}
+
+func init() { gcTick() }
 
 // spare is one connection's spare message buffer. The connection's reader
 // takes it; a goroutine refills it.

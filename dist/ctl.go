@@ -322,14 +322,18 @@ func (g *Group) ctlWait(ctx context.Context, seq, ord uint64, q int, mem, s []by
 		}
 	}
 	waiters := (*atomic.Uint32)(unsafe.Pointer(&mem[ctlWaiters]))
-	for {
+	for nap := 20 * time.Microsecond; ; nap = min(2*nap, ctlNap) {
 		low := ctlSeqLow(s)
 		old := low.Load()
 		waiters.Add(1)
 		if word.Load() != ord {
-			futex.Wait(low, old, ctlNap)
+			// Naps growing to ctlNap: a thread asleep in a futex keeps
+			// its P until the runtime's monitor takes it back, and the
+			// process's other goroutines may need it.
+			futex.Wait(low, old, nap)
 		}
 		waiters.Add(^uint32(0))
+		runtime.Gosched()
 		if word.Load() == ord {
 			return nil
 		}

@@ -105,10 +105,10 @@ type shmOut struct {
 
 // acquire waits until the next slot is free and returns its index. It
 // yields for slotSpin, then sleeps on the slot's state word until the
-// receiver frees it (shmSeg.free), waking every slotNap to look at the
-// connection and ctx: a sleep through the runtime's timers would last a
-// millisecond here, whatever it asks for, where a slot frees in tens of
-// microseconds.
+// receiver frees it (shmSeg.free), in naps that grow to slotNap, to look
+// at the connection and ctx and to let this process's goroutines run: a
+// sleep through the runtime's timers would last a millisecond here,
+// whatever it asks for, where a slot frees in tens of microseconds.
 func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	i := o.next
 	st := o.seg.state(i)
@@ -123,24 +123,30 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		if time.Since(start) < slotSpin {
+		waited := time.Since(start)
+		if waited < slotSpin {
 			runtime.Gosched()
 			continue
 		}
 		w := o.seg.waiting()
 		w.Store(1)
 		if st.Load() != 0 { // the receiver sees waiting, or we see the slot free
-			futex.Wait(st, 1, slotNap)
+			// Short naps, growing: a thread asleep in a futex keeps its
+			// P until the runtime's monitor takes it back (20 µs to 10
+			// ms), and this process's reader, which may be what the
+			// peer waits on, needs one.
+			futex.Wait(st, 1, min(max(waited/8, 20*time.Microsecond), slotNap))
 		}
 		w.Store(0)
+		runtime.Gosched()
 	}
 	o.next = (i + 1) % shmSlots
 	return i, nil
 }
 
 const (
-	slotSpin = 20 * time.Microsecond
-	slotNap  = 2 * time.Millisecond
+	slotSpin = 200 * time.Microsecond
+	slotNap  = time.Millisecond
 )
 
 // backoff waits a little for room the peer will make in a frame ring:

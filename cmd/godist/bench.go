@@ -85,7 +85,8 @@ reduce_scatter and all_to_all the size is the total over ranks (each rank's
 share is size/n), as in bench_gloo.py and nccl-tests.
 
 Set GODIST_CPUPROFILE=prefix to write each rank's CPU profile to
-prefix.rank<N>.
+prefix.rank<N>, and GODIST_TRACE=prefix for its execution trace
+(go tool trace).
 
 Flags:
 `)

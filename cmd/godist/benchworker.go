@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"github.com/godist/godist/dist"
@@ -41,6 +42,19 @@ func benchWorker() int {
 			return exitFail
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if prefix := os.Getenv("GODIST_TRACE"); prefix != "" {
+		f, err := os.Create(prefix + ".rank" + os.Getenv("RANK"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+			return exitFail
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)
+			return exitFail
+		}
+		defer trace.Stop()
 	}
 	ctx := context.Background()
 	if cfg.RPC {

@@ -21,3 +21,11 @@ func geluBackwardF32(dst, g, x []float32) int { return 0 }
 func sigmoidF32(dst, x []float32) int { return 0 }
 
 func tanhF32(dst, x []float32) int { return 0 }
+
+func convRowsF32(out []float32, ldo int, x []float32, offs []int, w []float32, r, n int) bool {
+	return false
+}
+
+func convDWF32(dw []float32, ldw int, g []float32, ldg, gimg int, x []float32, ximg int, offs []int, ro, nimg, n int) bool {
+	return false
+}

@@ -1,0 +1,117 @@
+package simd
+
+import "fmt"
+
+// Direct convolution. A stride-1 convolution of an image whose C planes
+// lie one after another, each H×W with its rows W apart (padding already
+// written in), is a product whose second operand need not be built: tap k
+// = (c, ki, kj) of the kernel reads the image shifted by offs[k] = c·H·W +
+// ki·W + kj, and output position p (of a grid as wide as the image, whose
+// last columns are garbage to drop) is
+//
+//	out[o][p] = Σ_k w[o][k] · x[offs[k] + p].
+//
+// ConvRows computes that for a few output channels at a time and ConvDW
+// the matching weight gradient Σ_p g[o][p] · x[offs[k] + p]; with the
+// kernel flipped, ConvRows is the input gradient too. No patch matrix
+// (im2col) is written, packed or read.
+
+// ConvRows sets out[i*ldo+p] = Σ_k w[k*r+i] · x[offs[k]+p] for the r ≤ 6
+// rows i < r and the positions p < n (w is K×r: the r rows' weights for
+// each tap k < K = len(offs)). The sums may be taken in any order, with
+// fused multiply-adds.
+func ConvRows[T Float](out []T, ldo int, x []T, offs []int, w []T, r, n int) {
+	checkConvRows(len(out), ldo, len(x), offs, len(w), r, n)
+	if r == 0 || n == 0 {
+		return
+	}
+	if o32, ok := any(out).([]float32); ok && convRowsF32(o32, ldo, any(x).([]float32), offs, any(w).([]float32), r, n) {
+		return
+	}
+	convRowsGo(out, ldo, x, offs, w, r, n)
+}
+
+// Float are the element types of the generic kernels.
+type Float interface{ ~float32 | ~float64 }
+
+func convRowsGo[T Float](out []T, ldo int, x []T, offs []int, w []T, r, n int) {
+	for i := range r {
+		o := out[i*ldo : i*ldo+n]
+		clear(o)
+		for k, off := range offs {
+			wv := w[k*r+i]
+			xs := x[off : off+n]
+			for p := range o {
+				o[p] += wv * xs[p]
+			}
+		}
+	}
+}
+
+func checkConvRows(nout, ldo, nx int, offs []int, nw, r, n int) {
+	if r < 0 || r > 6 || n < 0 || nw < len(offs)*r || r > 1 && ldo < n {
+		panic(fmt.Sprintf("simd: ConvRows of %d rows of %d (ld %d) with %d weights for %d taps", r, n, ldo, nw, len(offs)))
+	}
+	if r == 0 || n == 0 {
+		return
+	}
+	if (r-1)*ldo+n > nout {
+		panic(fmt.Sprintf("simd: ConvRows of %d rows of %d (ld %d) into %d elements", r, n, ldo, nout))
+	}
+	if lo, hi := span(offs); lo < 0 || hi+n > nx {
+		panic(fmt.Sprintf("simd: ConvRows reads [%d, %d) of %d elements", lo, hi+n, nx))
+	}
+}
+
+// span returns the least and the greatest offset (0, 0 for none).
+func span(offs []int) (lo, hi int) {
+	if len(offs) == 0 {
+		return 0, 0
+	}
+	lo, hi = offs[0], offs[0]
+	for _, o := range offs[1:] {
+		lo, hi = min(lo, o), max(hi, o)
+	}
+	return lo, hi
+}
+
+// ConvDW adds to dw[i*ldw+j], for the ro ≤ 4 channels i < ro and the
+// rk = len(offs) ≤ 4 taps j < rk (ro·rk ≤ 12), the sum over the images
+// m < nimg and the positions p < n of g[m*gimg+i*ldg+p] ·
+// x[m*ximg+offs[j]+p]. The sums may be taken in any order, with fused
+// multiply-adds.
+func ConvDW[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, offs []int, ro, nimg, n int) {
+	rk := len(offs)
+	if ro < 0 || ro > 4 || rk > 4 || ro*rk > 12 || nimg < 0 || n < 0 {
+		panic(fmt.Sprintf("simd: ConvDW tile of %d×%d over %d images of %d", ro, rk, nimg, n))
+	}
+	if ro == 0 || rk == 0 || nimg == 0 || n == 0 {
+		return
+	}
+	if (ro-1)*ldw+rk > len(dw) || (nimg-1)*gimg+(ro-1)*ldg+n > len(g) {
+		panic(fmt.Sprintf("simd: ConvDW tile of %d×%d (ld %d) into %d elements from %d (ld %d, image %d) of %d", ro, rk, ldw, len(dw), n, ldg, gimg, len(g)))
+	}
+	if lo, hi := span(offs); lo < 0 || (nimg-1)*ximg+hi+n > len(x) {
+		panic(fmt.Sprintf("simd: ConvDW reads [%d, %d) of %d elements", lo, (nimg-1)*ximg+hi+n, len(x)))
+	}
+	if d32, ok := any(dw).([]float32); ok && convDWF32(d32, ldw, any(g).([]float32), ldg, gimg, any(x).([]float32), ximg, offs, ro, nimg, n) {
+		return
+	}
+	convDWGo(dw, ldw, g, ldg, gimg, x, ximg, offs, ro, nimg, n)
+}
+
+func convDWGo[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, offs []int, ro, nimg, n int) {
+	for i := range ro {
+		for j, off := range offs {
+			var s T
+			for m := range nimg {
+				gs := g[m*gimg+i*ldg : m*gimg+i*ldg+n]
+				xs := x[m*ximg+off : m*ximg+off+n]
+				for p := range gs {
+					s += gs[p] * xs[p]
+				}
+			}
+			dw[i*ldw+j] += s
+		}
+	}
+}

@@ -1,0 +1,21 @@
+package simd
+
+// convRowsF32 runs ConvRows's AVX2 kernel when n is a multiple of 16,
+// reporting whether it did.
+func convRowsF32(out []float32, ldo int, x []float32, offs []int, w []float32, r, n int) bool {
+	if !hasFMA || n%16 != 0 || len(offs) == 0 {
+		return false
+	}
+	convRowsAVX2[r](&out[0], ldo*4, &x[0], &offs[0], &w[0], len(offs), n/16)
+	return true
+}
+
+// convDWF32 runs ConvDW's AVX2 kernel when n is a multiple of 8,
+// reporting whether it did.
+func convDWF32(dw []float32, ldw int, g []float32, ldg, gimg int, x []float32, ximg int, offs []int, ro, nimg, n int) bool {
+	if !hasFMA || n%8 != 0 {
+		return false
+	}
+	convDWAVX2[ro][len(offs)](&dw[0], ldw*4, &g[0], ldg*4, gimg*4, &x[0], ximg*4, &offs[0], nimg, n/8)
+	return true
+}

@@ -1,0 +1,155 @@
+package simd
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randF32(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+// close32 reports whether got is within a float32 rounding error of want
+// for a sum whose terms' magnitudes add up to scale.
+func close32(got, want, scale float32) bool {
+	return math.Abs(float64(got-want)) <= 1e-5*float64(scale)+1e-30
+}
+
+// TestConvRows checks ConvRows (the AVX2 kernel where there is one) against
+// the float64 sum for every tile height, tap counts and lengths around the
+// vector width, with a row stride wider than the rows.
+func TestConvRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for r := 1; r <= 6; r++ {
+		for _, k := range []int{1, 2, 5, 25, 150} {
+			for _, n := range []int{1, 15, 16, 32, 48, 100, 896} {
+				ldo := n + rng.IntN(3)
+				x := randF32(rng, 3*n+200)
+				offs := make([]int, k)
+				for i := range offs {
+					offs[i] = rng.IntN(len(x) - n + 1)
+				}
+				w := randF32(rng, k*r)
+				out := make([]float32, (r-1)*ldo+n+5)
+				for i := range out {
+					out[i] = 7
+				}
+				ConvRows(out, ldo, x, offs, w, r, n)
+				for i := range r {
+					for p := range n {
+						var want, scale float64
+						for kk, off := range offs {
+							want += float64(w[kk*r+i]) * float64(x[off+p])
+							scale += math.Abs(float64(w[kk*r+i]) * float64(x[off+p]))
+						}
+						if got := out[i*ldo+p]; !close32(got, float32(want), float32(scale)) {
+							t.Fatalf("r %d k %d n %d: out[%d][%d] = %v, want %v", r, k, n, i, p, got, want)
+						}
+					}
+					for p := n; p < ldo && i < r-1; p++ {
+						if out[i*ldo+p] != 7 {
+							t.Fatalf("r %d k %d n %d: wrote out[%d][%d] past the row", r, k, n, i, p)
+						}
+					}
+				}
+				for p := (r-1)*ldo + n; p < len(out); p++ {
+					if out[p] != 7 {
+						t.Fatalf("r %d k %d n %d: wrote past the last row", r, k, n)
+					}
+				}
+				// The float32 Go loop gives the same sums within rounding.
+				ref := make([]float32, len(out))
+				convRowsGo(ref, ldo, x, offs, w, r, n)
+				for i := range r {
+					for p := range n {
+						if a, b := out[i*ldo+p], ref[i*ldo+p]; !close32(a, b, float32(k)*10) {
+							t.Fatalf("r %d k %d n %d: kernel %v, Go %v", r, k, n, a, b)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestConvDW checks ConvDW against the float64 sum for every tile shape,
+// image counts and lengths around the vector width.
+func TestConvDW(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for ro := 1; ro <= 4; ro++ {
+		for rk := 1; rk <= 4 && ro*rk <= 12; rk++ {
+			for _, nimg := range []int{1, 2, 5} {
+				for _, n := range []int{1, 7, 8, 16, 24, 144, 896} {
+					ldg := n + rng.IntN(4)
+					gimg := ro*ldg + rng.IntN(5)
+					g := randF32(rng, (nimg-1)*gimg+(ro-1)*ldg+n)
+					ximg := n + 50 + rng.IntN(9)
+					x := randF32(rng, (nimg-1)*ximg+n+60)
+					offs := make([]int, rk)
+					for j := range offs {
+						offs[j] = rng.IntN(61)
+					}
+					ldw := rk + rng.IntN(3)
+					dw := randF32(rng, (ro-1)*ldw+rk)
+					before := append([]float32(nil), dw...)
+					ConvDW(dw, ldw, g, ldg, gimg, x, ximg, offs, ro, nimg, n)
+					for i := range ro {
+						for j := range rk {
+							want, scale := float64(before[i*ldw+j]), math.Abs(float64(before[i*ldw+j]))
+							for m := range nimg {
+								for p := range n {
+									v := float64(g[m*gimg+i*ldg+p]) * float64(x[m*ximg+offs[j]+p])
+									want += v
+									scale += math.Abs(v)
+								}
+							}
+							if got := dw[i*ldw+j]; !close32(got, float32(want), float32(scale)) {
+								t.Fatalf("%d×%d nimg %d n %d: dw[%d][%d] = %v, want %v", ro, rk, nimg, n, i, j, got, want)
+							}
+						}
+					}
+					for i := range ro - 1 {
+						for j := rk; j < ldw; j++ {
+							if dw[i*ldw+j] != before[i*ldw+j] {
+								t.Fatalf("%d×%d: wrote dw[%d][%d] past the tile", ro, rk, i, j)
+							}
+						}
+					}
+					ref := append([]float32(nil), before...)
+					convDWGo(ref, ldw, g, ldg, gimg, x, ximg, offs, ro, nimg, n)
+					for i := range ref {
+						if !close32(dw[i], ref[i], float32(nimg*n)*10) {
+							t.Fatalf("%d×%d nimg %d n %d: kernel %v, Go %v", ro, rk, nimg, n, dw[i], ref[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestConvBounds checks that reads and writes past the operands panic
+// instead of reaching the kernels.
+func TestConvBounds(t *testing.T) {
+	mustPanic := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	x, w, out := make([]float32, 64), make([]float32, 12), make([]float32, 64)
+	mustPanic("ConvRows reading past x", func() { ConvRows(out, 16, x, []int{0, 49}, w, 2, 16) })
+	mustPanic("ConvRows writing past out", func() { ConvRows(out, 49, x, []int{0}, w, 2, 16) })
+	mustPanic("ConvRows with few weights", func() { ConvRows(out, 16, x, []int{0, 1}, w[:3], 2, 16) })
+	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, []int{0}, w, 7, 8) })
+	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, []int{0, 40}, 2, 2, 16) })
+	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, []int{0, 1, 2, 3}, 4, 1, 8) })
+}

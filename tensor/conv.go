@@ -179,9 +179,13 @@ func Conv2d(x, w, b *Tensor, p Conv2dParams) *Tensor {
 	return out
 }
 
-// ConvColumns are the im2col patch matrices of a convolution's input, kept
-// from the forward pass for the weight gradient.
-type ConvColumns struct{ t *Tensor }
+// ConvColumns are what a convolution's forward pass keeps of its input for
+// the weight gradient: the im2col patch matrices, or, on the direct path
+// (convdirect.go), the padded images.
+type ConvColumns struct {
+	t      *Tensor
+	direct bool // t holds padded images
+}
 
 // Release returns the matrices' memory for reuse by later convolutions. The
 // columns must not be used afterwards. Releasing is optional (the garbage
@@ -210,6 +214,20 @@ func convChunk(k, pix, n, size int) int {
 // chunks' matrices one after another.
 func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColumns) {
 	g := convCheck(x, w, p)
+	if useDirect(g, x.dtype) {
+		return directConv(x, w, b, g)
+	}
+	return im2colConv(x, w, b, g)
+}
+
+// useDirect reports whether a convolution takes the direct path
+// (convdirect.go) rather than the patch matrices.
+func useDirect(g convGeom, d DType) bool {
+	return directOK(g) && (d == Float32 || d == Float64)
+}
+
+// im2colConv is Conv2dCols with patch matrices and a GEMM.
+func im2colConv(x, w, b *Tensor, g convGeom) (out *Tensor, columns *ConvColumns) {
 	n, oc := x.shape[0], w.shape[0]
 	k, pix := g.c*g.kh*g.kw, g.oh*g.ow
 	xc, wc := x.Contiguous(), w.Contiguous()
@@ -243,7 +261,7 @@ func Conv2dCols(x, w, b *Tensor, p Conv2dParams) (out *Tensor, columns *ConvColu
 	if b != nil && bias == nil {
 		out.Add(out, b.Reshape(oc, 1, 1))
 	}
-	return out, &ConvColumns{cols}
+	return out, &ConvColumns{t: cols}
 }
 
 // recycleCopy recycles c if it is a copy that a kernel made of t
@@ -303,12 +321,35 @@ func convScatter[T float](out, prod, bias []T, oc, m, pix int) {
 func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, dx, dw, db *Tensor) (*Tensor, *Tensor, *Tensor) {
 	geo := convCheck(x, w, p)
 	n, oc := x.shape[0], w.shape[0]
+	if want := []int{n, oc, geo.oh, geo.ow}; g.dtype != x.dtype || !equalInts(g.shape, want) {
+		panic(fmt.Sprintf("tensor: Conv2dBackward of an output gradient %v%v for an output %v%v", g.dtype, g.shape, x.dtype, want))
+	}
+	if columns != nil && columns.t != nil && columns.direct != useDirect(geo, x.dtype) {
+		panic("tensor: Conv2dBackward with columns of another convolution")
+	}
+	if useDirect(geo, x.dtype) {
+		directConvBackward(g, x, w, columns, geo, dx, dw)
+		if db != nil {
+			gc := g.Contiguous()
+			perImage := new(Tensor).Sum(gc.Reshape(n, oc, geo.oh*geo.ow), 2, false)
+			db.Sum(perImage, 0, false)
+			perImage.Recycle()
+			recycleCopy(gc, g)
+		}
+		return dx, dw, db
+	}
+	return im2colConvBackward(g, x, w, columns, geo, dx, dw, db)
+}
+
+// im2colConvBackward is Conv2dBackward with patch matrices and GEMMs.
+func im2colConvBackward(g, x, w *Tensor, columns *ConvColumns, geo convGeom, dx, dw, db *Tensor) (*Tensor, *Tensor, *Tensor) {
+	n, oc := x.shape[0], w.shape[0]
 	k, pix := geo.c*geo.kh*geo.kw, geo.oh*geo.ow
 	wantX, wantW := dx != nil, dw != nil
 	var cols *Tensor
 	if wantW {
 		if columns == nil || columns.t == nil {
-			_, columns = Conv2dCols(x, w, nil, p)
+			_, columns = im2colConv(x, w, nil, geo)
 			defer columns.Release()
 		}
 		cols = columns.t

@@ -1,0 +1,339 @@
+package tensor
+
+import "github.com/godist/godist/internal/simd"
+
+// Direct convolution: the stride-1 path of Conv2d and Conv2dBackward, for
+// the small images and few channels of a LeNet, without patch matrices.
+//
+// The input is copied once into planes with the padding written in (xpad:
+// each image C×HP×WP, HP = H+2·PadH, WP = W+2·PadW). Tap k = (c, ki, kj) of
+// the kernel then reads that image shifted by offs[k] = c·HP·WP +
+// ki·DH·WP + kj·DW, and the outputs, taken on a grid of rows WP wide (the
+// last WP-OW columns of each row are garbage and dropped), are
+// out[o][p] = Σ_k w[o][k]·xpad[offs[k]+p]: simd.ConvRows. The weight
+// gradient is Σ_p g[o][p]·xpad[offs[k]+p] with g written onto the same
+// grid, zeros in the garbage columns: simd.ConvDW. The input gradient is
+// the convolution of g, padded by DH·(KH-1)-PadH rows and DW·(KW-1)-PadW
+// columns, with the kernel flipped and its channels swapped: ConvRows
+// again. The padded input (about KH·KW times smaller than the patch
+// matrices) is what the forward pass keeps for the weight gradient.
+
+// directMaxPlane bounds the elements of one padded image (input, or output
+// gradient for the input gradient) the direct path takes: beyond it the
+// taps' reads leave the caches and the patch-matrix GEMM is the better
+// plan.
+const directMaxPlane = 1 << 16
+
+// directGeom is the layout of a direct convolution.
+type directGeom struct {
+	convGeom
+	hp, wp int   // padded input plane
+	img    int   // elements of one padded image, C·HP·WP
+	offs   []int // tap offsets into a padded image, in (c, ki, kj) order
+	grid   int   // output positions computed per channel: (OH-1)·WP+OW rounded up to 16
+	slack  int   // elements after the last image that the taps read past it
+}
+
+// directOK reports whether the convolution g takes the direct path: unit
+// strides, padding no wider than the kernel's reach (so the input
+// gradient's padding is not negative), and small padded images.
+func directOK(g convGeom) bool {
+	p := g.p
+	if g.c == 0 || g.kh == 0 || g.kw == 0 || p.StrideH != 1 || p.StrideW != 1 || p.PadH > p.DilationH*(g.kh-1) || p.PadW > p.DilationW*(g.kw-1) {
+		return false
+	}
+	hp, wp := g.h+2*p.PadH, g.w+2*p.PadW
+	return g.c*hp*wp <= directMaxPlane
+}
+
+func newDirectGeom(g convGeom) directGeom {
+	p := g.p
+	d := directGeom{convGeom: g, hp: g.h + 2*p.PadH, wp: g.w + 2*p.PadW}
+	d.img = g.c * d.hp * d.wp
+	d.offs = tapOffsets(g.c, g.kh, g.kw, d.hp, d.wp, p.DilationH, p.DilationW)
+	d.grid = roundUp((g.oh-1)*d.wp+g.ow, 16)
+	d.slack = max(0, d.offs[len(d.offs)-1]+d.grid-d.img)
+	return d
+}
+
+// tapOffsets returns the offsets of the taps (c, ki, kj) of a kh×kw kernel
+// over c planes of h×w, in that order.
+func tapOffsets(c, kh, kw, h, w, dh, dw int) []int {
+	offs := make([]int, 0, c*kh*kw)
+	for ci := range c {
+		for ki := range kh {
+			for kj := range kw {
+				offs = append(offs, ci*h*w+ki*dh*w+kj*dw)
+			}
+		}
+	}
+	return offs
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// padImages writes the n images of x (C×H×W each) into xpad as d lays them
+// out, zeros around them and in the slack after the last.
+func padImages[T float](xpad, x []T, d directGeom, n int) {
+	p := d.p
+	if p.PadH == 0 && p.PadW == 0 {
+		copy(xpad, x[:n*d.img])
+		clear(xpad[n*d.img:])
+		return
+	}
+	for pl := range n * d.c {
+		dst := xpad[pl*d.hp*d.wp : (pl+1)*d.hp*d.wp]
+		src := x[pl*d.h*d.w : (pl+1)*d.h*d.w]
+		clear(dst[:p.PadH*d.wp])
+		clear(dst[(p.PadH+d.h)*d.wp:])
+		for i := range d.h {
+			row := dst[(p.PadH+i)*d.wp : (p.PadH+i+1)*d.wp]
+			clear(row[:p.PadW])
+			copy(row[p.PadW:p.PadW+d.w], src[i*d.w:(i+1)*d.w])
+			clear(row[p.PadW+d.w:])
+		}
+	}
+	clear(xpad[n*d.img:])
+}
+
+// groups splits n into the fewest parts of at most m, as even as possible,
+// and returns where each starts (and n last).
+func groups(n, m int) []int {
+	parts := (n + m - 1) / m
+	starts := make([]int, 0, parts+1)
+	for i := range parts + 1 {
+		starts = append(starts, i*n/parts)
+	}
+	return starts
+}
+
+// packRows returns w (rows × k, row-major) regrouped for simd.ConvRows:
+// for each group of rows (starts as groups returns), its k×r block.
+func packRows[T float](w []T, rows, k int, starts []int) []T {
+	wp := make([]T, rows*k)
+	for g := range len(starts) - 1 {
+		r0, r := starts[g], starts[g+1]-starts[g]
+		blk := wp[r0*k : (r0+r)*k]
+		for kk := range k {
+			for i := range r {
+				blk[kk*r+i] = w[(r0+i)*k+kk]
+			}
+		}
+	}
+	return wp
+}
+
+// directForward convolves the n padded images of xpad with w (OC×K) into
+// out (N×OC×OH×OW), adding bias (OC, or nil).
+func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
+	k, pix := len(d.offs), d.oh*d.ow
+	starts := groups(oc, 6)
+	wp := packRows(w, oc, k, starts)
+	scratch := Empty(dtypeOf[T](), oc*d.grid)
+	defer scratch.Recycle()
+	ob := elems[T](scratch)
+	for i := range n {
+		x := xpad[i*d.img:]
+		for g := range len(starts) - 1 {
+			r0, r := starts[g], starts[g+1]-starts[g]
+			simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.offs, wp[r0*k:(r0+r)*k], r, d.grid)
+		}
+		o := out[i*oc*pix : (i+1)*oc*pix]
+		for c := range oc {
+			var b T
+			if bias != nil {
+				b = bias[c]
+			}
+			src, dst := ob[c*d.grid:], o[c*pix:(c+1)*pix]
+			for oi := range d.oh {
+				s, dr := src[oi*d.wp:oi*d.wp+d.ow], dst[oi*d.ow:(oi+1)*d.ow]
+				for j := range dr {
+					dr[j] = s[j] + b
+				}
+			}
+		}
+	}
+}
+
+// directWeightGrad sets dw (OC×K) to the weight gradient given the output
+// gradient g (N×OC×OH×OW) and the padded images xpad.
+func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
+	k, pix := len(d.offs), d.oh*d.ow
+	clear(dw[:oc*k])
+	ld := roundUp((d.oh-1)*d.wp+d.ow, 8) // g's row on the grid
+	// Images in batches whose gradients on the grid fill about 64 KiB.
+	batch := max(1, min(n, (64<<10)/(4*oc*ld)))
+	scratch := Empty(dtypeOf[T](), batch*oc*ld)
+	defer scratch.Recycle()
+	gd := elems[T](scratch)
+	os, ks := groups(oc, 4), groups(k, 3)
+	for i0 := 0; i0 < n; i0 += batch {
+		m := min(batch, n-i0)
+		for i := range m * oc {
+			row := gd[i*ld : (i+1)*ld]
+			src := g[(i0*oc+i)*pix : (i0*oc+i+1)*pix]
+			for oi := range d.oh {
+				copy(row[oi*d.wp:oi*d.wp+d.ow], src[oi*d.ow:(oi+1)*d.ow])
+				clear(row[oi*d.wp+d.ow : min(ld, (oi+1)*d.wp)])
+			}
+			clear(row[(d.oh-1)*d.wp+d.ow:])
+		}
+		x := xpad[i0*d.img:]
+		for a := range len(os) - 1 {
+			o0, ro := os[a], os[a+1]-os[a]
+			for b := range len(ks) - 1 {
+				k0, k1 := ks[b], ks[b+1]
+				simd.ConvDW(dw[o0*k+k0:], k, gd[o0*ld:], ld, oc*ld, x, d.img, d.offs[k0:k1], ro, m, ld)
+			}
+		}
+	}
+}
+
+// directInputGrad sets dx (N×C×H×W) to the input gradient given the output
+// gradient g (N×OC×OH×OW) and the weights w (OC×C×KH×KW): the
+// convolution of g, padded by the kernel's reach less the forward pass's
+// padding, with the flipped kernel whose channels are swapped.
+func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
+	p := d.p
+	ph, pw := p.DilationH*(d.kh-1)-p.PadH, p.DilationW*(d.kw-1)-p.PadW
+	hg, wg := d.oh+2*ph, d.ow+2*pw
+	offs := tapOffsets(oc, d.kh, d.kw, hg, wg, p.DilationH, p.DilationW)
+	k := len(offs) // OC·KH·KW
+	grid := roundUp((d.h-1)*wg+d.w, 16)
+	plane := oc * hg * wg
+	// wf[c][(o, ki, kj)] = w[o][c][KH-1-ki][KW-1-kj]
+	kk := d.kh * d.kw
+	wf := make([]T, d.c*k)
+	for o := range oc {
+		for c := range d.c {
+			src := w[(o*d.c+c)*kk : (o*d.c+c+1)*kk]
+			dst := wf[c*k+o*kk : c*k+(o+1)*kk]
+			for t := range kk {
+				dst[t] = src[kk-1-t]
+			}
+		}
+	}
+	starts := groups(d.c, 6)
+	wp := packRows(wf, d.c, k, starts)
+	gs := Empty(dtypeOf[T](), max(plane, offs[k-1]+grid)+d.c*grid)
+	defer gs.Recycle()
+	buf := elems[T](gs)
+	gx, ob := buf[:max(plane, offs[k-1]+grid)], buf[max(plane, offs[k-1]+grid):]
+	clear(gx) // the border and the slack stay zero
+	img, pix := d.c*d.h*d.w, d.oh*d.ow
+	for i := range n {
+		for o := range oc {
+			src := g[(i*oc+o)*pix : (i*oc+o+1)*pix]
+			dst := gx[o*hg*wg:]
+			for oi := range d.oh {
+				copy(dst[(ph+oi)*wg+pw:(ph+oi)*wg+pw+d.ow], src[oi*d.ow:(oi+1)*d.ow])
+			}
+		}
+		for a := range len(starts) - 1 {
+			c0, r := starts[a], starts[a+1]-starts[a]
+			simd.ConvRows(ob[c0*grid:], grid, gx, offs, wp[c0*k:(c0+r)*k], r, grid)
+		}
+		out := dx[i*img : (i+1)*img]
+		for c := range d.c {
+			for hi := range d.h {
+				copy(out[(c*d.h+hi)*d.w:(c*d.h+hi+1)*d.w], ob[c*grid+hi*wg:])
+			}
+		}
+	}
+}
+
+// dtypeOf is the DType of T.
+func dtypeOf[T float]() DType {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return Float32
+	}
+	return Float64
+}
+
+// elems are the elements of t, a contiguous tensor of T.
+func elems[T float](t *Tensor) []T {
+	if dtypeOf[T]() == Float32 {
+		return any(t.Float32s()).([]T)
+	}
+	return any(t.Float64s()).([]T)
+}
+
+// directConv is Conv2dCols on the direct path.
+func directConv(x, w, b *Tensor, g convGeom) (*Tensor, *ConvColumns) {
+	d := newDirectGeom(g)
+	n, oc := x.shape[0], w.shape[0]
+	xc, wc := x.Contiguous(), w.Contiguous()
+	out := Empty(x.dtype, n, oc, g.oh, g.ow) // directForward writes every element
+	xpad := Empty(x.dtype, n*d.img+d.slack)  // and padImages too
+	var bias *Tensor
+	if b != nil && b.dtype == x.dtype {
+		bias = b.Reshape(oc).Contiguous()
+	}
+	switch x.dtype {
+	case Float32:
+		padImages(xpad.Float32s(), xc.Float32s(), d, n)
+		directForward(out.Float32s(), xpad.Float32s(), wc.Float32s(), f32data(bias), d, n, oc)
+	case Float64:
+		padImages(xpad.Float64s(), xc.Float64s(), d, n)
+		directForward(out.Float64s(), xpad.Float64s(), wc.Float64s(), f64data(bias), d, n, oc)
+	}
+	recycleCopy(xc, x)
+	recycleCopy(wc, w)
+	if bias != nil {
+		recycleCopy(bias, b)
+	}
+	if b != nil && bias == nil {
+		out.Add(out, b.Reshape(oc, 1, 1))
+	}
+	return out, &ConvColumns{t: xpad, direct: true}
+}
+
+// directConvBackward is Conv2dBackward on the direct path; columns, when
+// not nil, hold the padded images that directConv kept.
+func directConvBackward(g, x, w *Tensor, columns *ConvColumns, geo convGeom, dx, dw *Tensor) {
+	d := newDirectGeom(geo)
+	n, oc := x.shape[0], w.shape[0]
+	gc, wc := g.Contiguous(), w.Contiguous()
+	defer recycleCopy(gc, g)
+	defer recycleCopy(wc, w)
+	if dw != nil {
+		var xpad *Tensor
+		if columns != nil && columns.t != nil {
+			xpad = columns.t
+		} else {
+			xc := x.Contiguous()
+			xpad = Empty(x.dtype, n*d.img+d.slack)
+			defer xpad.Recycle()
+			switch x.dtype {
+			case Float32:
+				padImages(xpad.Float32s(), xc.Float32s(), d, n)
+			case Float64:
+				padImages(xpad.Float64s(), xc.Float64s(), d, n)
+			}
+			recycleCopy(xc, x)
+		}
+		dw.prepareAll(w.dtype, w.shape, "Conv2dBackward") // directWeightGrad overwrites it
+		if !dw.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous weight gradient")
+		}
+		switch x.dtype {
+		case Float32:
+			directWeightGrad(dw.Float32s(), gc.Float32s(), xpad.Float32s(), d, n, oc)
+		case Float64:
+			directWeightGrad(dw.Float64s(), gc.Float64s(), xpad.Float64s(), d, n, oc)
+		}
+	}
+	if dx != nil {
+		dx.prepareAll(x.dtype, x.shape, "Conv2dBackward") // directInputGrad overwrites it
+		if !dx.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous input gradient")
+		}
+		switch x.dtype {
+		case Float32:
+			directInputGrad(dx.Float32s(), gc.Float32s(), wc.Float32s(), d, n, oc)
+		case Float64:
+			directInputGrad(dx.Float64s(), gc.Float64s(), wc.Float64s(), d, n, oc)
+		}
+	}
+}

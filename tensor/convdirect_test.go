@@ -1,0 +1,135 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// directCases are convolutions the direct path takes: LeNet's two, odd
+// sizes, one channel and many, batch 1, padding up to the kernel's reach,
+// dilation, non-square kernels and a 1×1 kernel.
+var directCases = []struct {
+	n, c, h, w, oc, kh, kw int
+	p                      Conv2dParams
+}{
+	{64, 1, 28, 28, 6, 5, 5, Conv2dParams{PadH: 2, PadW: 2}},
+	{64, 6, 14, 14, 16, 5, 5, Conv2dParams{}},
+	{1, 1, 5, 5, 1, 5, 5, Conv2dParams{}},
+	{1, 3, 7, 9, 7, 3, 3, Conv2dParams{PadH: 1, PadW: 1}},
+	{2, 2, 9, 8, 13, 3, 2, Conv2dParams{PadH: 2, PadW: 1}},
+	{3, 5, 11, 6, 4, 1, 1, Conv2dParams{}},
+	{2, 4, 12, 13, 9, 3, 3, Conv2dParams{DilationH: 2, DilationW: 3, PadH: 1, PadW: 6}},
+	{5, 6, 10, 10, 16, 5, 5, Conv2dParams{PadH: 4, PadW: 4}},
+	{1, 2, 33, 17, 3, 4, 6, Conv2dParams{PadH: 3, PadW: 0}},
+	{4, 7, 6, 6, 1, 2, 2, Conv2dParams{PadW: 1}},
+	{0, 2, 6, 6, 3, 3, 3, Conv2dParams{PadH: 1, PadW: 1}},
+}
+
+// TestConvDirectMatchesIm2col checks the direct path's output and its
+// three gradients against the patch-matrix path's, in float32 (the AVX2
+// kernels where there are some) and float64, with and without the kept
+// columns.
+func TestConvDirectMatchesIm2col(t *testing.T) {
+	rng := NewRNG(9)
+	for _, c := range directCases {
+		for _, dt := range []DType{Float32, Float64} {
+			name := fmt.Sprintf("%v x(%d,%d,%d,%d) w(%d,%d,%d) %+v", dt, c.n, c.c, c.h, c.w, c.oc, c.kh, c.kw, c.p)
+			x := Randn(rng, c.n, c.c, c.h, c.w).To(dt)
+			w := Randn(rng, c.oc, c.c, c.kh, c.kw).To(dt)
+			b := Randn(rng, c.oc).To(dt)
+			g := convCheck(x, w, c.p)
+			if !useDirect(g, dt) {
+				t.Fatalf("%s: not on the direct path", name)
+			}
+			want, wcols := im2colConv(x, w, b, g)
+			got, cols := Conv2dCols(x, w, b, c.p)
+			if !cols.direct {
+				t.Fatalf("%s: columns not the direct path's", name)
+			}
+			tol := 1e-4
+			if dt == Float64 {
+				tol = 1e-11
+			}
+			convClose(t, name+" output", got, want, tol)
+			gy := Randn(rng, want.Shape()...).To(dt)
+			wx, ww, wb := im2colConvBackward(gy, x, w, wcols, g, new(Tensor), new(Tensor), new(Tensor))
+			for _, kept := range []*ConvColumns{cols, nil} {
+				gx, gw, gb := Conv2dBackward(gy, x, w, kept, c.p, new(Tensor), new(Tensor), new(Tensor))
+				convClose(t, name+" input gradient", gx, wx, tol)
+				convClose(t, name+" weight gradient", gw, ww, tol)
+				convClose(t, name+" bias gradient", gb, wb, tol)
+			}
+			cols.Release()
+			wcols.Release()
+		}
+	}
+}
+
+// convClose fails unless got and want agree within tol relative to want's
+// largest magnitude.
+func convClose(t *testing.T, what string, got, want *Tensor, tol float64) {
+	t.Helper()
+	if !equalInts(got.Shape(), want.Shape()) || got.DType() != want.DType() {
+		t.Fatalf("%s: %v%v, want %v%v", what, got.DType(), got.Shape(), want.DType(), want.Shape())
+	}
+	gv, wv := got.Contiguous().To(Float64).Float64s(), want.Contiguous().To(Float64).Float64s()
+	scale := 1.0
+	for _, v := range wv {
+		scale = max(scale, math.Abs(v))
+	}
+	for i := range gv {
+		if d := math.Abs(gv[i] - wv[i]); !(d <= tol*scale) {
+			t.Fatalf("%s: element %d = %v, want %v", what, i, gv[i], wv[i])
+		}
+	}
+}
+
+// TestConvDirectGradients checks the direct path's gradients in float64
+// against central finite differences of the sum of the output weighted by
+// a fixed random tensor.
+func TestConvDirectGradients(t *testing.T) {
+	rng := NewRNG(11)
+	for _, c := range directCases {
+		if c.n*c.c*c.h*c.w > 2000 || c.n == 0 {
+			continue // LeNet's sizes: covered against im2col above
+		}
+		x := Randn(rng, c.n, c.c, c.h, c.w).To(Float64)
+		w := Randn(rng, c.oc, c.c, c.kh, c.kw).To(Float64)
+		b := Randn(rng, c.oc).To(Float64)
+		out := Conv2d(x, w, b, c.p)
+		gy := Randn(rng, out.Shape()...).To(Float64)
+		loss := func() float64 {
+			o := Conv2d(x, w, b, c.p).Float64s()
+			s := 0.0
+			for i, v := range gy.Float64s() {
+				s += v * o[i]
+			}
+			return s
+		}
+		gx, gw, gb := Conv2dBackward(gy, x, w, nil, c.p, new(Tensor), new(Tensor), new(Tensor))
+		name := fmt.Sprintf("x(%d,%d,%d,%d) w(%d,%d,%d) %+v", c.n, c.c, c.h, c.w, c.oc, c.kh, c.kw, c.p)
+		for _, v := range []struct {
+			what    string
+			param   *Tensor
+			grad    *Tensor
+			samples int
+		}{{"input", x, gx, 40}, {"weight", w, gw, 40}, {"bias", b, gb, 40}} {
+			vals, grad := v.param.Float64s(), v.grad.Float64s()
+			for s := range min(v.samples, len(vals)) {
+				i := (s * 7919) % len(vals)
+				keep := vals[i]
+				const eps = 1e-6
+				vals[i] = keep + eps
+				up := loss()
+				vals[i] = keep - eps
+				down := loss()
+				vals[i] = keep
+				num := (up - down) / (2 * eps)
+				if math.Abs(num-grad[i]) > 1e-6*max(1, math.Abs(num)) {
+					t.Fatalf("%s: %s gradient [%d] = %v, finite differences %v", name, v.what, i, grad[i], num)
+				}
+			}
+		}
+	}
+}

@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
+
+	"github.com/godist/godist/internal/simd"
 )
 
 // Conv2dParams are the geometry of a 2-D convolution or pooling window.
@@ -522,80 +524,56 @@ func maxPool[T float](out []T, idx []int64, x []T, planes, h, w, kh, kw, oh, ow 
 	}
 }
 
-// maxPool2x2 is the common 2×2, stride 2 window without padding. The
-// maximum is taken branch-free (training data makes the comparisons
-// unpredictable); the index is then the first position holding it.
+// maxPool2x2 is the common 2×2, stride 2 window without padding.
 func maxPool2x2[T float](out []T, idx []int64, x []T, planes, h, w, oh, ow int) {
 	for pl := range planes {
 		src := x[pl*h*w : (pl+1)*h*w]
-		o := out[pl*oh*ow : (pl+1)*oh*ow]
-		ix := idx[pl*oh*ow : (pl+1)*oh*ow]
 		for oi := range oh {
-			r0 := src[2*oi*w : 2*oi*w+w]
-			r1 := src[(2*oi+1)*w : (2*oi+1)*w+w]
-			base := 2 * oi * w
-			oo := o[oi*ow : (oi+1)*ow]
-			io := ix[oi*ow : (oi+1)*ow]
-			for oj := range oo {
-				j := 2 * oj
-				a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
-				best := max(max(a, b), max(c, d))
-				at := base + w + j + 1
-				if c == best {
-					at = base + w + j
-				}
-				if b == best {
-					at = base + j + 1
-				}
-				if a == best {
-					at = base + j
-				}
-				if best != best {
-					best, at64 := scan4([4]T{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
-					oo[oj], io[oj] = best, at64
-					continue
-				}
-				oo[oj], io[oj] = best, int64(at)
-			}
+			pool2x2Row(out[(pl*oh+oi)*ow:(pl*oh+oi+1)*ow], idx[(pl*oh+oi)*ow:(pl*oh+oi+1)*ow], src, 2*oi*w, w)
 		}
 	}
 }
 
-// maxPool2x2f32 is maxPool2x2 for float32 without branches on the data:
-// the comparisons of training data are unpredictable, and a mispredicted
-// branch costs more than the whole window. Windows holding a NaN take the
-// general path.
-func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow int) {
-	type cand struct {
-		v   float32
-		pos int
+// pool2x2Row pools the row pair of src starting at base (rows w apart)
+// into out and idx. The maximum is taken branch-free (training data makes
+// the comparisons unpredictable); the pick is then the first element
+// equal to it, and its value (so -0 before +0 gives -0, as PyTorch's
+// scan).
+func pool2x2Row[T float](out []T, idx []int64, src []T, base, w int) {
+	r0 := src[base : base+w]
+	r1 := src[base+w : base+2*w]
+	for oj := range out {
+		j := 2 * oj
+		a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
+		best := max(max(a, b), max(c, d))
+		if best != best {
+			out[oj], idx[oj] = scan4([4]T{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
+			continue
+		}
+		v, at := d, base+w+j+1
+		if c == best {
+			v, at = c, base+w+j
+		}
+		if b == best {
+			v, at = b, base+j+1
+		}
+		if a == best {
+			v, at = a, base+j
+		}
+		out[oj], idx[oj] = v, int64(at)
 	}
+}
+
+// maxPool2x2f32 is maxPool2x2 for float32: the vector kernel takes the
+// rows whose loads stay inside x, pool2x2Row the others (and all of them
+// without AVX2).
+func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow int) {
 	for pl := range planes {
-		src := x[pl*h*w : (pl+1)*h*w]
 		o := out[pl*oh*ow : (pl+1)*oh*ow]
 		ix := idx[pl*oh*ow : (pl+1)*oh*ow]
-		for oi := range oh {
-			r0 := src[2*oi*w : 2*oi*w+w]
-			r1 := src[(2*oi+1)*w : (2*oi+1)*w+w]
-			base := 2 * oi * w
-			oo := o[oi*ow : (oi+1)*ow]
-			io := ix[oi*ow : (oi+1)*ow]
-			for oj := range oo {
-				j := 2 * oj
-				a, b, c, d := r0[j], r0[j+1], r1[j], r1[j+1]
-				if s := a + b + c + d; s != s { // a NaN (or ∞-∞): the careful path
-					oo[oj], io[oj] = scan4([4]float32{a, b, c, d}, [4]int{base + j, base + j + 1, base + w + j, base + w + j + 1})
-					continue
-				}
-				best, pos := a, base+j
-				for _, c := range [3]cand{{b, base + j + 1}, {c, base + w + j}, {d, base + w + j + 1}} {
-					// gt is all ones when c.v > best: the sign of best - c.v.
-					gt := int32(math.Float32bits(best-c.v)) >> 31
-					best = math.Float32frombits(math.Float32bits(c.v)&uint32(gt) | math.Float32bits(best)&^uint32(gt))
-					pos = c.pos&int(gt) | pos&^int(gt)
-				}
-				oo[oj], io[oj] = best, int64(pos)
-			}
+		src := x[pl*h*w : (pl+1)*h*w]
+		for oi := simd.MaxPool2x2F32(o, ix, x[pl*h*w:], oh, w, ow); oi < oh; oi++ {
+			pool2x2Row(o[oi*ow:(oi+1)*ow], ix[oi*ow:(oi+1)*ow], src, 2*oi*w, w)
 		}
 	}
 }

@@ -133,3 +133,38 @@ func TestConvDirectGradients(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxPool2x2Float32MatchesGeneral checks 2×2 pooling of float32 (the
+// vector kernel and its scalar rows) against the general window loop,
+// with indices, on LeNet's shapes and odd ones, with ties,
+// signed zeros and NaNs.
+func TestMaxPool2x2Float32MatchesGeneral(t *testing.T) {
+	rng := NewRNG(13)
+	p := Conv2dParams{StrideH: 2, StrideW: 2}
+	for _, s := range [][4]int{{64, 6, 28, 28}, {64, 16, 10, 10}, {1, 1, 2, 2}, {2, 3, 5, 7}, {1, 2, 9, 33}, {3, 1, 17, 16}, {1, 1, 3, 2}} {
+		x := Randn(rng, s[:]...)
+		v := x.Float32s()
+		for i := range v {
+			switch i % 11 {
+			case 3:
+				v[i] = 0.5 // ties
+			case 5:
+				v[i] = float32(math.Copysign(0, float64(i%2*2-1)))
+			case 7:
+				if i%3 == 0 {
+					v[i] = float32(math.NaN())
+				}
+			}
+		}
+		got, gotIdx := MaxPool2d(x, 2, 2, p)
+		// float64 takes the generic kernel, which the scalar reference checks.
+		want, wantIdx := MaxPool2d(x.To(Float64), 2, 2, p)
+		for i, g := range got.Float32s() {
+			w := float32(want.Float64s()[i])
+			same := g == w || g != g && w != w // the general kernel returns +0 for a window of ±0
+			if !same || gotIdx.Int64s()[i] != wantIdx.Int64s()[i] {
+				t.Fatalf("%v: output %d = %v at %d, want %v at %d", s, i, g, gotIdx.Int64s()[i], w, wantIdx.Int64s()[i])
+			}
+		}
+	}
+}

@@ -115,3 +115,31 @@ func convDWGo[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, o
 		}
 	}
 }
+
+// MaxPool2x2F32 takes the maxima of the 2×2 windows, stride 2, of the
+// first 2·rows rows of the plane x (rows w wide): out[i*ow+j] is the
+// largest of x[2i·w+2j], x[2i·w+2j+1], x[(2i+1)·w+2j] and
+// x[(2i+1)·w+2j+1] and idx[i*ow+j] its index in x, the first of them in
+// that order, or the last NaN among them (as PyTorch's max_pool2d). It
+// does the leading rows that its vector loads can read without passing
+// the end of x (which may hold more planes after this one) and returns
+// how many; the caller does the rest.
+func MaxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int {
+	if rows < 0 || ow < 0 || 2*ow > w || len(out) < rows*ow || len(idx) < rows*ow || 2*rows*w > len(x) {
+		panic(fmt.Sprintf("simd: MaxPool2x2F32 of %d rows of %d (plane %d wide, %d elements) into %d and %d", rows, ow, w, len(x), len(out), len(idx)))
+	}
+	if ow == 0 || rows == 0 {
+		return rows
+	}
+	// Row pair i reads 16·ceil(ow/8) elements from (2i+1)·w.
+	span := 16 * ((ow + 7) / 8)
+	n := rows
+	if last := (2*rows-1)*w + span; last > len(x) {
+		n = max(0, (len(x)-span-w)/(2*w)+1)
+		if len(x) < span+w {
+			n = 0
+		}
+		n = min(n, rows)
+	}
+	return maxPool2x2F32(out, idx, x, n, w, ow)
+}

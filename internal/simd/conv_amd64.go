@@ -19,3 +19,11 @@ func convDWF32(dw []float32, ldw int, g []float32, ldg, gimg int, x []float32, x
 	convDWAVX2[ro][len(offs)](&dw[0], ldw*4, &g[0], ldg*4, gimg*4, &x[0], ximg*4, &offs[0], nimg, n/8)
 	return true
 }
+
+func maxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int {
+	if !hasAVX2 || rows == 0 {
+		return 0
+	}
+	maxPool2x2AVX2(&out[0], &idx[0], &x[0], rows, w, ow)
+	return rows
+}

@@ -1620,3 +1620,162 @@ chunk:
 	VMOVSS X11, 8(DI)
 	VZEROUPPER
 	RET
+
+DATA poolLanes<>+0(SB)/4, $0
+DATA poolLanes<>+4(SB)/4, $2
+DATA poolLanes<>+8(SB)/4, $8
+DATA poolLanes<>+12(SB)/4, $10
+DATA poolLanes<>+16(SB)/4, $4
+DATA poolLanes<>+20(SB)/4, $6
+DATA poolLanes<>+24(SB)/4, $12
+DATA poolLanes<>+28(SB)/4, $14
+GLOBL poolLanes<>(SB), RODATA|NOPTR, $32
+DATA poolMask<>+0(SB)/4, $0xffffffff
+DATA poolMask<>+4(SB)/4, $0xffffffff
+DATA poolMask<>+8(SB)/4, $0xffffffff
+DATA poolMask<>+12(SB)/4, $0xffffffff
+DATA poolMask<>+16(SB)/4, $0xffffffff
+DATA poolMask<>+20(SB)/4, $0xffffffff
+DATA poolMask<>+24(SB)/4, $0xffffffff
+DATA poolMask<>+28(SB)/4, $0xffffffff
+DATA poolMask<>+32(SB)/4, $0
+DATA poolMask<>+36(SB)/4, $0
+DATA poolMask<>+40(SB)/4, $0
+DATA poolMask<>+44(SB)/4, $0
+DATA poolMask<>+48(SB)/4, $0
+DATA poolMask<>+52(SB)/4, $0
+DATA poolMask<>+56(SB)/4, $0
+DATA poolMask<>+60(SB)/4, $0
+GLOBL poolMask<>(SB), RODATA|NOPTR, $64
+
+// func maxPool2x2AVX2(out *float32, idx *int64, x *float32, rows, w, ow int)
+// The rows×ow maxima of the 2×2 windows of the first 2·rows rows (w wide)
+// of x, and their indices in x; a NaN wins, else the first maximum.
+TEXT ·maxPool2x2AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ idx+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ rows+24(FP), R9
+	MOVQ w+32(FP), R10
+	MOVQ ow+40(FP), R11
+	TESTQ R9, R9
+	JZ pooldone
+	MOVL $1, AX
+	VMOVQ AX, X10
+	VPBROADCASTD X10, Y10
+	VMOVQ R10, X11
+	VPBROADCASTD X11, Y11
+	VPADDD Y10, Y11, Y12
+	VMOVDQU poolLanes<>(SB), Y13
+	MOVQ R11, AX
+	ANDQ $7, AX
+	SHLQ $2, AX
+	NEGQ AX
+	LEAQ poolMask<>+32(SB), BX
+	VMOVDQU (BX)(AX*1), Y15
+	LEAQ (R10*4), CX
+	XORQ R13, R13
+poolrow:
+	MOVQ SI, AX
+	LEAQ (SI)(CX*1), BX
+	MOVQ R13, DX
+	MOVQ R11, R12
+	SHRQ $3, R12
+	JZ pooltail
+poolfull:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VSHUFPS $0x88, Y1, Y0, Y2
+	VSHUFPS $0xdd, Y1, Y0, Y3
+	VMOVUPS (BX), Y0
+	VMOVUPS 32(BX), Y1
+	VSHUFPS $0x88, Y1, Y0, Y4
+	VSHUFPS $0xdd, Y1, Y0, Y5
+	VPXOR Y7, Y7, Y7
+	VCMPPS $0x1e, Y2, Y3, Y8
+	VCMPPS $3, Y3, Y3, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y3, Y2, Y2
+	VBLENDVPS Y8, Y10, Y7, Y7
+	VCMPPS $0x1e, Y2, Y4, Y8
+	VCMPPS $3, Y4, Y4, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y4, Y2, Y2
+	VBLENDVPS Y8, Y11, Y7, Y7
+	VCMPPS $0x1e, Y2, Y5, Y8
+	VCMPPS $3, Y5, Y5, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y5, Y2, Y2
+	VBLENDVPS Y8, Y12, Y7, Y7
+	VMOVQ DX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD Y8, Y7, Y7
+	VPADDD Y13, Y7, Y7
+	VPERMPD $0xd8, Y2, Y2
+	VPERMQ $0xd8, Y7, Y7
+	VPMOVSXDQ X7, Y8
+	VEXTRACTI128 $1, Y7, X9
+	VPMOVSXDQ X9, Y9
+	VMOVUPS Y2, (DI)
+	VMOVDQU Y8, (R8)
+	VMOVDQU Y9, 32(R8)
+	ADDQ $64, AX
+	ADDQ $64, BX
+	ADDQ $16, DX
+	ADDQ $32, DI
+	ADDQ $64, R8
+	DECQ R12
+	JNZ poolfull
+pooltail:
+	MOVQ R11, R12
+	ANDQ $7, R12
+	JZ poolnext
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VSHUFPS $0x88, Y1, Y0, Y2
+	VSHUFPS $0xdd, Y1, Y0, Y3
+	VMOVUPS (BX), Y0
+	VMOVUPS 32(BX), Y1
+	VSHUFPS $0x88, Y1, Y0, Y4
+	VSHUFPS $0xdd, Y1, Y0, Y5
+	VPXOR Y7, Y7, Y7
+	VCMPPS $0x1e, Y2, Y3, Y8
+	VCMPPS $3, Y3, Y3, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y3, Y2, Y2
+	VBLENDVPS Y8, Y10, Y7, Y7
+	VCMPPS $0x1e, Y2, Y4, Y8
+	VCMPPS $3, Y4, Y4, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y4, Y2, Y2
+	VBLENDVPS Y8, Y11, Y7, Y7
+	VCMPPS $0x1e, Y2, Y5, Y8
+	VCMPPS $3, Y5, Y5, Y9
+	VORPS Y9, Y8, Y8
+	VBLENDVPS Y8, Y5, Y2, Y2
+	VBLENDVPS Y8, Y12, Y7, Y7
+	VMOVQ DX, X8
+	VPBROADCASTD X8, Y8
+	VPADDD Y8, Y7, Y7
+	VPADDD Y13, Y7, Y7
+	VPERMPD $0xd8, Y2, Y2
+	VPERMQ $0xd8, Y7, Y7
+	VPMOVSXDQ X7, Y8
+	VEXTRACTI128 $1, Y7, X9
+	VPMOVSXDQ X9, Y9
+	VMASKMOVPS Y2, Y15, (DI)
+	VPMOVSXDQ X15, Y0
+	VEXTRACTI128 $1, Y15, X1
+	VPMOVSXDQ X1, Y1
+	VPMASKMOVQ Y8, Y0, (R8)
+	VPMASKMOVQ Y9, Y1, 32(R8)
+	LEAQ (DI)(R12*4), DI
+	LEAQ (R8)(R12*8), R8
+poolnext:
+	LEAQ (SI)(CX*2), SI
+	LEAQ (R13)(R10*2), R13
+	DECQ R9
+	JNZ poolrow
+	VZEROUPPER
+pooldone:
+	RET

@@ -153,3 +153,72 @@ func TestConvBounds(t *testing.T) {
 	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, []int{0, 40}, 2, 2, 16) })
 	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, []int{0, 1, 2, 3}, 4, 1, 8) })
 }
+
+// pool2x2Ref is MaxPool2x2F32's contract, one window at a time.
+func pool2x2Ref(out []float32, idx []int64, x []float32, rows, w, ow int) {
+	for i := range rows {
+		for j := range ow {
+			at := [4]int{2*i*w + 2*j, 2*i*w + 2*j + 1, (2*i+1)*w + 2*j, (2*i+1)*w + 2*j + 1}
+			best, pos := x[at[0]], at[0]
+			for _, a := range at[1:] {
+				if v := x[a]; v > best || v != v {
+					best, pos = v, a
+				}
+			}
+			out[i*ow+j], idx[i*ow+j] = best, int64(pos)
+		}
+	}
+}
+
+// TestMaxPool2x2F32 checks the vector kernel against the reference,
+// bit for bit, on widths around the vector width, with ties, signed
+// zeros, infinities and NaNs in the windows, and that it stops before
+// reading past the end of its plane.
+func TestMaxPool2x2F32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	nan := float32(math.NaN())
+	for _, w := range []int{2, 3, 5, 10, 14, 15, 16, 17, 28, 31, 32, 33, 56} {
+		for _, h := range []int{2, 3, 4, 7, 28} {
+			for _, extra := range []int{0, 5, 1000} {
+				rows, ow := h/2, w/2
+				x := make([]float32, h*w+extra)
+				for i := range x {
+					switch rng.IntN(10) {
+					case 0:
+						x[i] = 1 // ties
+					case 1:
+						x[i] = float32(math.Copysign(0, float64(rng.IntN(2)*2-1)))
+					case 2:
+						x[i] = nan
+					case 3:
+						x[i] = float32(math.Inf(rng.IntN(2)*2 - 1))
+					default:
+						x[i] = float32(rng.NormFloat64())
+					}
+				}
+				out, idx := make([]float32, rows*ow+3), make([]int64, rows*ow+3)
+				out[rows*ow], idx[rows*ow] = 7, 7
+				done := MaxPool2x2F32(out, idx, x, rows, w, ow)
+				if hasAVX2 && extra >= 1000 && done != rows {
+					t.Fatalf("w %d h %d: did %d of %d rows with room to read", w, h, done, rows)
+				}
+				if done > rows || done < 0 {
+					t.Fatalf("w %d h %d: did %d of %d rows", w, h, done, rows)
+				}
+				if done > 0 && (done-1)*2*w+w+16*((ow+7)/8) > len(x) {
+					t.Fatalf("w %d h %d extra %d: did %d rows, reading past x", w, h, extra, done)
+				}
+				want, wantIdx := make([]float32, rows*ow), make([]int64, rows*ow)
+				pool2x2Ref(want, wantIdx, x, rows, w, ow)
+				for k := range done * ow {
+					if math.Float32bits(out[k]) != math.Float32bits(want[k]) || idx[k] != wantIdx[k] {
+						t.Fatalf("w %d h %d: output %d = %v at %d, want %v at %d", w, h, k, out[k], idx[k], want[k], wantIdx[k])
+					}
+				}
+				if out[rows*ow] != 7 || idx[rows*ow] != 7 {
+					t.Fatalf("w %d h %d: wrote past the outputs", w, h)
+				}
+			}
+		}
+	}
+}

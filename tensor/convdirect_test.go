@@ -168,3 +168,34 @@ func TestMaxPool2x2Float32MatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// TestReluFloat32Kernels checks Relu and ReluBackward of float32 (vector
+// kernels for the first multiple of 32 elements, Go for the rest) element
+// by element against the float64 path.
+func TestReluFloat32Kernels(t *testing.T) {
+	rng := NewRNG(17)
+	for _, n := range []int{5, 32, 100, 64 * 6 * 28 * 28} {
+		x := Randn(rng, n)
+		v := x.Float32s()
+		for i := 0; i < n; i += 7 {
+			v[i] = float32(math.Copysign(0, -1))
+		}
+		v[n/2] = float32(math.NaN())
+		y := new(Tensor).Relu(x)
+		want := new(Tensor).Relu(x.To(Float64))
+		g := Randn(rng, n)
+		d := new(Tensor).ReluBackward(g, y)
+		wantD := new(Tensor).ReluBackward(g.To(Float64), want)
+		for i := range n {
+			a, b := y.Float32s()[i], float32(want.Float64s()[i])
+			if !(a == b && math.Signbit(float64(a)) == math.Signbit(float64(b)) || a != a && b != b) {
+				t.Fatalf("n %d: relu(%v) = %v, want %v", n, v[i], a, b)
+			}
+			if a == a { // the float64 path drops the gradient at NaN
+				if da, db := d.Float32s()[i], float32(wantD.Float64s()[i]); da != db {
+					t.Fatalf("n %d: gradient at %v = %v, want %v", n, a, da, db)
+				}
+			}
+		}
+	}
+}

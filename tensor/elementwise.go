@@ -396,7 +396,7 @@ func (t *Tensor) ReluBackward(g, y *Tensor) *Tensor {
 
 func reluBack32(d, g, y []float32) {
 	g, y = g[:len(d)], y[:len(d)]
-	for i := range d {
+	for i := simd.ReLUBackwardF32(d, g, y); i < len(d); i++ {
 		// y is a ReLU output (≥ 0 or NaN): keep g where y's bits are
 		// non-zero, branch-free since the sign is random in training.
 		bits := math.Float32bits(y[i]) &^ (1 << 31)
@@ -448,6 +448,11 @@ func (t *Tensor) GeluBackward(g, x *Tensor) *Tensor {
 // (exp32, erf32) and reports whether op was one of them.
 func unaryFlat32(op unOp, d, a []float32) bool {
 	switch op {
+	case opRelu:
+		k := simd.ReLUF32(d, a)
+		for i, x := range a[k:] {
+			d[k+i] = max(x, 0)
+		}
 	case opExp:
 		k := simd.ExpF32(d, a)
 		for i, x := range a[k:] {

@@ -222,3 +222,45 @@ func TestMaxPool2x2F32(t *testing.T) {
 		}
 	}
 }
+
+// TestReLUF32 checks the ReLU kernels bit for bit against Go's max and the
+// mask of non-zero outputs, with signed zeros, NaNs and infinities.
+func TestReLUF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 1, 31, 32, 33, 64, 100, 1000} {
+		x, g := make([]float32, n), randF32(rng, n)
+		for i := range x {
+			switch rng.IntN(6) {
+			case 0:
+				x[i] = float32(math.Copysign(0, float64(rng.IntN(2)*2-1)))
+			case 1:
+				x[i] = float32(math.NaN())
+			case 2:
+				x[i] = float32(math.Inf(rng.IntN(2)*2 - 1))
+			default:
+				x[i] = float32(rng.NormFloat64())
+			}
+		}
+		y := make([]float32, n)
+		k := ReLUF32(y, x)
+		if hasAVX2 && k != n&^31 {
+			t.Fatalf("n %d: vectorised %d", n, k)
+		}
+		for i := range k {
+			if want := max(x[i], 0); math.Float32bits(y[i]) != math.Float32bits(want) {
+				t.Fatalf("n %d: relu(%v) = %v, want %v", n, x[i], y[i], want)
+			}
+		}
+		d := make([]float32, n)
+		k = ReLUBackwardF32(d, g, x)
+		for i := range k {
+			want := g[i]
+			if x[i] == 0 {
+				want = 0
+			}
+			if math.Float32bits(d[i]) != math.Float32bits(want) {
+				t.Fatalf("n %d: gradient at y %v of %v = %v, want %v", n, x[i], g[i], d[i], want)
+			}
+		}
+	}
+}

@@ -126,3 +126,16 @@ func SigmoidF32(dst, x []float32) int { return sigmoidF32(dst, x[:len(dst)]) }
 // clamped to ±7.905 (where tanh rounds to ±1), within 5 ulp of tanh.
 // tensor's tanh32 is the same formula in scalar code.
 func TanhF32(dst, x []float32) int { return tanhF32(dst, x[:len(dst)]) }
+
+// ReLUF32 sets dst[i] = max(x[i], 0) with Go's max (a NaN stays NaN, -0
+// becomes +0) for the longest prefix it can vectorise (a multiple of 32,
+// with AVX2) and returns its length; the caller does the rest. x must be
+// at least as long as dst.
+func ReLUF32(dst, x []float32) int { return reluF32(dst, x[:len(dst)]) }
+
+// ReLUBackwardF32 sets dst[i] = g[i] where y[i], a ReLU output, is not
+// ±0 (so positive or NaN), else +0, for the longest prefix it can
+// vectorise and returns its length.
+func ReLUBackwardF32(dst, g, y []float32) int {
+	return reluBackwardF32(dst, g[:len(dst)], y[:len(dst)])
+}

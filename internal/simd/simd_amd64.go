@@ -157,3 +157,30 @@ func tanhF32(dst, x []float32) int {
 	tanhF32AVX2(&dst[0], &x[0], n)
 	return n
 }
+
+// reluF32AVX2 and reluBackwardF32AVX2 do n floats, n a multiple of 32
+// (simd_amd64.s).
+//
+//go:noescape
+func reluF32AVX2(dst, x *float32, n int)
+
+//go:noescape
+func reluBackwardF32AVX2(dst, grad, y *float32, n int)
+
+func reluF32(dst, x []float32) int {
+	n := len(dst) &^ 31
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	reluF32AVX2(&dst[0], &x[0], n)
+	return n
+}
+
+func reluBackwardF32(dst, g, y []float32) int {
+	n := len(dst) &^ 31
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	reluBackwardF32AVX2(&dst[0], &g[0], &y[0], n)
+	return n
+}

@@ -147,3 +147,79 @@ ntloop:
 ntdone:
 	SFENCE
 	RET
+
+// func reluF32AVX2(dst, x *float32, n int)
+// dst = max(x, 0) as Go's max: NaN stays, -0 becomes +0 (VMAXPS gives its
+// second operand, +0, for a NaN or two zeros; the NaNs are blended back).
+TEXT ·reluF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ   dst+0(FP), DI
+	MOVQ   x+8(FP), SI
+	MOVQ   n+16(FP), CX
+	SHRQ   $5, CX
+	JZ     reludone
+	VXORPS Y15, Y15, Y15
+reluloop:
+	VMOVUPS   (SI), Y0
+	VMOVUPS   32(SI), Y1
+	VMOVUPS   64(SI), Y2
+	VMOVUPS   96(SI), Y3
+	VMAXPS    Y15, Y0, Y4
+	VMAXPS    Y15, Y1, Y5
+	VMAXPS    Y15, Y2, Y6
+	VMAXPS    Y15, Y3, Y7
+	VCMPPS    $3, Y0, Y0, Y8
+	VCMPPS    $3, Y1, Y1, Y9
+	VCMPPS    $3, Y2, Y2, Y10
+	VCMPPS    $3, Y3, Y3, Y11
+	VBLENDVPS Y8, Y0, Y4, Y4
+	VBLENDVPS Y9, Y1, Y5, Y5
+	VBLENDVPS Y10, Y2, Y6, Y6
+	VBLENDVPS Y11, Y3, Y7, Y7
+	VMOVUPS   Y4, (DI)
+	VMOVUPS   Y5, 32(DI)
+	VMOVUPS   Y6, 64(DI)
+	VMOVUPS   Y7, 96(DI)
+	ADDQ      $128, DI
+	ADDQ      $128, SI
+	DECQ      CX
+	JNZ       reluloop
+	VZEROUPPER
+reludone:
+	RET
+
+// func reluBackwardF32AVX2(dst, grad, y *float32, n int)
+// dst = grad where y (a ReLU output) is not ±0, else +0: a mask of y ≠ 0
+// (true for NaN) ANDed with grad's bits.
+TEXT ·reluBackwardF32AVX2(SB), NOSPLIT, $0-32
+	MOVQ   dst+0(FP), DI
+	MOVQ   grad+8(FP), SI
+	MOVQ   y+16(FP), DX
+	MOVQ   n+24(FP), CX
+	SHRQ   $5, CX
+	JZ     relubdone
+	VXORPS Y15, Y15, Y15
+relubloop:
+	VMOVUPS (DX), Y0
+	VMOVUPS 32(DX), Y1
+	VMOVUPS 64(DX), Y2
+	VMOVUPS 96(DX), Y3
+	VCMPPS  $4, Y15, Y0, Y0
+	VCMPPS  $4, Y15, Y1, Y1
+	VCMPPS  $4, Y15, Y2, Y2
+	VCMPPS  $4, Y15, Y3, Y3
+	VANDPS  (SI), Y0, Y0
+	VANDPS  32(SI), Y1, Y1
+	VANDPS  64(SI), Y2, Y2
+	VANDPS  96(SI), Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	DECQ    CX
+	JNZ     relubloop
+	VZEROUPPER
+relubdone:
+	RET

@@ -31,3 +31,7 @@ func convDWF32(dw []float32, ldw int, g []float32, ldg, gimg int, x []float32, x
 }
 
 func maxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int { return 0 }
+
+func reluF32(dst, x []float32) int { return 0 }
+
+func reluBackwardF32(dst, g, y []float32) int { return 0 }

@@ -136,21 +136,30 @@ func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 		x := xpad[i*d.img:]
 		for g := range len(starts) - 1 {
 			r0, r := starts[g], starts[g+1]-starts[g]
-			simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.offs, wp[r0*k:(r0+r)*k], r, d.grid)
+			var b []T
+			if bias != nil {
+				b = bias[r0 : r0+r]
+			}
+			simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.offs, wp[r0*k:(r0+r)*k], b, r, d.grid)
 		}
 		o := out[i*oc*pix : (i+1)*oc*pix]
 		for c := range oc {
-			var b T
-			if bias != nil {
-				b = bias[c]
-			}
-			src, dst := ob[c*d.grid:], o[c*pix:(c+1)*pix]
-			for oi := range d.oh {
-				s, dr := src[oi*d.wp:oi*d.wp+d.ow], dst[oi*d.ow:(oi+1)*d.ow]
-				for j := range dr {
-					dr[j] = s[j] + b
-				}
-			}
+			copyRows(o[c*pix:(c+1)*pix], ob[c*d.grid:], d.oh, d.ow, d.wp)
+		}
+	}
+}
+
+// copyRows copies rows rows of w elements, src's ld apart, into dst,
+// where they are consecutive.
+func copyRows[T float](dst, src []T, rows, w, ld int) {
+	for i := range rows {
+		d, s := dst[i*w:(i+1)*w], src[i*ld:i*ld+w]
+		j := 0
+		for ; j+8 <= w; j += 8 {
+			*(*[8]T)(d[j : j+8]) = *(*[8]T)(s[j : j+8])
+		}
+		for ; j < w; j++ {
+			d[j] = s[j]
 		}
 	}
 }
@@ -166,7 +175,12 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 	scratch := Empty(dtypeOf[T](), batch*oc*ld)
 	defer scratch.Recycle()
 	gd := elems[T](scratch)
-	os, ks := groups(oc, 4), groups(k, 3)
+	os := groups(oc, 4)
+	// Tiles of ro channels by up to 12/ro taps (ConvDW's 12 accumulators).
+	ks := make([][]int, len(os)-1)
+	for a := range ks {
+		ks[a] = groups(k, min(4, 12/(os[a+1]-os[a])))
+	}
 	for i0 := 0; i0 < n; i0 += batch {
 		m := min(batch, n-i0)
 		for i := range m * oc {
@@ -181,8 +195,8 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 		x := xpad[i0*d.img:]
 		for a := range len(os) - 1 {
 			o0, ro := os[a], os[a+1]-os[a]
-			for b := range len(ks) - 1 {
-				k0, k1 := ks[b], ks[b+1]
+			for b := range len(ks[a]) - 1 {
+				k0, k1 := ks[a][b], ks[a][b+1]
 				simd.ConvDW(dw[o0*k+k0:], k, gd[o0*ld:], ld, oc*ld, x, d.img, d.offs[k0:k1], ro, m, ld)
 			}
 		}
@@ -192,35 +206,56 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 // directInputGrad sets dx (N×C×H×W) to the input gradient given the output
 // gradient g (N×OC×OH×OW) and the weights w (OC×C×KH×KW): the
 // convolution of g, padded by the kernel's reach less the forward pass's
-// padding, with the flipped kernel whose channels are swapped.
+// padding (gx), with the flipped kernel whose channels are swapped. Each
+// row of dx is computed on its own, from the kernel rows that reach the
+// rows of g and not its zero padding: the taps are ordered (ki, o, kj),
+// so those are a contiguous range.
 func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 	p := d.p
-	ph, pw := p.DilationH*(d.kh-1)-p.PadH, p.DilationW*(d.kw-1)-p.PadW
+	dh, dwl := p.DilationH, p.DilationW
+	ph, pw := dh*(d.kh-1)-p.PadH, dwl*(d.kw-1)-p.PadW
 	hg, wg := d.oh+2*ph, d.ow+2*pw
-	offs := tapOffsets(oc, d.kh, d.kw, hg, wg, p.DilationH, p.DilationW)
-	k := len(offs) // OC·KH·KW
-	grid := roundUp((d.h-1)*wg+d.w, 16)
-	plane := oc * hg * wg
-	// wf[c][(o, ki, kj)] = w[o][c][KH-1-ki][KW-1-kj]
-	kk := d.kh * d.kw
+	offs := make([]int, 0, oc*d.kh*d.kw)
+	for ki := range d.kh {
+		for o := range oc {
+			for kj := range d.kw {
+				offs = append(offs, o*hg*wg+ki*dh*wg+kj*dwl)
+			}
+		}
+	}
+	k := len(offs) // KH·OC·KW
+	// wf[c][(ki, o, kj)] = w[o][c][KH-1-ki][KW-1-kj]
 	wf := make([]T, d.c*k)
-	for o := range oc {
-		for c := range d.c {
-			src := w[(o*d.c+c)*kk : (o*d.c+c+1)*kk]
-			dst := wf[c*k+o*kk : c*k+(o+1)*kk]
-			for t := range kk {
-				dst[t] = src[kk-1-t]
+	for c := range d.c {
+		for ki := range d.kh {
+			for o := range oc {
+				for kj := range d.kw {
+					wf[c*k+(ki*oc+o)*d.kw+kj] = w[((o*d.c+c)*d.kh+d.kh-1-ki)*d.kw+d.kw-1-kj]
+				}
 			}
 		}
 	}
 	starts := groups(d.c, 6)
 	wp := packRows(wf, d.c, k, starts)
-	gs := Empty(dtypeOf[T](), max(plane, offs[k-1]+grid)+d.c*grid)
+	// The kernel rows [lo[hi], up[hi]) reach g's rows from dx's row hi.
+	lo, up := make([]int, d.h), make([]int, d.h)
+	for hi := range d.h {
+		lo[hi], up[hi] = d.kh, 0
+		for ki := range d.kh {
+			if r := hi + ki*dh; r >= ph && r < ph+d.oh {
+				lo[hi], up[hi] = min(lo[hi], ki), ki+1
+			}
+		}
+	}
+	w16 := roundUp(d.w, 16) // a dx row computed
+	plane := oc * hg * wg
+	size := max(plane, offs[k-1]+(d.h-1)*wg+w16)
+	gs := Empty(dtypeOf[T](), size+d.c*d.h*w16)
 	defer gs.Recycle()
 	buf := elems[T](gs)
-	gx, ob := buf[:max(plane, offs[k-1]+grid)], buf[max(plane, offs[k-1]+grid):]
+	gx, ob := buf[:size], buf[size:]
 	clear(gx) // the border and the slack stay zero
-	img, pix := d.c*d.h*d.w, d.oh*d.ow
+	img, pix, tap := d.c*d.h*d.w, d.oh*d.ow, oc*d.kw
 	for i := range n {
 		for o := range oc {
 			src := g[(i*oc+o)*pix : (i*oc+o+1)*pix]
@@ -231,13 +266,21 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 		}
 		for a := range len(starts) - 1 {
 			c0, r := starts[a], starts[a+1]-starts[a]
-			simd.ConvRows(ob[c0*grid:], grid, gx, offs, wp[c0*k:(c0+r)*k], r, grid)
-		}
-		out := dx[i*img : (i+1)*img]
-		for c := range d.c {
+			wg0 := wp[c0*k : (c0+r)*k]
 			for hi := range d.h {
-				copy(out[(c*d.h+hi)*d.w:(c*d.h+hi+1)*d.w], ob[c*grid+hi*wg:])
+				out := ob[c0*d.h*w16+hi*w16:]
+				if lo[hi] >= up[hi] { // no tap reaches g
+					for c := range r {
+						clear(out[c*d.h*w16 : c*d.h*w16+w16])
+					}
+					continue
+				}
+				t0, t1 := lo[hi]*tap, up[hi]*tap
+				simd.ConvRows(out, d.h*w16, gx[hi*wg:], offs[t0:t1], wg0[t0*r:t1*r], nil, r, w16)
 			}
+		}
+		for c := range d.c {
+			copyRows(dx[i*img+c*d.h*d.w:i*img+(c+1)*d.h*d.w], ob[c*d.h*w16:], d.h, d.w, w16)
 		}
 	}
 }

@@ -24,6 +24,7 @@ var directCases = []struct {
 	{1, 2, 33, 17, 3, 4, 6, Conv2dParams{PadH: 3, PadW: 0}},
 	{4, 7, 6, 6, 1, 2, 2, Conv2dParams{PadW: 1}},
 	{0, 2, 6, 6, 3, 3, 3, Conv2dParams{PadH: 1, PadW: 1}},
+	{2, 2, 5, 5, 3, 2, 2, Conv2dParams{DilationH: 3, DilationW: 3}}, // input row 2 in no window
 }
 
 // TestConvDirectMatchesIm2col checks the direct path's output and its

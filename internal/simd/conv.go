@@ -16,28 +16,37 @@ import "fmt"
 // kernel flipped, ConvRows is the input gradient too. No patch matrix
 // (im2col) is written, packed or read.
 
-// ConvRows sets out[i*ldo+p] = Σ_k w[k*r+i] · x[offs[k]+p] for the r ≤ 6
-// rows i < r and the positions p < n (w is K×r: the r rows' weights for
-// each tap k < K = len(offs)). The sums may be taken in any order, with
-// fused multiply-adds.
-func ConvRows[T Float](out []T, ldo int, x []T, offs []int, w []T, r, n int) {
+// ConvRows sets out[i*ldo+p] = bias[i] + Σ_k w[k*r+i] · x[offs[k]+p] for
+// the r ≤ 6 rows i < r and the positions p < n (w is K×r: the r rows'
+// weights for each tap k < K = len(offs); a nil bias is zeros). The sums
+// may be taken in any order, with fused multiply-adds.
+func ConvRows[T Float](out []T, ldo int, x []T, offs []int, w, bias []T, r, n int) {
 	checkConvRows(len(out), ldo, len(x), offs, len(w), r, n)
+	if bias != nil && len(bias) < r {
+		panic(fmt.Sprintf("simd: ConvRows of %d rows with %d biases", r, len(bias)))
+	}
 	if r == 0 || n == 0 {
 		return
 	}
-	if o32, ok := any(out).([]float32); ok && convRowsF32(o32, ldo, any(x).([]float32), offs, any(w).([]float32), r, n) {
+	if o32, ok := any(out).([]float32); ok && convRowsF32(o32, ldo, any(x).([]float32), offs, any(w).([]float32), any(bias).([]float32), r, n) {
 		return
 	}
-	convRowsGo(out, ldo, x, offs, w, r, n)
+	convRowsGo(out, ldo, x, offs, w, bias, r, n)
 }
 
 // Float are the element types of the generic kernels.
 type Float interface{ ~float32 | ~float64 }
 
-func convRowsGo[T Float](out []T, ldo int, x []T, offs []int, w []T, r, n int) {
+func convRowsGo[T Float](out []T, ldo int, x []T, offs []int, w, bias []T, r, n int) {
 	for i := range r {
 		o := out[i*ldo : i*ldo+n]
-		clear(o)
+		var b T
+		if bias != nil {
+			b = bias[i]
+		}
+		for p := range o {
+			o[p] = b
+		}
 		for k, off := range offs {
 			wv := w[k*r+i]
 			xs := x[off : off+n]

@@ -2,13 +2,20 @@ package simd
 
 // convRowsF32 runs ConvRows's AVX2 kernel when n is a multiple of 16,
 // reporting whether it did.
-func convRowsF32(out []float32, ldo int, x []float32, offs []int, w []float32, r, n int) bool {
+func convRowsF32(out []float32, ldo int, x []float32, offs []int, w, bias []float32, r, n int) bool {
 	if !hasFMA || n%16 != 0 || len(offs) == 0 {
 		return false
 	}
-	convRowsAVX2[r](&out[0], ldo*4, &x[0], &offs[0], &w[0], len(offs), n/16)
+	b := &zeroBias[0]
+	if bias != nil {
+		b = &bias[0]
+	}
+	convRowsAVX2[r](&out[0], ldo*4, &x[0], &offs[0], &w[0], len(offs), n/16, b)
 	return true
 }
+
+// zeroBias is the bias of a ConvRows without one.
+var zeroBias [6]float32
 
 // convDWF32 runs ConvDW's AVX2 kernel when n is a multiple of 8,
 // reporting whether it did.

@@ -4,9 +4,9 @@
 
 #include "textflag.h"
 
-// func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*1+i]·x[offs[k]+p] for i < 1, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_1(SB), NOSPLIT, $0-56
+// func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*1+i]·x[offs[k]+p] for i < 1, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_1(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -15,8 +15,9 @@ TEXT ·convRowsAVX2_1(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX
@@ -41,9 +42,9 @@ kloop:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*2+i]·x[offs[k]+p] for i < 2, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_2(SB), NOSPLIT, $0-56
+// func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*2+i]·x[offs[k]+p] for i < 2, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_2(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -52,10 +53,11 @@ TEXT ·convRowsAVX2_2(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
+	VBROADCASTSS 4(R13), Y2
+	VMOVAPS Y2, Y3
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX
@@ -86,9 +88,9 @@ kloop:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*3+i]·x[offs[k]+p] for i < 3, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_3(SB), NOSPLIT, $0-56
+// func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*3+i]·x[offs[k]+p] for i < 3, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_3(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -97,12 +99,13 @@ TEXT ·convRowsAVX2_3(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
+	VBROADCASTSS 4(R13), Y2
+	VMOVAPS Y2, Y3
+	VBROADCASTSS 8(R13), Y4
+	VMOVAPS Y4, Y5
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX
@@ -139,9 +142,9 @@ kloop:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*4+i]·x[offs[k]+p] for i < 4, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_4(SB), NOSPLIT, $0-56
+// func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*4+i]·x[offs[k]+p] for i < 4, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_4(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -150,14 +153,15 @@ TEXT ·convRowsAVX2_4(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
+	VBROADCASTSS 4(R13), Y2
+	VMOVAPS Y2, Y3
+	VBROADCASTSS 8(R13), Y4
+	VMOVAPS Y4, Y5
+	VBROADCASTSS 12(R13), Y6
+	VMOVAPS Y6, Y7
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX
@@ -200,9 +204,9 @@ kloop:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*5+i]·x[offs[k]+p] for i < 5, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_5(SB), NOSPLIT, $0-56
+// func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*5+i]·x[offs[k]+p] for i < 5, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_5(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -211,16 +215,17 @@ TEXT ·convRowsAVX2_5(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
+	VBROADCASTSS 4(R13), Y2
+	VMOVAPS Y2, Y3
+	VBROADCASTSS 8(R13), Y4
+	VMOVAPS Y4, Y5
+	VBROADCASTSS 12(R13), Y6
+	VMOVAPS Y6, Y7
+	VBROADCASTSS 16(R13), Y8
+	VMOVAPS Y8, Y9
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX
@@ -269,9 +274,9 @@ kloop:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int)
-// out[i*ldo+p] = Σ_k w[k*6+i]·x[offs[k]+p] for i < 6, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_6(SB), NOSPLIT, $0-56
+// func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+// out[i*ldo+p] = bias[i] + Σ_k w[k*6+i]·x[offs[k]+p] for i < 6, p < 16n; ldo in bytes.
+TEXT ·convRowsAVX2_6(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -280,18 +285,19 @@ TEXT ·convRowsAVX2_6(SB), NOSPLIT, $0-56
 	MOVQ k+40(FP), R11
 	MOVQ n+48(FP), R12
 chunk:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
+	MOVQ bias+56(FP), R13
+	VBROADCASTSS 0(R13), Y0
+	VMOVAPS Y0, Y1
+	VBROADCASTSS 4(R13), Y2
+	VMOVAPS Y2, Y3
+	VBROADCASTSS 8(R13), Y4
+	VMOVAPS Y4, Y5
+	VBROADCASTSS 12(R13), Y6
+	VMOVAPS Y6, Y7
+	VBROADCASTSS 16(R13), Y8
+	VMOVAPS Y8, Y9
+	VBROADCASTSS 20(R13), Y10
+	VMOVAPS Y10, Y11
 	MOVQ R9, AX
 	MOVQ R10, BX
 	MOVQ R11, CX

@@ -35,14 +35,21 @@ func TestConvRows(t *testing.T) {
 					offs[i] = rng.IntN(len(x) - n + 1)
 				}
 				w := randF32(rng, k*r)
+				var bias []float32
+				if k%2 == 1 {
+					bias = randF32(rng, r)
+				}
 				out := make([]float32, (r-1)*ldo+n+5)
 				for i := range out {
 					out[i] = 7
 				}
-				ConvRows(out, ldo, x, offs, w, r, n)
+				ConvRows(out, ldo, x, offs, w, bias, r, n)
 				for i := range r {
 					for p := range n {
 						var want, scale float64
+						if bias != nil {
+							want, scale = float64(bias[i]), math.Abs(float64(bias[i]))
+						}
 						for kk, off := range offs {
 							want += float64(w[kk*r+i]) * float64(x[off+p])
 							scale += math.Abs(float64(w[kk*r+i]) * float64(x[off+p]))
@@ -64,7 +71,7 @@ func TestConvRows(t *testing.T) {
 				}
 				// The float32 Go loop gives the same sums within rounding.
 				ref := make([]float32, len(out))
-				convRowsGo(ref, ldo, x, offs, w, r, n)
+				convRowsGo(ref, ldo, x, offs, w, bias, r, n)
 				for i := range r {
 					for p := range n {
 						if a, b := out[i*ldo+p], ref[i*ldo+p]; !close32(a, b, float32(k)*10) {
@@ -146,10 +153,11 @@ func TestConvBounds(t *testing.T) {
 		f()
 	}
 	x, w, out := make([]float32, 64), make([]float32, 12), make([]float32, 64)
-	mustPanic("ConvRows reading past x", func() { ConvRows(out, 16, x, []int{0, 49}, w, 2, 16) })
-	mustPanic("ConvRows writing past out", func() { ConvRows(out, 49, x, []int{0}, w, 2, 16) })
-	mustPanic("ConvRows with few weights", func() { ConvRows(out, 16, x, []int{0, 1}, w[:3], 2, 16) })
-	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, []int{0}, w, 7, 8) })
+	mustPanic("ConvRows reading past x", func() { ConvRows(out, 16, x, []int{0, 49}, w, nil, 2, 16) })
+	mustPanic("ConvRows writing past out", func() { ConvRows(out, 49, x, []int{0}, w, nil, 2, 16) })
+	mustPanic("ConvRows with few weights", func() { ConvRows(out, 16, x, []int{0, 1}, w[:3], nil, 2, 16) })
+	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, []int{0}, w, nil, 7, 8) })
+	mustPanic("ConvRows with few biases", func() { ConvRows(out, 16, x, []int{0}, w, w[:1], 2, 16) })
 	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, []int{0, 40}, 2, 2, 16) })
 	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, []int{0, 1, 2, 3}, 4, 1, 8) })
 }

@@ -22,7 +22,7 @@ func sigmoidF32(dst, x []float32) int { return 0 }
 
 func tanhF32(dst, x []float32) int { return 0 }
 
-func convRowsF32(out []float32, ldo int, x []float32, offs []int, w []float32, r, n int) bool {
+func convRowsF32(out []float32, ldo int, x []float32, offs []int, w, bias []float32, r, n int) bool {
 	return false
 }
 

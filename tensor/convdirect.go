@@ -29,9 +29,11 @@ type directGeom struct {
 	convGeom
 	hp, wp int   // padded input plane
 	img    int   // elements of one padded image, C·HP·WP
-	offs   []int // tap offsets into a padded image, in (c, ki, kj) order
-	grid   int   // output positions computed per channel: (OH-1)·WP+OW rounded up to 16
-	slack  int   // elements after the last image that the taps read past it
+	taps   simd.Taps // offsets into a padded image, in (c, ki, kj) order
+	grid   int       // output positions computed per channel: (OH-1)·WP+OW rounded up to 16
+	row    int       // or, when byRow, per output row: OW rounded up to 16
+	byRow  bool      // compute each output row on its own (straight into out)
+	slack  int       // elements after the last image that the taps read past it
 }
 
 // directOK reports whether the convolution g takes the direct path: unit
@@ -50,9 +52,14 @@ func newDirectGeom(g convGeom) directGeom {
 	p := g.p
 	d := directGeom{convGeom: g, hp: g.h + 2*p.PadH, wp: g.w + 2*p.PadW}
 	d.img = g.c * d.hp * d.wp
-	d.offs = tapOffsets(g.c, g.kh, g.kw, d.hp, d.wp, p.DilationH, p.DilationW)
+	offs := tapOffsets(g.c, g.kh, g.kw, d.hp, d.wp, p.DilationH, p.DilationW)
+	d.taps = simd.NewTaps(offs)
 	d.grid = roundUp((g.oh-1)*d.wp+g.ow, 16)
-	d.slack = max(0, d.offs[len(d.offs)-1]+d.grid-d.img)
+	d.row = roundUp(g.ow, 16)
+	// Rows on their own need no copy out of the grid; take them when they
+	// compute no more positions.
+	d.byRow = g.oh*d.row <= d.grid
+	d.slack = max(0, offs[len(offs)-1]+max(d.grid, (g.oh-1)*d.wp+d.row)-d.img)
 	return d
 }
 
@@ -124,27 +131,50 @@ func packRows[T float](w []T, rows, k int, starts []int) []T {
 }
 
 // directForward convolves the n padded images of xpad with w (OC×K) into
-// out (N×OC×OH×OW), adding bias (OC, or nil).
+// out (N×OC×OH×OW), adding bias (OC, or nil). By rows, each row's last
+// chunk spills into the rows after it, which are computed later; the
+// rows whose spill would leave their plane go through a scratch buffer.
+// On the grid, the rows are copied out of it.
 func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
-	k, pix := len(d.offs), d.oh*d.ow
+	k, pix := d.taps.Len(), d.oh*d.ow
 	starts := groups(oc, 6)
 	wp := packRows(w, oc, k, starts)
-	scratch := Empty(dtypeOf[T](), oc*d.grid)
+	size := oc * d.grid
+	if d.byRow {
+		size = 6 * d.row
+	}
+	scratch := Empty(dtypeOf[T](), size)
 	defer scratch.Recycle()
 	ob := elems[T](scratch)
 	for i := range n {
 		x := xpad[i*d.img:]
+		o := out[i*oc*pix:]
 		for g := range len(starts) - 1 {
 			r0, r := starts[g], starts[g+1]-starts[g]
 			var b []T
 			if bias != nil {
 				b = bias[r0 : r0+r]
 			}
-			simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.offs, wp[r0*k:(r0+r)*k], b, r, d.grid)
+			wg := wp[r0*k : (r0+r)*k]
+			if !d.byRow {
+				simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.taps, wg, b, r, d.grid)
+				continue
+			}
+			for oi := range d.oh {
+				if oi*d.ow+d.row <= pix {
+					simd.ConvRows(o[r0*pix+oi*d.ow:], pix, x[oi*d.wp:], d.taps, wg, b, r, d.row)
+					continue
+				}
+				simd.ConvRows(ob, d.row, x[oi*d.wp:], d.taps, wg, b, r, d.row)
+				for c := range r {
+					copy(o[(r0+c)*pix+oi*d.ow:(r0+c)*pix+(oi+1)*d.ow], ob[c*d.row:])
+				}
+			}
 		}
-		o := out[i*oc*pix : (i+1)*oc*pix]
-		for c := range oc {
-			copyRows(o[c*pix:(c+1)*pix], ob[c*d.grid:], d.oh, d.ow, d.wp)
+		if !d.byRow {
+			for c := range oc {
+				copyRows(o[c*pix:(c+1)*pix], ob[c*d.grid:], d.oh, d.ow, d.wp)
+			}
 		}
 	}
 }
@@ -154,11 +184,7 @@ func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 func copyRows[T float](dst, src []T, rows, w, ld int) {
 	for i := range rows {
 		d, s := dst[i*w:(i+1)*w], src[i*ld:i*ld+w]
-		j := 0
-		for ; j+8 <= w; j += 8 {
-			*(*[8]T)(d[j : j+8]) = *(*[8]T)(s[j : j+8])
-		}
-		for ; j < w; j++ {
+		for j := range d {
 			d[j] = s[j]
 		}
 	}
@@ -167,7 +193,7 @@ func copyRows[T float](dst, src []T, rows, w, ld int) {
 // directWeightGrad sets dw (OC×K) to the weight gradient given the output
 // gradient g (N×OC×OH×OW) and the padded images xpad.
 func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
-	k, pix := len(d.offs), d.oh*d.ow
+	k, pix := d.taps.Len(), d.oh*d.ow
 	clear(dw[:oc*k])
 	ld := roundUp((d.oh-1)*d.wp+d.ow, 8) // g's row on the grid
 	// Images in batches whose gradients on the grid fill about 64 KiB.
@@ -197,7 +223,7 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 			o0, ro := os[a], os[a+1]-os[a]
 			for b := range len(ks[a]) - 1 {
 				k0, k1 := ks[a][b], ks[a][b+1]
-				simd.ConvDW(dw[o0*k+k0:], k, gd[o0*ld:], ld, oc*ld, x, d.img, d.offs[k0:k1], ro, m, ld)
+				simd.ConvDW(dw[o0*k+k0:], k, gd[o0*ld:], ld, oc*ld, x, d.img, d.taps.Slice(k0, k1), ro, m, ld)
 			}
 		}
 	}
@@ -247,15 +273,16 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 			}
 		}
 	}
+	taps := simd.NewTaps(offs)
 	w16 := roundUp(d.w, 16) // a dx row computed
 	plane := oc * hg * wg
 	size := max(plane, offs[k-1]+(d.h-1)*wg+w16)
-	gs := Empty(dtypeOf[T](), size+d.c*d.h*w16)
+	gs := Empty(dtypeOf[T](), size+6*w16)
 	defer gs.Recycle()
 	buf := elems[T](gs)
 	gx, ob := buf[:size], buf[size:]
 	clear(gx) // the border and the slack stay zero
-	img, pix, tap := d.c*d.h*d.w, d.oh*d.ow, oc*d.kw
+	img, pix, tap, hw := d.c*d.h*d.w, d.oh*d.ow, oc*d.kw, d.h*d.w
 	for i := range n {
 		for o := range oc {
 			src := g[(i*oc+o)*pix : (i*oc+o+1)*pix]
@@ -264,23 +291,29 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 				copy(dst[(ph+oi)*wg+pw:(ph+oi)*wg+pw+d.ow], src[oi*d.ow:(oi+1)*d.ow])
 			}
 		}
+		// As directForward by rows: each row spills into the next ones,
+		// computed later, and the last rows go through ob.
+		x := dx[i*img:]
 		for a := range len(starts) - 1 {
 			c0, r := starts[a], starts[a+1]-starts[a]
 			wg0 := wp[c0*k : (c0+r)*k]
 			for hi := range d.h {
-				out := ob[c0*d.h*w16+hi*w16:]
 				if lo[hi] >= up[hi] { // no tap reaches g
 					for c := range r {
-						clear(out[c*d.h*w16 : c*d.h*w16+w16])
+						clear(x[(c0+c)*hw+hi*d.w : (c0+c)*hw+(hi+1)*d.w])
 					}
 					continue
 				}
 				t0, t1 := lo[hi]*tap, up[hi]*tap
-				simd.ConvRows(out, d.h*w16, gx[hi*wg:], offs[t0:t1], wg0[t0*r:t1*r], nil, r, w16)
+				if hi*d.w+w16 <= hw {
+					simd.ConvRows(x[c0*hw+hi*d.w:], hw, gx[hi*wg:], taps.Slice(t0, t1), wg0[t0*r:t1*r], nil, r, w16)
+					continue
+				}
+				simd.ConvRows(ob, w16, gx[hi*wg:], taps.Slice(t0, t1), wg0[t0*r:t1*r], nil, r, w16)
+				for c := range r {
+					copy(x[(c0+c)*hw+hi*d.w:(c0+c)*hw+(hi+1)*d.w], ob[c*w16:])
+				}
 			}
-		}
-		for c := range d.c {
-			copyRows(dx[i*img+c*d.h*d.w:i*img+(c+1)*d.h*d.w], ob[c*d.h*w16:], d.h, d.w, w16)
 		}
 	}
 }

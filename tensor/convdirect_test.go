@@ -33,6 +33,7 @@ var directCases = []struct {
 // columns.
 func TestConvDirectMatchesIm2col(t *testing.T) {
 	rng := NewRNG(9)
+	var modes [2]bool // the forward pass by rows, on the grid
 	for _, c := range directCases {
 		for _, dt := range []DType{Float32, Float64} {
 			name := fmt.Sprintf("%v x(%d,%d,%d,%d) w(%d,%d,%d) %+v", dt, c.n, c.c, c.h, c.w, c.oc, c.kh, c.kw, c.p)
@@ -42,6 +43,11 @@ func TestConvDirectMatchesIm2col(t *testing.T) {
 			g := convCheck(x, w, c.p)
 			if !useDirect(g, dt) {
 				t.Fatalf("%s: not on the direct path", name)
+			}
+			if newDirectGeom(g).byRow {
+				modes[0] = true
+			} else {
+				modes[1] = true
 			}
 			want, wcols := im2colConv(x, w, b, g)
 			got, cols := Conv2dCols(x, w, b, c.p)
@@ -64,6 +70,9 @@ func TestConvDirectMatchesIm2col(t *testing.T) {
 			cols.Release()
 			wcols.Release()
 		}
+	}
+	if !modes[0] || !modes[1] {
+		t.Fatalf("the cases take the forward pass by rows (%v) and on the grid (%v): want both", modes[0], modes[1])
 	}
 }
 

@@ -16,12 +16,41 @@ import "fmt"
 // kernel flipped, ConvRows is the input gradient too. No patch matrix
 // (im2col) is written, packed or read.
 
-// ConvRows sets out[i*ldo+p] = bias[i] + Σ_k w[k*r+i] · x[offs[k]+p] for
-// the r ≤ 6 rows i < r and the positions p < n (w is K×r: the r rows'
-// weights for each tap k < K = len(offs); a nil bias is zeros). The sums
-// may be taken in any order, with fused multiply-adds.
-func ConvRows[T Float](out []T, ldo int, x []T, offs []int, w, bias []T, r, n int) {
-	checkConvRows(len(out), ldo, len(x), offs, len(w), r, n)
+// Taps are the offsets of a convolution's taps into its input, with
+// bounds on them that ConvRows and ConvDW check their reads against once
+// per call. A Taps holds its own copy of the offsets, so the bounds stay
+// true; Slice keeps the whole set's bounds, which hold for any part.
+type Taps struct {
+	offs   []int
+	lo, hi int
+}
+
+// NewTaps returns the taps at offs (copied).
+func NewTaps(offs []int) Taps {
+	t := Taps{offs: append([]int(nil), offs...)}
+	if len(offs) > 0 {
+		t.lo, t.hi = offs[0], offs[0]
+		for _, o := range offs[1:] {
+			t.lo, t.hi = min(t.lo, o), max(t.hi, o)
+		}
+	}
+	return t
+}
+
+// Len is the number of taps.
+func (t Taps) Len() int { return len(t.offs) }
+
+// Slice returns the taps [i, j).
+func (t Taps) Slice(i, j int) Taps { return Taps{t.offs[i:j:j], t.lo, t.hi} }
+
+// ConvRows sets out[i*ldo+p] = (Σ_k w[k*r+i] · x[offs[k]+p]) + bias[i]
+// for the r ≤ 6 rows i < r and the positions p < n, offs being the taps'
+// offsets (w is K×r: the r rows' weights for each tap k < K =
+// taps.Len(); a nil bias is zeros). The sums may be taken in any order,
+// with fused multiply-adds; the bias is added to the finished sum.
+func ConvRows[T Float](out []T, ldo int, x []T, taps Taps, w, bias []T, r, n int) {
+	offs := taps.offs
+	checkConvRows(len(out), ldo, len(x), taps, len(w), r, n)
 	if bias != nil && len(bias) < r {
 		panic(fmt.Sprintf("simd: ConvRows of %d rows with %d biases", r, len(bias)))
 	}
@@ -40,13 +69,7 @@ type Float interface{ ~float32 | ~float64 }
 func convRowsGo[T Float](out []T, ldo int, x []T, offs []int, w, bias []T, r, n int) {
 	for i := range r {
 		o := out[i*ldo : i*ldo+n]
-		var b T
-		if bias != nil {
-			b = bias[i]
-		}
-		for p := range o {
-			o[p] = b
-		}
+		clear(o)
 		for k, off := range offs {
 			wv := w[k*r+i]
 			xs := x[off : off+n]
@@ -54,12 +77,17 @@ func convRowsGo[T Float](out []T, ldo int, x []T, offs []int, w, bias []T, r, n 
 				o[p] += wv * xs[p]
 			}
 		}
+		if bias != nil {
+			for p := range o {
+				o[p] += bias[i]
+			}
+		}
 	}
 }
 
-func checkConvRows(nout, ldo, nx int, offs []int, nw, r, n int) {
-	if r < 0 || r > 6 || n < 0 || nw < len(offs)*r || r > 1 && ldo < n {
-		panic(fmt.Sprintf("simd: ConvRows of %d rows of %d (ld %d) with %d weights for %d taps", r, n, ldo, nw, len(offs)))
+func checkConvRows(nout, ldo, nx int, taps Taps, nw, r, n int) {
+	if r < 0 || r > 6 || n < 0 || nw < taps.Len()*r || r > 1 && ldo < n {
+		panic(fmt.Sprintf("simd: ConvRows of %d rows of %d (ld %d) with %d weights for %d taps", r, n, ldo, nw, taps.Len()))
 	}
 	if r == 0 || n == 0 {
 		return
@@ -67,29 +95,18 @@ func checkConvRows(nout, ldo, nx int, offs []int, nw, r, n int) {
 	if (r-1)*ldo+n > nout {
 		panic(fmt.Sprintf("simd: ConvRows of %d rows of %d (ld %d) into %d elements", r, n, ldo, nout))
 	}
-	if lo, hi := span(offs); lo < 0 || hi+n > nx {
-		panic(fmt.Sprintf("simd: ConvRows reads [%d, %d) of %d elements", lo, hi+n, nx))
+	if taps.Len() > 0 && (taps.lo < 0 || taps.hi+n > nx) {
+		panic(fmt.Sprintf("simd: ConvRows reads [%d, %d) of %d elements", taps.lo, taps.hi+n, nx))
 	}
-}
-
-// span returns the least and the greatest offset (0, 0 for none).
-func span(offs []int) (lo, hi int) {
-	if len(offs) == 0 {
-		return 0, 0
-	}
-	lo, hi = offs[0], offs[0]
-	for _, o := range offs[1:] {
-		lo, hi = min(lo, o), max(hi, o)
-	}
-	return lo, hi
 }
 
 // ConvDW adds to dw[i*ldw+j], for the ro ≤ 4 channels i < ro and the
-// rk = len(offs) ≤ 4 taps j < rk (ro·rk ≤ 12), the sum over the images
+// rk = taps.Len() ≤ 4 taps j < rk (ro·rk ≤ 12), the sum over the images
 // m < nimg and the positions p < n of g[m*gimg+i*ldg+p] ·
 // x[m*ximg+offs[j]+p]. The sums may be taken in any order, with fused
 // multiply-adds.
-func ConvDW[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, offs []int, ro, nimg, n int) {
+func ConvDW[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, taps Taps, ro, nimg, n int) {
+	offs := taps.offs
 	rk := len(offs)
 	if ro < 0 || ro > 4 || rk > 4 || ro*rk > 12 || nimg < 0 || n < 0 {
 		panic(fmt.Sprintf("simd: ConvDW tile of %d×%d over %d images of %d", ro, rk, nimg, n))
@@ -100,8 +117,8 @@ func ConvDW[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, off
 	if (ro-1)*ldw+rk > len(dw) || (nimg-1)*gimg+(ro-1)*ldg+n > len(g) {
 		panic(fmt.Sprintf("simd: ConvDW tile of %d×%d (ld %d) into %d elements from %d (ld %d, image %d) of %d", ro, rk, ldw, len(dw), n, ldg, gimg, len(g)))
 	}
-	if lo, hi := span(offs); lo < 0 || (nimg-1)*ximg+hi+n > len(x) {
-		panic(fmt.Sprintf("simd: ConvDW reads [%d, %d) of %d elements", lo, (nimg-1)*ximg+hi+n, len(x)))
+	if taps.lo < 0 || (nimg-1)*ximg+taps.hi+n > len(x) {
+		panic(fmt.Sprintf("simd: ConvDW reads [%d, %d) of %d elements", taps.lo, (nimg-1)*ximg+taps.hi+n, len(x)))
 	}
 	if d32, ok := any(dw).([]float32); ok && convDWF32(d32, ldw, any(g).([]float32), ldg, gimg, any(x).([]float32), ximg, offs, ro, nimg, n) {
 		return

@@ -43,7 +43,7 @@ func TestConvRows(t *testing.T) {
 				for i := range out {
 					out[i] = 7
 				}
-				ConvRows(out, ldo, x, offs, w, bias, r, n)
+				ConvRows(out, ldo, x, NewTaps(offs), w, bias, r, n)
 				for i := range r {
 					for p := range n {
 						var want, scale float64
@@ -104,7 +104,7 @@ func TestConvDW(t *testing.T) {
 					ldw := rk + rng.IntN(3)
 					dw := randF32(rng, (ro-1)*ldw+rk)
 					before := append([]float32(nil), dw...)
-					ConvDW(dw, ldw, g, ldg, gimg, x, ximg, offs, ro, nimg, n)
+					ConvDW(dw, ldw, g, ldg, gimg, x, ximg, NewTaps(offs), ro, nimg, n)
 					for i := range ro {
 						for j := range rk {
 							want, scale := float64(before[i*ldw+j]), math.Abs(float64(before[i*ldw+j]))
@@ -153,13 +153,15 @@ func TestConvBounds(t *testing.T) {
 		f()
 	}
 	x, w, out := make([]float32, 64), make([]float32, 12), make([]float32, 64)
-	mustPanic("ConvRows reading past x", func() { ConvRows(out, 16, x, []int{0, 49}, w, nil, 2, 16) })
-	mustPanic("ConvRows writing past out", func() { ConvRows(out, 49, x, []int{0}, w, nil, 2, 16) })
-	mustPanic("ConvRows with few weights", func() { ConvRows(out, 16, x, []int{0, 1}, w[:3], nil, 2, 16) })
-	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, []int{0}, w, nil, 7, 8) })
-	mustPanic("ConvRows with few biases", func() { ConvRows(out, 16, x, []int{0}, w, w[:1], 2, 16) })
-	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, []int{0, 40}, 2, 2, 16) })
-	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, []int{0, 1, 2, 3}, 4, 1, 8) })
+	mustPanic("ConvRows reading past x", func() { ConvRows(out, 16, x, NewTaps([]int{0, 49}), w, nil, 2, 16) })
+	mustPanic("ConvRows writing past out", func() { ConvRows(out, 49, x, NewTaps([]int{0}), w, nil, 2, 16) })
+	mustPanic("ConvRows with few weights", func() { ConvRows(out, 16, x, NewTaps([]int{0, 1}), w[:3], nil, 2, 16) })
+	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, NewTaps([]int{0}), w, nil, 7, 8) })
+	mustPanic("ConvRows with few biases", func() { ConvRows(out, 16, x, NewTaps([]int{0}), w, w[:1], 2, 16) })
+	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, NewTaps([]int{0, 40}), 2, 2, 16) })
+	taps := NewTaps([]int{0, 40, 1})
+	mustPanic("ConvRows reading past x by a slice's whole set", func() { ConvRows(out, 16, x, taps.Slice(0, 1), w, nil, 2, 32) })
+	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, NewTaps([]int{0, 1, 2, 3}), 4, 1, 8) })
 }
 
 // pool2x2Ref is MaxPool2x2F32's contract, one window at a time.

@@ -28,10 +28,8 @@ for r in ROWS:
     emit("\tMOVQ k+40(FP), R11")
     emit("\tMOVQ n+48(FP), R12")
     emit("chunk:")
-    emit("\tMOVQ bias+56(FP), R13")
-    for i in range(r):
-        emit(f"\tVBROADCASTSS {4 * i}(R13), Y{2 * i}")
-        emit(f"\tVMOVAPS Y{2 * i}, Y{2 * i + 1}")
+    for a in range(2 * r):
+        emit(f"\tVXORPS Y{a}, Y{a}, Y{a}")
     emit("\tMOVQ R9, AX")
     emit("\tMOVQ R10, BX")
     emit("\tMOVQ R11, CX")
@@ -47,6 +45,14 @@ for r in ROWS:
     emit(f"\tADDQ ${4 * r}, BX")
     emit("\tDECQ CX")
     emit("\tJNZ kloop")
+    # The bias is added to the finished sums (as a separate addition
+    # would), not made their start, which would round every partial sum
+    # to the bias's scale.
+    emit("\tMOVQ bias+56(FP), R13")
+    for i in range(r):
+        emit(f"\tVBROADCASTSS {4 * i}(R13), Y14")
+        emit(f"\tVADDPS Y14, Y{2 * i}, Y{2 * i}")
+        emit(f"\tVADDPS Y14, Y{2 * i + 1}, Y{2 * i + 1}")
     emit("\tMOVQ DI, R13")
     for i in range(r):
         emit(f"\tVMOVUPS Y{2 * i}, (R13)")

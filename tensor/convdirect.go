@@ -27,8 +27,8 @@ const directMaxPlane = 1 << 16
 // directGeom is the layout of a direct convolution.
 type directGeom struct {
 	convGeom
-	hp, wp int   // padded input plane
-	img    int   // elements of one padded image, C·HP·WP
+	hp, wp int       // padded input plane
+	img    int       // elements of one padded image, C·HP·WP
 	taps   simd.Taps // offsets into a padded image, in (c, ki, kj) order
 	grid   int       // output positions computed per channel: (OH-1)·WP+OW rounded up to 16
 	row    int       // or, when byRow, per output row: OW rounded up to 16

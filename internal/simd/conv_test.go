@@ -274,3 +274,61 @@ func TestReLUF32(t *testing.T) {
 		}
 	}
 }
+
+// TestConvFallbacks runs the exported kernels as a machine without AVX2
+// and FMA would: the Go code alone, against the vector kernels' results.
+func TestConvFallbacks(t *testing.T) {
+	if !hasAVX2 || !hasFMA {
+		t.Skip("no vector kernels to compare with")
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := randF32(rng, 4000)
+	offs := []int{0, 1, 2, 30, 31, 32, 60, 61, 62}
+	w, bias := randF32(rng, 9*6), randF32(rng, 6)
+	g := randF32(rng, 3000)
+	pool := randF32(rng, 28*28*2)
+	run := func() (rows, dw, pooled []float32, idx []int64, relu []float32) {
+		rows = make([]float32, 6*320)
+		ConvRows(rows, 320, x, NewTaps(offs), w, bias, 6, 320)
+		dw = make([]float32, 4*9)
+		ConvDW(dw, 9, g, 200, 900, x, 1000, NewTaps(offs[:3]), 4, 3, 192)
+		pooled, idx = make([]float32, 14*14*2), make([]int64, 14*14*2)
+		for pl := range 2 {
+			done := MaxPool2x2F32(pooled[pl*196:], idx[pl*196:], pool[pl*784:], 14, 28, 14)
+			pool2x2Ref(pooled[pl*196+done*14:], idx[pl*196+done*14:], pool[pl*784+done*56:], 14-done, 28, 14)
+			for i := done * 14; i < 196; i++ {
+				idx[pl*196+i] += int64(done * 56)
+			}
+		}
+		relu = make([]float32, len(x))
+		k := ReLUF32(relu, x)
+		for i := k; i < len(x); i++ {
+			relu[i] = max(x[i], 0)
+		}
+		return
+	}
+	r1, d1, p1, i1, l1 := run()
+	hasAVX2, hasFMA = false, false
+	defer func() { hasAVX2, hasFMA = true, true }()
+	r2, d2, p2, i2, l2 := run()
+	for i := range r1 {
+		if !close32(r1[i], r2[i], 100) {
+			t.Fatalf("ConvRows element %d: vector %v, Go %v", i, r1[i], r2[i])
+		}
+	}
+	for i := range d1 {
+		if !close32(d1[i], d2[i], 3000) {
+			t.Fatalf("ConvDW element %d: vector %v, Go %v", i, d1[i], d2[i])
+		}
+	}
+	for i := range p1 {
+		if p1[i] != p2[i] || i1[i] != i2[i] {
+			t.Fatalf("pooling output %d: vector %v at %d, Go %v at %d", i, p1[i], i1[i], p2[i], i2[i])
+		}
+	}
+	for i := range l1 {
+		if math.Float32bits(l1[i]) != math.Float32bits(l2[i]) {
+			t.Fatalf("ReLU element %d: vector %v, Go %v", i, l1[i], l2[i])
+		}
+	}
+}

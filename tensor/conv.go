@@ -42,6 +42,7 @@ func (p Conv2dParams) OutSize(h, w, kh, kw int) (int, int) {
 
 type convGeom struct {
 	c, h, w, kh, kw, oh, ow int
+	oc                      int // output channels
 	p                       Conv2dParams
 }
 
@@ -164,7 +165,7 @@ func convCheck(x, w *Tensor, p Conv2dParams) convGeom {
 		panic(fmt.Sprintf("tensor: Conv2d of input %v%v with weight %v%v", x.dtype, x.shape, w.dtype, w.shape))
 	}
 	p = p.norm()
-	g := convGeom{c: x.shape[1], h: x.shape[2], w: x.shape[3], kh: w.shape[2], kw: w.shape[3], p: p}
+	g := convGeom{c: x.shape[1], h: x.shape[2], w: x.shape[3], kh: w.shape[2], kw: w.shape[3], oc: w.shape[0], p: p}
 	g.oh, g.ow = p.OutSize(g.h, g.w, g.kh, g.kw)
 	if g.oh <= 0 || g.ow <= 0 {
 		panic(fmt.Sprintf("tensor: Conv2d kernel %v larger than padded input %v", w.shape, x.shape))

@@ -38,14 +38,16 @@ type directGeom struct {
 
 // directOK reports whether the convolution g takes the direct path: unit
 // strides, padding no wider than the kernel's reach (so the input
-// gradient's padding is not negative), and small padded images.
+// gradient's padding is not negative), and small padded images, of the
+// input and of the output gradient as directInputGrad pads it.
 func directOK(g convGeom) bool {
 	p := g.p
-	if g.c == 0 || g.kh == 0 || g.kw == 0 || p.StrideH != 1 || p.StrideW != 1 || p.PadH > p.DilationH*(g.kh-1) || p.PadW > p.DilationW*(g.kw-1) {
+	if g.c == 0 || g.oc == 0 || g.kh == 0 || g.kw == 0 || p.StrideH != 1 || p.StrideW != 1 || p.PadH > p.DilationH*(g.kh-1) || p.PadW > p.DilationW*(g.kw-1) {
 		return false
 	}
 	hp, wp := g.h+2*p.PadH, g.w+2*p.PadW
-	return g.c*hp*wp <= directMaxPlane
+	hg, wg := g.oh+2*(p.DilationH*(g.kh-1)-p.PadH), g.ow+2*(p.DilationW*(g.kw-1)-p.PadW)
+	return g.c*hp*wp <= directMaxPlane && g.oc*hg*wg <= directMaxPlane
 }
 
 func newDirectGeom(g convGeom) directGeom {
@@ -183,10 +185,7 @@ func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 // where they are consecutive.
 func copyRows[T float](dst, src []T, rows, w, ld int) {
 	for i := range rows {
-		d, s := dst[i*w:(i+1)*w], src[i*ld:i*ld+w]
-		for j := range d {
-			d[j] = s[j]
-		}
+		copy(dst[i*w:(i+1)*w], src[i*ld:i*ld+w])
 	}
 }
 

@@ -209,3 +209,24 @@ func TestReluFloat32Kernels(t *testing.T) {
 		}
 	}
 }
+
+// TestConvDirectChoice checks which convolutions take the direct path.
+func TestConvDirectChoice(t *testing.T) {
+	for _, c := range []struct {
+		x, w []int
+		p    Conv2dParams
+		want bool
+	}{
+		{[]int{64, 1, 28, 28}, []int{6, 1, 5, 5}, Conv2dParams{PadH: 2, PadW: 2}, true},
+		{[]int{64, 6, 14, 14}, []int{16, 6, 5, 5}, Conv2dParams{}, true},
+		{[]int{2, 3, 9, 9}, []int{4, 3, 3, 3}, Conv2dParams{StrideH: 2, StrideW: 2}, false},
+		{[]int{2, 3, 9, 9}, []int{4, 3, 3, 3}, Conv2dParams{PadH: 3, PadW: 1}, false}, // pad beyond the kernel's reach
+		{[]int{1, 3, 224, 224}, []int{8, 3, 3, 3}, Conv2dParams{PadH: 1, PadW: 1}, false},
+		{[]int{1, 1, 60, 60}, []int{512, 1, 3, 3}, Conv2dParams{}, false}, // the output gradient's planes are large
+	} {
+		x, w := New(Float32, c.x...), New(Float32, c.w...)
+		if got := useDirect(convCheck(x, w, c.p), Float32); got != c.want {
+			t.Errorf("x %v w %v %+v: direct %v, want %v", c.x, c.w, c.p, got, c.want)
+		}
+	}
+}

@@ -55,6 +55,20 @@ func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Te
 }
 
 func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
+	if s32, ok := any(s).([]float32); ok && inner == 1 {
+		for o := range outer {
+			row := s32[o*n : (o+1)*n]
+			sum, k := simd.SumF32(row) // float64 partial sums, as below
+			for _, x := range row[k:] {
+				sum += float64(x)
+			}
+			if mean {
+				sum /= float64(n)
+			}
+			d[o] = T(sum)
+		}
+		return
+	}
 	if inner == 1 {
 		for o := range outer {
 			var a0, a1, a2, a3 float64

@@ -117,9 +117,11 @@ func groups(n, m int) []int {
 }
 
 // packRows returns w (rows × k, row-major) regrouped for simd.ConvRows:
-// for each group of rows (starts as groups returns), its k×r block.
-func packRows[T float](w []T, rows, k int, starts []int) []T {
-	wp := make([]T, rows*k)
+// for each group of rows (starts as groups returns), its k×r block. The
+// caller recycles the tensor holding it.
+func packRows[T float](w []T, rows, k int, starts []int) (*Tensor, []T) {
+	t := Empty(dtypeOf[T](), rows*k)
+	wp := elems[T](t)
 	for g := range len(starts) - 1 {
 		r0, r := starts[g], starts[g+1]-starts[g]
 		blk := wp[r0*k : (r0+r)*k]
@@ -129,7 +131,7 @@ func packRows[T float](w []T, rows, k int, starts []int) []T {
 			}
 		}
 	}
-	return wp
+	return t, wp
 }
 
 // directForward convolves the n padded images of xpad with w (OC×K) into
@@ -140,7 +142,8 @@ func packRows[T float](w []T, rows, k int, starts []int) []T {
 func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 	k, pix := d.taps.Len(), d.oh*d.ow
 	starts := groups(oc, 6)
-	wp := packRows(w, oc, k, starts)
+	wt, wp := packRows(w, oc, k, starts)
+	defer wt.Recycle()
 	size := oc * d.grid
 	if d.byRow {
 		size = 6 * d.row
@@ -200,6 +203,7 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 	scratch := Empty(dtypeOf[T](), batch*oc*ld)
 	defer scratch.Recycle()
 	gd := elems[T](scratch)
+	clear(gd) // the garbage columns and the tails stay zero
 	os := groups(oc, 4)
 	// Tiles of ro channels by up to 12/ro taps (ConvDW's 12 accumulators).
 	ks := make([][]int, len(os)-1)
@@ -213,9 +217,7 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 			src := g[(i0*oc+i)*pix : (i0*oc+i+1)*pix]
 			for oi := range d.oh {
 				copy(row[oi*d.wp:oi*d.wp+d.ow], src[oi*d.ow:(oi+1)*d.ow])
-				clear(row[oi*d.wp+d.ow : min(ld, (oi+1)*d.wp)])
 			}
-			clear(row[(d.oh-1)*d.wp+d.ow:])
 		}
 		x := xpad[i0*d.img:]
 		for a := range len(os) - 1 {
@@ -250,7 +252,9 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 	}
 	k := len(offs) // KH·OC·KW
 	// wf[c][(ki, o, kj)] = w[o][c][KH-1-ki][KW-1-kj]
-	wf := make([]T, d.c*k)
+	wft := Empty(dtypeOf[T](), d.c*k) // every element is written
+	defer wft.Recycle()
+	wf := elems[T](wft)
 	for c := range d.c {
 		for ki := range d.kh {
 			for o := range oc {
@@ -261,7 +265,8 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 		}
 	}
 	starts := groups(d.c, 6)
-	wp := packRows(wf, d.c, k, starts)
+	wt, wp := packRows(wf, d.c, k, starts)
+	defer wt.Recycle()
 	// The kernel rows [lo[hi], up[hi]) reach g's rows from dx's row hi.
 	lo, up := make([]int, d.h), make([]int, d.h)
 	for hi := range d.h {

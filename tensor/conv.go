@@ -595,16 +595,49 @@ func scan4[T float](v [4]T, at [4]int) (T, int64) {
 // MaxPool2dBackward scatters g (the gradient of MaxPool2d's output) to the
 // inputs that were chosen, returning the gradient for an input of shape.
 func MaxPool2dBackward(g, indices *Tensor, shape []int) *Tensor {
-	dx := New(g.dtype, shape...)
 	g = g.Contiguous()
+	idx := indices.Contiguous().Int64s()
+	if g.dtype == Float32 && len(shape) == 4 && g.Dim() == 4 {
+		if dx := maxPool2x2Backward(g, idx, shape); dx != nil {
+			return dx
+		}
+	}
+	dx := New(g.dtype, shape...)
 	planes, hw := shape[0]*shape[1], shape[2]*shape[3]
 	ohw := g.shape[2] * g.shape[3]
-	idx := indices.Contiguous().Int64s()
 	switch g.dtype {
 	case Float32:
 		scatterPool(dx.Float32s(), g.Float32s(), idx, planes, hw, ohw)
 	case Float64:
 		scatterPool(dx.Float64s(), g.Float64s(), idx, planes, hw, ohw)
+	}
+	return dx
+}
+
+// maxPool2x2Backward is MaxPool2dBackward written densely, without
+// zeroing and scattering, when every output's index lies in its own 2×2
+// block of the input (rows 2i, 2i+1, columns 2j, 2j+1), as those of 2×2,
+// stride-2 pooling do: the blocks are disjoint, so no two gradients add
+// up and each block gets its one gradient and zeros. It returns nil for
+// indices elsewhere (other windows), which the scatter then handles.
+func maxPool2x2Backward(g *Tensor, idx []int64, shape []int) *Tensor {
+	planes, h, w := shape[0]*shape[1], shape[2], shape[3]
+	oh, ow := g.shape[2], g.shape[3]
+	if g.shape[0]*g.shape[1] != planes || 2*oh > h || 2*ow > w || len(idx) != planes*oh*ow {
+		return nil
+	}
+	dx := Empty(Float32, shape...) // every element is written below
+	d, gv := dx.Float32s(), g.Float32s()
+	for pl := range planes {
+		p := d[pl*h*w : (pl+1)*h*w]
+		if !simd.MaxPool2x2BackwardF32(p, gv[pl*oh*ow:(pl+1)*oh*ow], idx[pl*oh*ow:(pl+1)*oh*ow], oh, w, ow) {
+			dx.Recycle()
+			return nil
+		}
+		for i := range 2 * oh { // the inputs in no block
+			clear(p[i*w+2*ow : (i+1)*w])
+		}
+		clear(p[2*oh*w:])
 	}
 	return dx
 }

@@ -230,3 +230,48 @@ func TestConvDirectChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxPoolBackwardDense checks MaxPool2dBackward (written densely when
+// the indices allow) bit for bit against a scatter into zeros, for 2×2
+// pooling of odd and even sizes and for overlapping windows, whose
+// indices may or may not lie in the 2×2 blocks.
+func TestMaxPoolBackwardDense(t *testing.T) {
+	rng := NewRNG(23)
+	for _, c := range []struct {
+		shape  []int
+		kernel int
+		p      Conv2dParams
+	}{
+		{[]int{64, 6, 28, 28}, 2, Conv2dParams{StrideH: 2, StrideW: 2}},
+		{[]int{3, 16, 10, 10}, 2, Conv2dParams{StrideH: 2, StrideW: 2}},
+		{[]int{2, 3, 7, 9}, 2, Conv2dParams{StrideH: 2, StrideW: 2}},
+		{[]int{1, 1, 33, 34}, 2, Conv2dParams{StrideH: 2, StrideW: 2}},
+		{[]int{2, 2, 8, 8}, 3, Conv2dParams{StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}},
+		{[]int{2, 2, 9, 9}, 3, Conv2dParams{StrideH: 2, StrideW: 2}},
+		{[]int{2, 2, 6, 6}, 1, Conv2dParams{StrideH: 2, StrideW: 2}},
+	} {
+		for trial := range 3 {
+			x := Randn(rng, c.shape...)
+			if trial == 2 { // flat regions: the first of equal maxima
+				for i, v := range x.Float32s() {
+					x.Float32s()[i] = float32(math.Round(float64(v)))
+				}
+			}
+			out, idx := MaxPool2d(x, c.kernel, c.kernel, c.p)
+			g := Randn(rng, out.Shape()...)
+			g.Float32s()[0] = float32(math.Copysign(0, -1))
+			got := MaxPool2dBackward(g, idx, c.shape)
+			want := make([]float32, x.Numel())
+			oh, ow := out.Size(2), out.Size(3)
+			hw := c.shape[2] * c.shape[3]
+			for k, at := range idx.Int64s() {
+				want[k/(oh*ow)*hw+int(at)] += g.Float32s()[k]
+			}
+			for i, v := range got.Float32s() {
+				if math.Float32bits(v) != math.Float32bits(want[i]) {
+					t.Fatalf("%v kernel %d %+v: dx[%d] = %v, want %v", c.shape, c.kernel, c.p, i, v, want[i])
+				}
+			}
+		}
+	}
+}

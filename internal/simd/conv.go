@@ -169,3 +169,48 @@ func MaxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int
 	}
 	return maxPool2x2F32(out, idx, x, n, w, ow)
 }
+
+// MaxPool2x2BackwardF32 writes the gradient of 2×2, stride-2 pooling of a
+// plane w wide into the first 2·ow columns of its first 2·rows rows of dx:
+// each window's four inputs get 0+g[i*ow+j] at idx[i*ow+j] and +0
+// elsewhere, without zeroing dx first or scattering. It reports false, having
+// written part of dx, if an index lies outside its own window (pooling of
+// another geometry, whose gradients may add up: the caller then zeroes dx
+// and scatters); windows that do not overlap make the dense writes equal
+// to the scatter.
+func MaxPool2x2BackwardF32(dx, g []float32, idx []int64, rows, w, ow int) bool {
+	if rows < 0 || ow < 0 || 2*ow > w || len(g) < rows*ow || len(idx) < rows*ow || 2*rows*w > len(dx) {
+		panic(fmt.Sprintf("simd: MaxPool2x2BackwardF32 of %d rows of %d (plane %d wide, %d elements) from %d and %d", rows, ow, w, len(dx), len(g), len(idx)))
+	}
+	if rows == 0 || ow == 0 {
+		return true
+	}
+	if ok, done := maxPool2x2BackF32(dx, g, idx, rows, w, ow); done {
+		return ok
+	}
+	return maxPool2x2BackGo(dx, g, idx, rows, w, ow)
+}
+
+func maxPool2x2BackGo(dx, g []float32, idx []int64, rows, w, ow int) bool {
+	for i := range rows {
+		r0, r1 := dx[2*i*w:2*i*w+2*ow], dx[(2*i+1)*w:(2*i+1)*w+2*ow]
+		for j := range ow {
+			v, rel := 0+g[i*ow+j], idx[i*ow+j]-int64(2*i*w+2*j) // 0+g: +0 for -0, as the scatter
+			var a, b, c, d float32
+			switch rel {
+			case 0:
+				a = v
+			case 1:
+				b = v
+			case int64(w):
+				c = v
+			case int64(w) + 1:
+				d = v
+			default:
+				return false
+			}
+			r0[2*j], r0[2*j+1], r1[2*j], r1[2*j+1] = a, b, c, d
+		}
+	}
+	return true
+}

@@ -1848,3 +1848,198 @@ poolnext:
 	VZEROUPPER
 pooldone:
 	RET
+
+DATA poolIota<>+0(SB)/4, $0
+DATA poolIota<>+4(SB)/4, $1
+DATA poolIota<>+8(SB)/4, $2
+DATA poolIota<>+12(SB)/4, $3
+DATA poolIota<>+16(SB)/4, $4
+DATA poolIota<>+20(SB)/4, $5
+DATA poolIota<>+24(SB)/4, $6
+DATA poolIota<>+28(SB)/4, $7
+DATA poolIota<>+32(SB)/4, $8
+DATA poolIota<>+36(SB)/4, $9
+DATA poolIota<>+40(SB)/4, $10
+DATA poolIota<>+44(SB)/4, $11
+DATA poolIota<>+48(SB)/4, $12
+DATA poolIota<>+52(SB)/4, $13
+DATA poolIota<>+56(SB)/4, $14
+DATA poolIota<>+60(SB)/4, $15
+GLOBL poolIota<>(SB), RODATA|NOPTR, $64
+DATA poolQLanes<>+0(SB)/8, $0
+DATA poolQLanes<>+8(SB)/8, $2
+DATA poolQLanes<>+16(SB)/8, $4
+DATA poolQLanes<>+24(SB)/8, $6
+DATA poolQLanes<>+32(SB)/8, $8
+DATA poolQLanes<>+40(SB)/8, $10
+DATA poolQLanes<>+48(SB)/8, $12
+DATA poolQLanes<>+56(SB)/8, $14
+GLOBL poolQLanes<>(SB), RODATA|NOPTR, $64
+
+// func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int
+// Writes the first 2·ow columns of the first 2·rows rows (w wide) of dx
+// from the rows×ow gradients grad and indices idx of 2×2 windows; returns 0
+// at the first index outside its window, 1 when all were inside.
+TEXT ·maxPool2x2BackAVX2(SB), NOSPLIT, $0-56
+	MOVQ dx+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ idx+16(FP), R8
+	MOVQ rows+24(FP), R9
+	MOVQ w+32(FP), R10
+	MOVQ ow+40(FP), R11
+	TESTQ R9, R9
+	JZ backok
+	MOVL $1, AX
+	VMOVQ AX, X10
+	VPBROADCASTQ X10, Y10
+	VMOVQ R10, X11
+	VPBROADCASTQ X11, Y11
+	VPADDQ Y10, Y11, Y14
+	MOVQ R11, AX
+	ANDQ $7, AX
+	VMOVQ AX, X12
+	VPBROADCASTD X12, Y12
+	VPADDD Y12, Y12, Y13
+	LEAQ (R10*4), CX
+	XORQ R13, R13
+backrow:
+	MOVQ DI, AX
+	LEAQ (DI)(CX*1), BX
+	MOVQ R13, DX
+	VPCMPEQD Y15, Y15, Y15
+	MOVQ R11, R12
+	SHRQ $3, R12
+	JZ backtail
+backfull:
+	VMOVDQU (R8), Y0
+	VMOVDQU 32(R8), Y1
+	VMOVUPS (SI), Y8
+	VMOVQ DX, X2
+	VPBROADCASTQ X2, Y2
+	VPADDQ poolQLanes<>(SB), Y2, Y3
+	VPSUBQ Y3, Y0, Y0
+	VPADDQ poolQLanes<>+32(SB), Y2, Y3
+	VPSUBQ Y3, Y1, Y1
+	VPXOR Y9, Y9, Y9
+	VPCMPEQQ Y9, Y0, Y2
+	VPCMPEQQ Y9, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y4
+	VPERMPD $0xd8, Y4, Y4
+	VPCMPEQQ Y10, Y0, Y2
+	VPCMPEQQ Y10, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y5
+	VPERMPD $0xd8, Y5, Y5
+	VPCMPEQQ Y11, Y0, Y2
+	VPCMPEQQ Y11, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y6
+	VPERMPD $0xd8, Y6, Y6
+	VPCMPEQQ Y14, Y0, Y2
+	VPCMPEQQ Y14, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y7
+	VPERMPD $0xd8, Y7, Y7
+	VORPS Y5, Y4, Y9
+	VORPS Y7, Y6, Y3
+	VORPS Y3, Y9, Y9
+	VANDNPS Y15, Y9, Y9
+	VPTEST Y9, Y9
+	JNZ backfail
+	VPXOR Y9, Y9, Y9
+	VADDPS Y9, Y8, Y8
+	VANDPS Y8, Y4, Y4
+	VANDPS Y8, Y5, Y5
+	VANDPS Y8, Y6, Y6
+	VANDPS Y8, Y7, Y7
+	VUNPCKLPS Y5, Y4, Y0
+	VUNPCKHPS Y5, Y4, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y4
+	VPERM2F128 $0x31, Y1, Y0, Y5
+	VUNPCKLPS Y7, Y6, Y0
+	VUNPCKHPS Y7, Y6, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y6
+	VPERM2F128 $0x31, Y1, Y0, Y7
+	VMOVUPS Y4, (AX)
+	VMOVUPS Y5, 32(AX)
+	VMOVUPS Y6, (BX)
+	VMOVUPS Y7, 32(BX)
+	ADDQ $64, AX
+	ADDQ $64, BX
+	ADDQ $16, DX
+	ADDQ $32, SI
+	ADDQ $64, R8
+	DECQ R12
+	JNZ backfull
+backtail:
+	MOVQ R11, R12
+	ANDQ $7, R12
+	JZ backnext
+	VPCMPGTD poolIota<>(SB), Y12, Y15
+	VPMOVSXDQ X15, Y4
+	VEXTRACTI128 $1, Y15, X5
+	VPMOVSXDQ X5, Y5
+	VPMASKMOVQ (R8), Y4, Y0
+	VPMASKMOVQ 32(R8), Y5, Y1
+	VMASKMOVPS (SI), Y15, Y8
+	VMOVQ DX, X2
+	VPBROADCASTQ X2, Y2
+	VPADDQ poolQLanes<>(SB), Y2, Y3
+	VPSUBQ Y3, Y0, Y0
+	VPADDQ poolQLanes<>+32(SB), Y2, Y3
+	VPSUBQ Y3, Y1, Y1
+	VPXOR Y9, Y9, Y9
+	VPCMPEQQ Y9, Y0, Y2
+	VPCMPEQQ Y9, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y4
+	VPERMPD $0xd8, Y4, Y4
+	VPCMPEQQ Y10, Y0, Y2
+	VPCMPEQQ Y10, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y5
+	VPERMPD $0xd8, Y5, Y5
+	VPCMPEQQ Y11, Y0, Y2
+	VPCMPEQQ Y11, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y6
+	VPERMPD $0xd8, Y6, Y6
+	VPCMPEQQ Y14, Y0, Y2
+	VPCMPEQQ Y14, Y1, Y3
+	VSHUFPS $0x88, Y3, Y2, Y7
+	VPERMPD $0xd8, Y7, Y7
+	VORPS Y5, Y4, Y9
+	VORPS Y7, Y6, Y3
+	VORPS Y3, Y9, Y9
+	VANDNPS Y15, Y9, Y9
+	VPTEST Y9, Y9
+	JNZ backfail
+	VPXOR Y9, Y9, Y9
+	VADDPS Y9, Y8, Y8
+	VANDPS Y8, Y4, Y4
+	VANDPS Y8, Y5, Y5
+	VANDPS Y8, Y6, Y6
+	VANDPS Y8, Y7, Y7
+	VUNPCKLPS Y5, Y4, Y0
+	VUNPCKHPS Y5, Y4, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y4
+	VPERM2F128 $0x31, Y1, Y0, Y5
+	VUNPCKLPS Y7, Y6, Y0
+	VUNPCKHPS Y7, Y6, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y6
+	VPERM2F128 $0x31, Y1, Y0, Y7
+	VPCMPGTD poolIota<>(SB), Y13, Y0
+	VPCMPGTD poolIota<>+32(SB), Y13, Y1
+	VMASKMOVPS Y4, Y0, (AX)
+	VMASKMOVPS Y5, Y1, 32(AX)
+	VMASKMOVPS Y6, Y0, (BX)
+	VMASKMOVPS Y7, Y1, 32(BX)
+	LEAQ (SI)(R12*4), SI
+	LEAQ (R8)(R12*8), R8
+backnext:
+	LEAQ (DI)(CX*2), DI
+	LEAQ (R13)(R10*2), R13
+	DECQ R9
+	JNZ backrow
+	VZEROUPPER
+backok:
+	MOVQ $1, ret+48(FP)
+	RET
+backfail:
+	VZEROUPPER
+	MOVQ $0, ret+48(FP)
+	RET

@@ -70,6 +70,9 @@ func convDWAVX2_4x3(dw *float32, ldw int, grad *float32, ldg, gimg int, x *float
 //go:noescape
 func maxPool2x2AVX2(out *float32, idx *int64, x *float32, rows, w, ow int)
 
+//go:noescape
+func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int
+
 // convRowsAVX2 is indexed by the tile's rows.
 var convRowsAVX2 = [...]func(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32){
 	nil,

@@ -367,3 +367,66 @@ func TestSumF32(t *testing.T) {
 		t.Fatalf("sum %v, want %v", s, want)
 	}
 }
+
+// TestMaxPool2x2BackwardF32 checks the dense gradient of 2×2 pooling
+// against a scatter into zeros, for widths around the vector width and
+// indices anywhere in their windows, and that an index outside its window
+// fails the call, in the vector kernel and in the Go code.
+func TestMaxPool2x2BackwardF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, vec := range []bool{true, false} {
+		if !vec {
+			if !hasAVX2 {
+				continue
+			}
+			hasAVX2 = false
+		}
+		for _, w := range []int{2, 3, 5, 10, 14, 16, 17, 28, 33, 50} {
+			for _, rows := range []int{1, 2, 5, 14} {
+				ow := w / 2
+				g := randF32(rng, rows*ow)
+				g[0] = float32(math.Copysign(0, -1))
+				idx := make([]int64, rows*ow)
+				for i := range rows {
+					for j := range ow {
+						idx[i*ow+j] = int64((2*i+rng.IntN(2))*w + 2*j + rng.IntN(2))
+					}
+				}
+				h := 2*rows + 1
+				dx := randF32(rng, h*w) // garbage where not written
+				if !MaxPool2x2BackwardF32(dx, g, idx, rows, w, ow) {
+					t.Fatalf("vector %v w %d rows %d: failed with indices in their windows", vec, w, rows)
+				}
+				want := make([]float32, h*w)
+				for k, at := range idx {
+					want[at] += g[k]
+				}
+				for i := range 2 * rows {
+					for j := range 2 * ow {
+						if math.Float32bits(dx[i*w+j]) != math.Float32bits(want[i*w+j]) {
+							t.Fatalf("vector %v w %d rows %d: dx[%d][%d] = %v, want %v", vec, w, rows, i, j, dx[i*w+j], want[i*w+j])
+						}
+					}
+				}
+				// One index moved to the next row pair fails.
+				k := rng.IntN(len(idx))
+				bad := append([]int64(nil), idx...)
+				bad[k] += int64(2 * w)
+				if MaxPool2x2BackwardF32(dx, g, bad, rows, w, ow) {
+					t.Fatalf("vector %v w %d rows %d: index %d moved out of its window passed", vec, w, rows, k)
+				}
+				if ow > 1 && k%ow < ow-1 { // to the next window of the row
+					bad[k] = idx[k] + 2
+					if MaxPool2x2BackwardF32(dx, g, bad, rows, w, ow) {
+						t.Fatalf("vector %v w %d rows %d: index %d moved to the next window passed", vec, w, rows, k)
+					}
+				}
+				bad[k] = idx[k] + int64(1)<<32 // the same low half
+				if MaxPool2x2BackwardF32(dx, g, bad, rows, w, ow) {
+					t.Fatalf("vector %v w %d rows %d: index %d + 2³² passed", vec, w, rows, k)
+				}
+			}
+		}
+	}
+	hasAVX2 = true
+}

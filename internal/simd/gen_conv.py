@@ -244,6 +244,151 @@ emit("pooldone:")
 emit("\tRET")
 emit()
 
+
+# maxPool2x2BackAVX2: the gradient of 2×2, stride-2 pooling, written densely
+# (no zeroing first, no scatter): each window's four inputs get 0+g where
+# the index says and +0 elsewhere, eight windows a vector. An index outside its
+# own window fails the call (the caller then scatters). poolIota<> holds
+# the int32s 0..15, poolQLanes<> the int64 offsets of eight windows' first
+# columns, 0 2 4 6 and 8 10 12 14.
+for i in range(16):
+    emit(f"DATA poolIota<>+{4 * i}(SB)/4, ${i}")
+emit("GLOBL poolIota<>(SB), RODATA|NOPTR, $64")
+for i, v in enumerate([0, 2, 4, 6, 8, 10, 12, 14]):
+    emit(f"DATA poolQLanes<>+{8 * i}(SB)/8, ${v}")
+emit("GLOBL poolQLanes<>(SB), RODATA|NOPTR, $64")
+emit()
+
+
+def back_block(tail):
+    """One chunk of eight windows: indices from R8, gradients from SI,
+    row pair at AX and BX, the first window's index in DX. Y15 is the
+    mask of the windows in the chunk."""
+    if tail:
+        emit("\tVPMOVSXDQ X15, Y4")
+        emit("\tVEXTRACTI128 $1, Y15, X5")
+        emit("\tVPMOVSXDQ X5, Y5")
+        emit("\tVPMASKMOVQ (R8), Y4, Y0")
+        emit("\tVPMASKMOVQ 32(R8), Y5, Y1")
+        emit("\tVMASKMOVPS (SI), Y15, Y8")
+    else:
+        emit("\tVMOVDQU (R8), Y0")
+        emit("\tVMOVDQU 32(R8), Y1")
+        emit("\tVMOVUPS (SI), Y8")
+    emit("\tVMOVQ DX, X2")
+    emit("\tVPBROADCASTQ X2, Y2")
+    emit("\tVPADDQ poolQLanes<>(SB), Y2, Y3")
+    emit("\tVPSUBQ Y3, Y0, Y0")
+    emit("\tVPADDQ poolQLanes<>+32(SB), Y2, Y3")
+    emit("\tVPSUBQ Y3, Y1, Y1")
+    # masks of the offsets 0, 1, w, w+1 within the window, packed from
+    # int64 lanes to int32 lanes (VSHUFPS leaves 0 1 4 5 2 3 6 7; VPERMPD
+    # $0xd8 restores the order)
+    emit("\tVPXOR Y9, Y9, Y9")
+    for m, c in (("Y4", "Y9"), ("Y5", "Y10"), ("Y6", "Y11"), ("Y7", "Y14")):
+        emit(f"\tVPCMPEQQ {c}, Y0, Y2")
+        emit(f"\tVPCMPEQQ {c}, Y1, Y3")
+        emit(f"\tVSHUFPS $0x88, Y3, Y2, {m}")
+        emit(f"\tVPERMPD $0xd8, {m}, {m}")
+    emit("\tVORPS Y5, Y4, Y9")
+    emit("\tVORPS Y7, Y6, Y3")
+    emit("\tVORPS Y3, Y9, Y9")
+    emit("\tVANDNPS Y15, Y9, Y9")  # windows of the chunk whose index is elsewhere
+    emit("\tVPTEST Y9, Y9")
+    emit("\tJNZ backfail")
+    # g + 0 turns -0 into +0, as the scatter's 0 + g does
+    emit("\tVPXOR Y9, Y9, Y9")
+    emit("\tVADDPS Y9, Y8, Y8")
+    for m in ("Y4", "Y5", "Y6", "Y7"):
+        emit(f"\tVANDPS Y8, {m}, {m}")
+    emit("\tVUNPCKLPS Y5, Y4, Y0")
+    emit("\tVUNPCKHPS Y5, Y4, Y1")
+    emit("\tVPERM2F128 $0x20, Y1, Y0, Y4")
+    emit("\tVPERM2F128 $0x31, Y1, Y0, Y5")
+    emit("\tVUNPCKLPS Y7, Y6, Y0")
+    emit("\tVUNPCKHPS Y7, Y6, Y1")
+    emit("\tVPERM2F128 $0x20, Y1, Y0, Y6")
+    emit("\tVPERM2F128 $0x31, Y1, Y0, Y7")
+    if tail:
+        emit("\tVPCMPGTD poolIota<>(SB), Y13, Y0")
+        emit("\tVPCMPGTD poolIota<>+32(SB), Y13, Y1")
+        emit("\tVMASKMOVPS Y4, Y0, (AX)")
+        emit("\tVMASKMOVPS Y5, Y1, 32(AX)")
+        emit("\tVMASKMOVPS Y6, Y0, (BX)")
+        emit("\tVMASKMOVPS Y7, Y1, 32(BX)")
+    else:
+        emit("\tVMOVUPS Y4, (AX)")
+        emit("\tVMOVUPS Y5, 32(AX)")
+        emit("\tVMOVUPS Y6, (BX)")
+        emit("\tVMOVUPS Y7, 32(BX)")
+
+
+emit("// func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int")
+emit("// Writes the first 2·ow columns of the first 2·rows rows (w wide) of dx")
+emit("// from the rows×ow gradients grad and indices idx of 2×2 windows; returns 0")
+emit("// at the first index outside its window, 1 when all were inside.")
+emit("TEXT ·maxPool2x2BackAVX2(SB), NOSPLIT, $0-56")
+emit("\tMOVQ dx+0(FP), DI")
+emit("\tMOVQ grad+8(FP), SI")
+emit("\tMOVQ idx+16(FP), R8")
+emit("\tMOVQ rows+24(FP), R9")
+emit("\tMOVQ w+32(FP), R10")
+emit("\tMOVQ ow+40(FP), R11")
+emit("\tTESTQ R9, R9")
+emit("\tJZ backok")
+emit("\tMOVL $1, AX")
+emit("\tVMOVQ AX, X10")
+emit("\tVPBROADCASTQ X10, Y10")
+emit("\tVMOVQ R10, X11")
+emit("\tVPBROADCASTQ X11, Y11")
+emit("\tVPADDQ Y10, Y11, Y14")
+emit("\tMOVQ R11, AX")
+emit("\tANDQ $7, AX")
+emit("\tVMOVQ AX, X12")
+emit("\tVPBROADCASTD X12, Y12")  # windows in a row's last chunk
+emit("\tVPADDD Y12, Y12, Y13")  # and their inputs in each row
+emit("\tLEAQ (R10*4), CX")
+emit("\tXORQ R13, R13")
+emit("backrow:")
+emit("\tMOVQ DI, AX")
+emit("\tLEAQ (DI)(CX*1), BX")
+emit("\tMOVQ R13, DX")
+emit("\tVPCMPEQD Y15, Y15, Y15")
+emit("\tMOVQ R11, R12")
+emit("\tSHRQ $3, R12")
+emit("\tJZ backtail")
+emit("backfull:")
+back_block(False)
+emit("\tADDQ $64, AX")
+emit("\tADDQ $64, BX")
+emit("\tADDQ $16, DX")
+emit("\tADDQ $32, SI")
+emit("\tADDQ $64, R8")
+emit("\tDECQ R12")
+emit("\tJNZ backfull")
+emit("backtail:")
+emit("\tMOVQ R11, R12")
+emit("\tANDQ $7, R12")
+emit("\tJZ backnext")
+emit("\tVPCMPGTD poolIota<>(SB), Y12, Y15")
+back_block(True)
+emit("\tLEAQ (SI)(R12*4), SI")
+emit("\tLEAQ (R8)(R12*8), R8")
+emit("backnext:")
+emit("\tLEAQ (DI)(CX*2), DI")
+emit("\tLEAQ (R13)(R10*2), R13")
+emit("\tDECQ R9")
+emit("\tJNZ backrow")
+emit("\tVZEROUPPER")
+emit("backok:")
+emit("\tMOVQ $1, ret+48(FP)")
+emit("\tRET")
+emit("backfail:")
+emit("\tVZEROUPPER")
+emit("\tMOVQ $0, ret+48(FP)")
+emit("\tRET")
+emit()
+
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "conv_amd64.s"), "w") as f:
     f.write("\n".join(out))
@@ -260,6 +405,9 @@ for ro, rk in DW:
     decl.append("")
 decl.append("//go:noescape")
 decl.append("func maxPool2x2AVX2(out *float32, idx *int64, x *float32, rows, w, ow int)")
+decl.append("")
+decl.append("//go:noescape")
+decl.append("func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int")
 decl.append("")
 decl.append("// convRowsAVX2 is indexed by the tile's rows.")
 decl.append("var convRowsAVX2 = [...]func(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32){")

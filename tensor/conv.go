@@ -566,14 +566,15 @@ func pool2x2Row[T float](out []T, idx []int64, src []T, base, w int) {
 }
 
 // maxPool2x2f32 is maxPool2x2 for float32: the vector kernel takes the
-// rows whose loads stay inside x, pool2x2Row the others (and all of them
-// without AVX2).
+// rows it can, pool2x2Row the others (and all of them without AVX2).
 func maxPool2x2f32(out []float32, idx []int64, x []float32, planes, h, w, oh, ow int) {
 	for pl := range planes {
 		o := out[pl*oh*ow : (pl+1)*oh*ow]
 		ix := idx[pl*oh*ow : (pl+1)*oh*ow]
 		src := x[pl*h*w : (pl+1)*h*w]
-		for oi := simd.MaxPool2x2F32(o, ix, x[pl*h*w:], oh, w, ow); oi < oh; oi++ {
+		// Short rows' last outputs may spill into the next plane's, which
+		// are written after.
+		for oi := simd.MaxPool2x2F32(out[pl*oh*ow:], idx[pl*oh*ow:], x[pl*h*w:], oh, w, ow); oi < oh; oi++ {
 			pool2x2Row(o[oi*ow:(oi+1)*ow], ix[oi*ow:(oi+1)*ow], src, 2*oi*w, w)
 		}
 	}
@@ -630,7 +631,9 @@ func maxPool2x2Backward(g *Tensor, idx []int64, shape []int) *Tensor {
 	d, gv := dx.Float32s(), g.Float32s()
 	for pl := range planes {
 		p := d[pl*h*w : (pl+1)*h*w]
-		if !simd.MaxPool2x2BackwardF32(p, gv[pl*oh*ow:(pl+1)*oh*ow], idx[pl*oh*ow:(pl+1)*oh*ow], oh, w, ow) {
+		// Short rows may spill into the columns and rows cleared below or
+		// the next plane, written after.
+		if !simd.MaxPool2x2BackwardF32(d[pl*h*w:], gv[pl*oh*ow:(pl+1)*oh*ow], idx[pl*oh*ow:(pl+1)*oh*ow], oh, w, ow) {
 			dx.Recycle()
 			return nil
 		}

@@ -147,9 +147,10 @@ func convDWGo[T Float](dw []T, ldw int, g []T, ldg, gimg int, x []T, ximg int, o
 // largest of x[2i·w+2j], x[2i·w+2j+1], x[(2i+1)·w+2j] and
 // x[(2i+1)·w+2j+1] and idx[i*ow+j] its index in x, the first of them in
 // that order, or the last NaN among them (as PyTorch's max_pool2d). It
-// does the leading rows that its vector loads can read without passing
-// the end of x (which may hold more planes after this one) and returns
-// how many; the caller does the rest.
+// does the leading rows it can and returns how many; the caller does the
+// rest (rows of fewer than 8 windows read 16 elements of each row and
+// write 8 outputs, past the row: into later rows and planes, which x, out
+// and idx may hold and which are written after, but not past the slices).
 func MaxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int {
 	if rows < 0 || ow < 0 || 2*ow > w || len(out) < rows*ow || len(idx) < rows*ow || 2*rows*w > len(x) {
 		panic(fmt.Sprintf("simd: MaxPool2x2F32 of %d rows of %d (plane %d wide, %d elements) into %d and %d", rows, ow, w, len(x), len(out), len(idx)))
@@ -157,15 +158,12 @@ func MaxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int
 	if ow == 0 || rows == 0 {
 		return rows
 	}
-	// Row pair i reads 16·ceil(ow/8) elements from (2i+1)·w.
-	span := 16 * ((ow + 7) / 8)
 	n := rows
-	if last := (2*rows-1)*w + span; last > len(x) {
-		n = max(0, (len(x)-span-w)/(2*w)+1)
-		if len(x) < span+w {
-			n = 0
+	if ow < 8 {
+		// Row pair i reads to (2i+1)·w+16 and writes to i·ow+8.
+		for n > 0 && ((2*n-1)*w+16 > len(x) || (n-1)*ow+8 > min(len(out), len(idx))) {
+			n--
 		}
-		n = min(n, rows)
 	}
 	return maxPool2x2F32(out, idx, x, n, w, ow)
 }
@@ -173,11 +171,13 @@ func MaxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int
 // MaxPool2x2BackwardF32 writes the gradient of 2×2, stride-2 pooling of a
 // plane w wide into the first 2·ow columns of its first 2·rows rows of dx:
 // each window's four inputs get 0+g[i*ow+j] at idx[i*ow+j] and +0
-// elsewhere, without zeroing dx first or scattering. It reports false, having
-// written part of dx, if an index lies outside its own window (pooling of
-// another geometry, whose gradients may add up: the caller then zeroes dx
-// and scatters); windows that do not overlap make the dense writes equal
-// to the scatter.
+// elsewhere, without zeroing dx first or scattering. It reports false,
+// having written part of dx, if an index lies outside its own window
+// (pooling of another geometry, whose gradients may add up: the caller
+// then zeroes dx and scatters); windows that do not overlap make the dense
+// writes equal to the scatter. Rows of fewer than 8 windows are written
+// 16 elements long, into the columns after 2·ow or the rows after, which
+// the caller writes afterwards (dx may hold later planes; not past it).
 func MaxPool2x2BackwardF32(dx, g []float32, idx []int64, rows, w, ow int) bool {
 	if rows < 0 || ow < 0 || 2*ow > w || len(g) < rows*ow || len(idx) < rows*ow || 2*rows*w > len(dx) {
 		panic(fmt.Sprintf("simd: MaxPool2x2BackwardF32 of %d rows of %d (plane %d wide, %d elements) from %d and %d", rows, ow, w, len(dx), len(g), len(idx)))
@@ -185,17 +185,27 @@ func MaxPool2x2BackwardF32(dx, g []float32, idx []int64, rows, w, ow int) bool {
 	if rows == 0 || ow == 0 {
 		return true
 	}
-	if ok, done := maxPool2x2BackF32(dx, g, idx, rows, w, ow); done {
-		return ok
+	n := rows
+	if ow < 8 {
+		for n > 0 && (2*n-1)*w+16 > len(dx) { // row pair i writes to (2i+1)·w+16
+			n--
+		}
 	}
-	return maxPool2x2BackGo(dx, g, idx, rows, w, ow)
+	if ok, done := maxPool2x2BackF32(dx, g, idx, n, w, ow); !ok {
+		return false
+	} else if !done {
+		n = 0
+	}
+	return maxPool2x2BackGo(dx[2*n*w:], g[n*ow:], idx[n*ow:], rows-n, w, ow, 2*n*w)
 }
 
-func maxPool2x2BackGo(dx, g []float32, idx []int64, rows, w, ow int) bool {
+// maxPool2x2BackGo is MaxPool2x2BackwardF32's Go code for rows whose
+// indices count from base.
+func maxPool2x2BackGo(dx, g []float32, idx []int64, rows, w, ow, base int) bool {
 	for i := range rows {
 		r0, r1 := dx[2*i*w:2*i*w+2*ow], dx[(2*i+1)*w:(2*i+1)*w+2*ow]
 		for j := range ow {
-			v, rel := 0+g[i*ow+j], idx[i*ow+j]-int64(2*i*w+2*j) // 0+g: +0 for -0, as the scatter
+			v, rel := 0+g[i*ow+j], idx[i*ow+j]-int64(base+2*i*w+2*j) // 0+g: +0 for -0, as the scatter
 			var a, b, c, d float32
 			switch rel {
 			case 0:

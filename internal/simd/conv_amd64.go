@@ -35,11 +35,11 @@ func maxPool2x2F32(out []float32, idx []int64, x []float32, rows, w, ow int) int
 	return rows
 }
 
-// maxPool2x2BackF32 runs the AVX2 kernel: ok as MaxPool2x2BackwardF32's
-// result, done unless there is none.
+// maxPool2x2BackF32 runs the AVX2 kernel on rows rows: ok false for an
+// index outside its window, done false when it did nothing.
 func maxPool2x2BackF32(dx, g []float32, idx []int64, rows, w, ow int) (ok, done bool) {
-	if !hasAVX2 {
-		return false, false
+	if !hasAVX2 || rows == 0 {
+		return true, false
 	}
 	return maxPool2x2BackAVX2(&dx[0], &g[0], &idx[0], rows, w, ow) == 1, true
 }

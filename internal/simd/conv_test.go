@@ -206,17 +206,32 @@ func TestMaxPool2x2F32(t *testing.T) {
 						x[i] = float32(rng.NormFloat64())
 					}
 				}
-				out, idx := make([]float32, rows*ow+3), make([]int64, rows*ow+3)
-				out[rows*ow], idx[rows*ow] = 7, 7
+				// Outputs with room for a short row's spill past the last
+				// row when x has room to read, none otherwise; sentinels
+				// after the slices.
+				room := 0
+				if extra >= 1000 {
+					room = 8
+				}
+				outBack, idxBack := make([]float32, rows*ow+room+8), make([]int64, rows*ow+room+8)
+				for i := range outBack {
+					outBack[i], idxBack[i] = 7, 7
+				}
+				out, idx := outBack[:rows*ow+room], idxBack[:rows*ow+room]
 				done := MaxPool2x2F32(out, idx, x, rows, w, ow)
 				if hasAVX2 && extra >= 1000 && done != rows {
-					t.Fatalf("w %d h %d: did %d of %d rows with room to read", w, h, done, rows)
+					t.Fatalf("w %d h %d: did %d of %d rows with room to read and write", w, h, done, rows)
 				}
 				if done > rows || done < 0 {
 					t.Fatalf("w %d h %d: did %d of %d rows", w, h, done, rows)
 				}
-				if done > 0 && (done-1)*2*w+w+16*((ow+7)/8) > len(x) {
+				if ow < 8 && done > 0 && (2*done-1)*w+16 > len(x) {
 					t.Fatalf("w %d h %d extra %d: did %d rows, reading past x", w, h, extra, done)
+				}
+				for i := len(out); i < len(outBack); i++ {
+					if outBack[i] != 7 || idxBack[i] != 7 {
+						t.Fatalf("w %d h %d: wrote past the outputs", w, h)
+					}
 				}
 				want, wantIdx := make([]float32, rows*ow), make([]int64, rows*ow)
 				pool2x2Ref(want, wantIdx, x, rows, w, ow)
@@ -224,9 +239,6 @@ func TestMaxPool2x2F32(t *testing.T) {
 					if math.Float32bits(out[k]) != math.Float32bits(want[k]) || idx[k] != wantIdx[k] {
 						t.Fatalf("w %d h %d: output %d = %v at %d, want %v at %d", w, h, k, out[k], idx[k], want[k], wantIdx[k])
 					}
-				}
-				if out[rows*ow] != 7 || idx[rows*ow] != 7 {
-					t.Fatalf("w %d h %d: wrote past the outputs", w, h)
 				}
 			}
 		}
@@ -392,10 +404,19 @@ func TestMaxPool2x2BackwardF32(t *testing.T) {
 						idx[i*ow+j] = int64((2*i+rng.IntN(2))*w + 2*j + rng.IntN(2))
 					}
 				}
-				h := 2*rows + 1
-				dx := randF32(rng, h*w) // garbage where not written
+				h := 2*rows + rows%2           // a spare row or none
+				dxBack := randF32(rng, h*w+16) // garbage where not written
+				for i := h * w; i < len(dxBack); i++ {
+					dxBack[i] = 7
+				}
+				dx := dxBack[:h*w]
 				if !MaxPool2x2BackwardF32(dx, g, idx, rows, w, ow) {
 					t.Fatalf("vector %v w %d rows %d: failed with indices in their windows", vec, w, rows)
+				}
+				for i := h * w; i < len(dxBack); i++ {
+					if dxBack[i] != 7 {
+						t.Fatalf("vector %v w %d rows %d: wrote past dx", vec, w, rows)
+					}
 				}
 				want := make([]float32, h*w)
 				for k, at := range idx {

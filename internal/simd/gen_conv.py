@@ -132,23 +132,30 @@ for ro, rk in DW:
     emit()
 
 
-# maxPool2x2AVX2: 2×2 windows, stride 2, eight outputs a vector. A row
-# pair's even and odd columns come apart with VSHUFPS, which leaves the
-# outputs in the lane order 0 1 4 5 2 3 6 7; VPERMPD/VPERMQ $0xd8 put the
-# results back in order. poolLanes<> is twice that order (the windows'
-# first columns), poolMask<> eight all-ones lanes then eight zeros.
+# The pooling kernels take a row of windows eight at a time. A row's last
+# windows, when they are not a multiple of eight, are the row's last
+# eight again (recomputed: the same values, stored again), so that no
+# store leaves the row; masked stores (VMASKMOVPS) are microcoded and slow
+# on AMD. A row of fewer than eight windows is one chunk whose extra
+# lanes spill into the next row's outputs, which are written after it;
+# the Go callers keep the last rows, whose spill would leave the slice,
+# for scalar code.
+#
+# maxPool2x2AVX2: a row pair's even and odd columns come apart with
+# VSHUFPS, which leaves the outputs in the lane order 0 1 4 5 2 3 6 7;
+# VPERMPD/VPERMQ $0xd8 put the results back in order. poolLanes<> is
+# twice that order (the windows' first columns).
 emit("DATA poolLanes<>+0(SB)/4, $0")
 for i, v in enumerate([0, 2, 8, 10, 4, 6, 12, 14]):
     if i:
         emit(f"DATA poolLanes<>+{4 * i}(SB)/4, ${v}")
 emit("GLOBL poolLanes<>(SB), RODATA|NOPTR, $32")
-for i in range(16):
-    emit(f"DATA poolMask<>+{4 * i}(SB)/4, ${'0xffffffff' if i < 8 else '0'}")
-emit("GLOBL poolMask<>(SB), RODATA|NOPTR, $64")
 emit()
 
 
 def pool_block():
+    """Eight windows: rows at AX and BX, the first window's index in DX;
+    maxima to Y2, indices (int64) to Y8, Y9."""
     emit("\tVMOVUPS (AX), Y0")
     emit("\tVMOVUPS 32(AX), Y1")
     emit("\tVSHUFPS $0x88, Y1, Y0, Y2")
@@ -173,6 +180,9 @@ def pool_block():
     emit("\tVPMOVSXDQ X7, Y8")
     emit("\tVEXTRACTI128 $1, Y7, X9")
     emit("\tVPMOVSXDQ X9, Y9")
+    emit("\tVMOVUPS Y2, (DI)")
+    emit("\tVMOVDQU Y8, (R8)")
+    emit("\tVMOVDQU Y9, 32(R8)")
 
 
 emit("// func maxPool2x2AVX2(out *float32, idx *int64, x *float32, rows, w, ow int)")
@@ -194,12 +204,6 @@ emit("\tVMOVQ R10, X11")
 emit("\tVPBROADCASTD X11, Y11")
 emit("\tVPADDD Y10, Y11, Y12")
 emit("\tVMOVDQU poolLanes<>(SB), Y13")
-emit("\tMOVQ R11, AX")
-emit("\tANDQ $7, AX")
-emit("\tSHLQ $2, AX")
-emit("\tNEGQ AX")
-emit("\tLEAQ poolMask<>+32(SB), BX")
-emit("\tVMOVDQU (BX)(AX*1), Y15")
 emit("\tLEAQ (R10*4), CX")
 emit("\tXORQ R13, R13")
 emit("poolrow:")
@@ -208,12 +212,9 @@ emit("\tLEAQ (SI)(CX*1), BX")
 emit("\tMOVQ R13, DX")
 emit("\tMOVQ R11, R12")
 emit("\tSHRQ $3, R12")
-emit("\tJZ pooltail")
+emit("\tJZ poolsmall")
 emit("poolfull:")
 pool_block()
-emit("\tVMOVUPS Y2, (DI)")
-emit("\tVMOVDQU Y8, (R8)")
-emit("\tVMOVDQU Y9, 32(R8)")
 emit("\tADDQ $64, AX")
 emit("\tADDQ $64, BX")
 emit("\tADDQ $16, DX")
@@ -221,19 +222,23 @@ emit("\tADDQ $32, DI")
 emit("\tADDQ $64, R8")
 emit("\tDECQ R12")
 emit("\tJNZ poolfull")
-emit("pooltail:")
 emit("\tMOVQ R11, R12")
 emit("\tANDQ $7, R12")
 emit("\tJZ poolnext")
-pool_block()
-emit("\tVMASKMOVPS Y2, Y15, (DI)")
-emit("\tVPMOVSXDQ X15, Y0")
-emit("\tVEXTRACTI128 $1, Y15, X1")
-emit("\tVPMOVSXDQ X1, Y1")
-emit("\tVPMASKMOVQ Y8, Y0, (R8)")
-emit("\tVPMASKMOVQ Y9, Y1, 32(R8)")
+emit("\tSUBQ $8, R12")  # back to the row's last eight windows
+emit("\tLEAQ (AX)(R12*8), AX")
+emit("\tLEAQ (BX)(R12*8), BX")
+emit("\tLEAQ (DX)(R12*2), DX")
 emit("\tLEAQ (DI)(R12*4), DI")
 emit("\tLEAQ (R8)(R12*8), R8")
+pool_block()
+emit("\tADDQ $32, DI")
+emit("\tADDQ $64, R8")
+emit("\tJMP poolnext")
+emit("poolsmall:")
+pool_block()
+emit("\tLEAQ (DI)(R11*4), DI")
+emit("\tLEAQ (R8)(R11*8), R8")
 emit("poolnext:")
 emit("\tLEAQ (SI)(CX*2), SI")
 emit("\tLEAQ (R13)(R10*2), R13")
@@ -244,33 +249,32 @@ emit("pooldone:")
 emit("\tRET")
 emit()
 
-
 # maxPool2x2BackAVX2: the gradient of 2×2, stride-2 pooling, written densely
 # (no zeroing first, no scatter): each window's four inputs get 0+g where
-# the index says and +0 elsewhere, eight windows a vector. An index outside its
-# own window fails the call (the caller then scatters). poolIota<> holds
-# the int32s 0..15, poolQLanes<> the int64 offsets of eight windows' first
-# columns, 0 2 4 6 and 8 10 12 14.
-for i in range(16):
+# the index says and +0 elsewhere. An index outside its own window fails
+# the call (the caller then scatters). poolIota<> holds the int32s 0..7,
+# poolQLanes<> the int64 offsets of eight windows' first columns, 0 2 4 6
+# and 8 10 12 14.
+for i in range(8):
     emit(f"DATA poolIota<>+{4 * i}(SB)/4, ${i}")
-emit("GLOBL poolIota<>(SB), RODATA|NOPTR, $64")
+emit("GLOBL poolIota<>(SB), RODATA|NOPTR, $32")
 for i, v in enumerate([0, 2, 4, 6, 8, 10, 12, 14]):
     emit(f"DATA poolQLanes<>+{8 * i}(SB)/8, ${v}")
 emit("GLOBL poolQLanes<>(SB), RODATA|NOPTR, $64")
 emit()
 
 
-def back_block(tail):
-    """One chunk of eight windows: indices from R8, gradients from SI,
-    row pair at AX and BX, the first window's index in DX. Y15 is the
-    mask of the windows in the chunk."""
-    if tail:
-        emit("\tVPMOVSXDQ X15, Y4")
-        emit("\tVEXTRACTI128 $1, Y15, X5")
+def back_block(mask):
+    """Eight windows: indices from R8, gradients from SI, row pair at AX
+    and BX, the first window's index in DX. mask (Y15: all, Y12: a short
+    row's) is the windows in the chunk; the loads outside it are masked."""
+    if mask == "Y12":
+        emit("\tVPMOVSXDQ X12, Y4")
+        emit("\tVEXTRACTI128 $1, Y12, X5")
         emit("\tVPMOVSXDQ X5, Y5")
         emit("\tVPMASKMOVQ (R8), Y4, Y0")
         emit("\tVPMASKMOVQ 32(R8), Y5, Y1")
-        emit("\tVMASKMOVPS (SI), Y15, Y8")
+        emit("\tVMASKMOVPS (SI), Y12, Y8")
     else:
         emit("\tVMOVDQU (R8), Y0")
         emit("\tVMOVDQU 32(R8), Y1")
@@ -293,7 +297,7 @@ def back_block(tail):
     emit("\tVORPS Y5, Y4, Y9")
     emit("\tVORPS Y7, Y6, Y3")
     emit("\tVORPS Y3, Y9, Y9")
-    emit("\tVANDNPS Y15, Y9, Y9")  # windows of the chunk whose index is elsewhere
+    emit(f"\tVANDNPS {mask}, Y9, Y9")  # windows of the chunk whose index is elsewhere
     emit("\tVPTEST Y9, Y9")
     emit("\tJNZ backfail")
     # g + 0 turns -0 into +0, as the scatter's 0 + g does
@@ -309,18 +313,10 @@ def back_block(tail):
     emit("\tVUNPCKHPS Y7, Y6, Y1")
     emit("\tVPERM2F128 $0x20, Y1, Y0, Y6")
     emit("\tVPERM2F128 $0x31, Y1, Y0, Y7")
-    if tail:
-        emit("\tVPCMPGTD poolIota<>(SB), Y13, Y0")
-        emit("\tVPCMPGTD poolIota<>+32(SB), Y13, Y1")
-        emit("\tVMASKMOVPS Y4, Y0, (AX)")
-        emit("\tVMASKMOVPS Y5, Y1, 32(AX)")
-        emit("\tVMASKMOVPS Y6, Y0, (BX)")
-        emit("\tVMASKMOVPS Y7, Y1, 32(BX)")
-    else:
-        emit("\tVMOVUPS Y4, (AX)")
-        emit("\tVMOVUPS Y5, 32(AX)")
-        emit("\tVMOVUPS Y6, (BX)")
-        emit("\tVMOVUPS Y7, 32(BX)")
+    emit("\tVMOVUPS Y4, (AX)")
+    emit("\tVMOVUPS Y5, 32(AX)")
+    emit("\tVMOVUPS Y6, (BX)")
+    emit("\tVMOVUPS Y7, 32(BX)")
 
 
 emit("// func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int")
@@ -342,23 +338,22 @@ emit("\tVPBROADCASTQ X10, Y10")
 emit("\tVMOVQ R10, X11")
 emit("\tVPBROADCASTQ X11, Y11")
 emit("\tVPADDQ Y10, Y11, Y14")
-emit("\tMOVQ R11, AX")
-emit("\tANDQ $7, AX")
-emit("\tVMOVQ AX, X12")
-emit("\tVPBROADCASTD X12, Y12")  # windows in a row's last chunk
-emit("\tVPADDD Y12, Y12, Y13")  # and their inputs in each row
+emit("\tVMOVQ R11, X12")
+emit("\tVPBROADCASTD X12, Y12")
+emit("\tVMOVDQU poolIota<>(SB), Y13")
+emit("\tVPCMPGTD Y13, Y12, Y12")  # a short row's windows: lanes < ow
+emit("\tVPCMPEQD Y15, Y15, Y15")
 emit("\tLEAQ (R10*4), CX")
 emit("\tXORQ R13, R13")
 emit("backrow:")
 emit("\tMOVQ DI, AX")
 emit("\tLEAQ (DI)(CX*1), BX")
 emit("\tMOVQ R13, DX")
-emit("\tVPCMPEQD Y15, Y15, Y15")
 emit("\tMOVQ R11, R12")
 emit("\tSHRQ $3, R12")
-emit("\tJZ backtail")
+emit("\tJZ backsmall")
 emit("backfull:")
-back_block(False)
+back_block("Y15")
 emit("\tADDQ $64, AX")
 emit("\tADDQ $64, BX")
 emit("\tADDQ $16, DX")
@@ -366,14 +361,23 @@ emit("\tADDQ $32, SI")
 emit("\tADDQ $64, R8")
 emit("\tDECQ R12")
 emit("\tJNZ backfull")
-emit("backtail:")
 emit("\tMOVQ R11, R12")
 emit("\tANDQ $7, R12")
 emit("\tJZ backnext")
-emit("\tVPCMPGTD poolIota<>(SB), Y12, Y15")
-back_block(True)
+emit("\tSUBQ $8, R12")  # back to the row's last eight windows
+emit("\tLEAQ (AX)(R12*8), AX")
+emit("\tLEAQ (BX)(R12*8), BX")
+emit("\tLEAQ (DX)(R12*2), DX")
 emit("\tLEAQ (SI)(R12*4), SI")
 emit("\tLEAQ (R8)(R12*8), R8")
+back_block("Y15")
+emit("\tADDQ $32, SI")
+emit("\tADDQ $64, R8")
+emit("\tJMP backnext")
+emit("backsmall:")
+back_block("Y12")
+emit("\tLEAQ (SI)(R11*4), SI")
+emit("\tLEAQ (R8)(R11*8), R8")
 emit("backnext:")
 emit("\tLEAQ (DI)(CX*2), DI")
 emit("\tLEAQ (R13)(R10*2), R13")

@@ -637,7 +637,7 @@ func maxPool2x2Backward(g *Tensor, idx []int64, shape []int) *Tensor {
 			dx.Recycle()
 			return nil
 		}
-		for i := range 2 * oh { // the inputs in no block
+		for i := 0; 2*ow < w && i < 2*oh; i++ { // the inputs in no block
 			clear(p[i*w+2*ow : (i+1)*w])
 		}
 		clear(p[2*oh*w:])

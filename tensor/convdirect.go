@@ -90,19 +90,11 @@ func padImages[T float](xpad, x []T, d directGeom, n int) {
 		clear(xpad[n*d.img:])
 		return
 	}
+	clear(xpad)
 	for pl := range n * d.c {
-		dst := xpad[pl*d.hp*d.wp : (pl+1)*d.hp*d.wp]
-		src := x[pl*d.h*d.w : (pl+1)*d.h*d.w]
-		clear(dst[:p.PadH*d.wp])
-		clear(dst[(p.PadH+d.h)*d.wp:])
-		for i := range d.h {
-			row := dst[(p.PadH+i)*d.wp : (p.PadH+i+1)*d.wp]
-			clear(row[:p.PadW])
-			copy(row[p.PadW:p.PadW+d.w], src[i*d.w:(i+1)*d.w])
-			clear(row[p.PadW+d.w:])
-		}
+		dst := xpad[pl*d.hp*d.wp+p.PadH*d.wp+p.PadW : (pl+1)*d.hp*d.wp]
+		simd.CopyRows(dst, d.wp, x[pl*d.h*d.w:(pl+1)*d.h*d.w], d.w, d.h, d.w)
 	}
-	clear(xpad[n*d.img:])
 }
 
 // groups splits n into the fewest parts of at most m, as even as possible,
@@ -187,9 +179,7 @@ func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 // copyRows copies rows rows of w elements, src's ld apart, into dst,
 // where they are consecutive.
 func copyRows[T float](dst, src []T, rows, w, ld int) {
-	for i := range rows {
-		copy(dst[i*w:(i+1)*w], src[i*ld:i*ld+w])
-	}
+	simd.CopyRows(dst, w, src, ld, rows, w)
 }
 
 // directWeightGrad sets dw (OC×K) to the weight gradient given the output
@@ -213,11 +203,7 @@ func directWeightGrad[T float](dw, g, xpad []T, d directGeom, n, oc int) {
 	for i0 := 0; i0 < n; i0 += batch {
 		m := min(batch, n-i0)
 		for i := range m * oc {
-			row := gd[i*ld : (i+1)*ld]
-			src := g[(i0*oc+i)*pix : (i0*oc+i+1)*pix]
-			for oi := range d.oh {
-				copy(row[oi*d.wp:oi*d.wp+d.ow], src[oi*d.ow:(oi+1)*d.ow])
-			}
+			simd.CopyRows(gd[i*ld:(i+1)*ld], d.wp, g[(i0*oc+i)*pix:(i0*oc+i+1)*pix], d.ow, d.oh, d.ow)
 		}
 		x := xpad[i0*d.img:]
 		for a := range len(os) - 1 {
@@ -289,11 +275,7 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 	img, pix, tap, hw := d.c*d.h*d.w, d.oh*d.ow, oc*d.kw, d.h*d.w
 	for i := range n {
 		for o := range oc {
-			src := g[(i*oc+o)*pix : (i*oc+o+1)*pix]
-			dst := gx[o*hg*wg:]
-			for oi := range d.oh {
-				copy(dst[(ph+oi)*wg+pw:(ph+oi)*wg+pw+d.ow], src[oi*d.ow:(oi+1)*d.ow])
-			}
+			simd.CopyRows(gx[o*hg*wg+ph*wg+pw:], wg, g[(i*oc+o)*pix:(i*oc+o+1)*pix], d.ow, d.oh, d.ow)
 		}
 		// As directForward by rows: each row spills into the next ones,
 		// computed later, and the last rows go through ob.

@@ -224,3 +224,26 @@ func maxPool2x2BackGo(dx, g []float32, idx []int64, rows, w, ow, base int) bool 
 	}
 	return true
 }
+
+// CopyRows copies rows rows of w elements from src, whose rows are lds
+// apart, into dst, whose rows are ldd apart: the strided copies of a
+// convolution's padded planes and grids, short rows for which a call of
+// the built-in copy per row costs more than the copying. dst and src must
+// not overlap.
+func CopyRows[T Float](dst []T, ldd int, src []T, lds int, rows, w int) {
+	if rows < 0 || w < 0 || rows > 1 && (ldd < w || lds < w) {
+		panic(fmt.Sprintf("simd: CopyRows of %d rows of %d (ld %d and %d)", rows, w, ldd, lds))
+	}
+	if rows == 0 || w == 0 {
+		return
+	}
+	if (rows-1)*ldd+w > len(dst) || (rows-1)*lds+w > len(src) {
+		panic(fmt.Sprintf("simd: CopyRows of %d rows of %d (ld %d and %d) between %d and %d elements", rows, w, ldd, lds, len(dst), len(src)))
+	}
+	if d32, ok := any(dst).([]float32); ok && copyRowsF32(d32, ldd, any(src).([]float32), lds, rows, w) {
+		return
+	}
+	for i := range rows {
+		copy(dst[i*ldd:i*ldd+w], src[i*lds:i*lds+w])
+	}
+}

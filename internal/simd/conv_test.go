@@ -451,3 +451,29 @@ func TestMaxPool2x2BackwardF32(t *testing.T) {
 	}
 	hasAVX2 = true
 }
+
+// TestCopyRows checks strided row copies for widths around the vector
+// width, and that nothing past the rows is written.
+func TestCopyRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, w := range []int{1, 7, 8, 9, 10, 14, 16, 17, 28, 33} {
+		for _, rows := range []int{1, 2, 5} {
+			lds, ldd := w+rng.IntN(5), w+rng.IntN(5)
+			src := randF32(rng, (rows-1)*lds+w)
+			dst := make([]float32, (rows-1)*ldd+w+3)
+			for i := range dst {
+				dst[i] = 7
+			}
+			CopyRows(dst[:(rows-1)*ldd+w], ldd, src, lds, rows, w)
+			for i := range dst {
+				want := float32(7)
+				if r, c := i/ldd, i%ldd; r < rows && c < w {
+					want = src[r*lds+c]
+				}
+				if dst[i] != want {
+					t.Fatalf("w %d rows %d: dst[%d] = %v, want %v", w, rows, i, dst[i], want)
+				}
+			}
+		}
+	}
+}

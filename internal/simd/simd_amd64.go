@@ -198,3 +198,17 @@ func sumF32(x []float32) (float64, int) {
 	}
 	return sumF32AVX2(&x[0], n), n
 }
+
+// copyRowsF32AVX2 copies rows of w ≥ 8 floats (simd_amd64.s); strides in
+// bytes.
+//
+//go:noescape
+func copyRowsF32AVX2(dst *float32, ldd int, src *float32, lds int, rows, w int)
+
+func copyRowsF32(dst []float32, ldd int, src []float32, lds int, rows, w int) bool {
+	if !hasAVX2 || w < 8 {
+		return false
+	}
+	copyRowsF32AVX2(&dst[0], ldd*4, &src[0], lds*4, rows, w)
+	return true
+}

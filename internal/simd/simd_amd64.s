@@ -258,3 +258,37 @@ sumreduce:
 	VMOVSD       X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func copyRowsF32AVX2(dst *float32, ldd int, src *float32, lds int, rows, w int)
+// Copies rows rows of w ≥ 8 floats, ldd and lds bytes apart: whole vectors,
+// then the row's last eight again (overlapping) when w is not a multiple
+// of 8.
+TEXT ·copyRowsF32AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ ldd+8(FP), R8
+	MOVQ src+16(FP), SI
+	MOVQ lds+24(FP), R9
+	MOVQ rows+32(FP), R10
+	MOVQ w+40(FP), R11
+	TESTQ R10, R10
+	JZ   crdone
+	LEAQ -32(R11*4), R12 // the last vector's offset in a row
+crrow:
+	MOVQ R11, CX
+	SHRQ $3, CX
+	XORQ AX, AX
+crloop:
+	VMOVUPS (SI)(AX*1), Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ    $32, AX
+	DECQ    CX
+	JNZ     crloop
+	VMOVUPS (SI)(R12*1), Y0
+	VMOVUPS Y0, (DI)(R12*1)
+	ADDQ    R8, DI
+	ADDQ    R9, SI
+	DECQ    R10
+	JNZ     crrow
+	VZEROUPPER
+crdone:
+	RET

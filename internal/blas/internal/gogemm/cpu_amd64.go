@@ -79,6 +79,9 @@ var kernelAVX2 = &kernelSet{
 	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
 		sgemmKernelsAVX2[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
 	},
+	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
+		sgemmKernelsAVX2R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	},
 }
 
 // isaCap is GODIST_BLAS_ISA, a debugging override read once, when the

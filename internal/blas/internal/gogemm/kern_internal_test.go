@@ -51,3 +51,49 @@ func TestTranspose16AVX512(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRowsA measures products whose A is stored by rows, with A
+// packed (packed) and read in place by the row kernels (rows), on the
+// tiny GPT's shapes (m×k·k×n): the projections of 1,024 tokens of width
+// 128 and one head's attention (128 positions, head width 32).
+func BenchmarkRowsA(b *testing.B) {
+	ks := availableKernels()[0]
+	if ks.kernRows == nil {
+		b.Skip("no row kernels for " + ks.name)
+	}
+	defer func(n int) { rowsMaxN = n }(rowsMaxN)
+	for _, s := range [][3]int{{1024, 128, 384}, {1024, 128, 128}, {1024, 512, 128}, {1024, 128, 512}, {128, 32, 128}, {128, 128, 32}} {
+		m, k, n := s[0], s[1], s[2]
+		a, bb, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+		for i := range a {
+			a[i] = float32(i%7) - 3
+		}
+		for i := range bb {
+			bb[i] = float32(i%5) - 2
+		}
+		for _, mode := range []string{"packed", "rows"} {
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", m, k, n, mode), func(b *testing.B) {
+				rowsMaxN = 0
+				if mode == "rows" {
+					rowsMaxN = 1 << 30
+				}
+				for range b.N {
+					sgemmBlocked(ks, false, true, m, n, k, 1, a, k, bb, k, 0, c, n)
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkPackB measures packing a row-major B block of 256 steps and
+// 384 columns into AVX2 panels.
+func BenchmarkPackB(b *testing.B) {
+	const k, n = 256, 384
+	src := make([]float32, k*n)
+	dst := make([]float32, k*n)
+	for range b.N {
+		packBBlock(dst, false, src, n, 0, 0, k, n, 8, 16, nil)
+	}
+	b.SetBytes(4 * k * n)
+}

@@ -33,6 +33,9 @@ type kernelSet struct {
 	mc      int // m block (multiple of mr)
 	nc      int // n block (multiple of nv*w)
 	kern    func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
+	// kernRows, if set, is kern reading A in place from a row-major
+	// matrix: row i of the tile at a[i*as:], step p at a[i*as+p].
+	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
 	// tr16, if set, transposes a 16×16 block: dst[i*ds+j] = src[j*ss+i].
 	tr16 func(dst []float32, ds int, src []float32, ss int)
 }
@@ -81,6 +84,10 @@ func (g Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 	}
 	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
+
+// rowsMaxN is the widest product whose row-major A is read in place
+// rather than packed, when the kernel set can (kernRows).
+var rowsMaxN = 384
 
 // smallGemm: products with m*n*k at most this use a plain loop.
 const smallGemm = 512
@@ -189,9 +196,13 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 
 	// Pack B unless it can be read in place and is reused little.
 	packB := tB || !ks.maskedB || m > 64*MR
-	// A is always packed unless it is stored transposed (then its columns are
-	// contiguous runs of mr floats) and reused little.
-	packA := !tA || n > 2*NR
+	// A is packed unless it is reused little: stored transposed (its
+	// columns are contiguous runs of mr floats) with n ≤ 2·NR, or stored
+	// by rows with n ≤ rowsMaxN and a kernel that reads rows in place.
+	// Packing costs a pass over the block, which pays only when the block
+	// meets many tiles of B.
+	rowsA := !tA && ks.kernRows != nil && n <= rowsMaxN
+	packA := (tA && n > 2*NR) || (!tA && !rowsA)
 
 	var ap, bp []float32
 	if packA {
@@ -240,16 +251,22 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 						mr := min(MR, mcur-ir)
 						var as []float32
 						var ast int
-						if packA {
+						cs := c[(ic+ir)*ldc+jc+jr:]
+						cs = cs[:(mr-1)*ldc+w]
+						switch {
+						case packA:
 							ast = mr
 							as = ap[ir*kcur : ir*kcur+kcur*mr]
-						} else {
+						case rowsA:
+							as = a[(ic+ir)*lda+pc:]
+							as = as[:(mr-1)*lda+kcur]
+							ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be)
+							continue
+						default:
 							ast = lda
 							as = a[pc*lda+ic+ir:]
 							as = as[:(kcur-1)*lda+mr]
 						}
-						cs := c[(ic+ir)*ldc+jc+jr:]
-						cs = cs[:(mr-1)*ldc+w]
 						kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be)
 					}
 				}
@@ -331,6 +348,12 @@ func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W,
 		st := ceilDiv(w, W) * W
 		d := dst[jr*kcur : jr*kcur+kcur*st]
 		col := jc + jr
+		if !tB && st == 16 && w == 16 {
+			// A whole AVX2 panel: a 64-byte move per step, which copy
+			// would make a call to memmove.
+			packB16(d, b[pc*ldb+col:], ldb, kcur)
+			continue
+		}
 		if !tB {
 			for p := 0; p < kcur; p++ {
 				e := d[p*st : p*st+st]

@@ -93,7 +93,47 @@ func BenchmarkPackB(b *testing.B) {
 	src := make([]float32, k*n)
 	dst := make([]float32, k*n)
 	for range b.N {
-		packBBlock(dst, false, src, n, 0, 0, k, n, 8, 16, nil)
+		packBBlock(dst, false, src, n, 0, 0, k, n, 8, 16, nil, 0)
+	}
+	b.SetBytes(4 * k * n)
+}
+
+func TestTranspose8AVX2(t *testing.T) {
+	if !detectCPU().avx2FMA {
+		t.Skip("no AVX2")
+	}
+	const ss, ds = 13, 11
+	src := make([]float32, 8*ss)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	dst := make([]float32, 8*ds)
+	for i := range dst {
+		dst[i] = -1
+	}
+	transpose8AVX2(&dst[0], ds*4, &src[0], ss*4)
+	for i := 0; i < 8; i++ {
+		for j := 0; j < ds; j++ {
+			want := float32(-1)
+			if j < 8 {
+				want = src[j*ss+i]
+			}
+			if dst[i*ds+j] != want {
+				t.Fatalf("dst[%d][%d] = %v, want %v", i, j, dst[i*ds+j], want)
+			}
+		}
+	}
+}
+
+// BenchmarkPackBT measures packing a transposed B block (256 steps of 384
+// columns, B stored 384×256) into AVX2 panels.
+func BenchmarkPackBT(b *testing.B) {
+	const k, n = 256, 384
+	src := make([]float32, k*n)
+	dst := make([]float32, k*n)
+	ks := availableKernels()[0]
+	for range b.N {
+		packBBlock(dst, true, src, k, 0, 0, k, n, 8, 16, ks.tr, ks.trN)
 	}
 	b.SetBytes(4 * k * n)
 }

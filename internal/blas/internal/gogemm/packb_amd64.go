@@ -18,3 +18,9 @@ func packB16(dst, src []float32, ldb, k int) {
 	_ = src[(k-1)*ldb+15]
 	packB16AVX(&dst[0], &src[0], ldb*4, k)
 }
+
+// transpose8AVX2 writes the transpose of an 8×8 block: dst row i (at
+// dst+i*ds bytes) receives column i of the src rows (at src+r*ss bytes).
+//
+//go:noescape
+func transpose8AVX2(dst *float32, ds int, src *float32, ss int)

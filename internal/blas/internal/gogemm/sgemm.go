@@ -36,8 +36,9 @@ type kernelSet struct {
 	// kernRows, if set, is kern reading A in place from a row-major
 	// matrix: row i of the tile at a[i*as:], step p at a[i*as+p].
 	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
-	// tr16, if set, transposes a 16×16 block: dst[i*ds+j] = src[j*ss+i].
-	tr16 func(dst []float32, ds int, src []float32, ss int)
+	// tr, if set, transposes a trN×trN block: dst[i*ds+j] = src[j*ss+i].
+	tr  func(dst []float32, ds int, src []float32, ss int)
+	trN int
 }
 
 // Impl is the pure-Go GEMM with one kernel set. It satisfies blas.Impl.
@@ -226,7 +227,7 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 				be = 1
 			}
 			if packB {
-				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr16)
+				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr, ks.trN)
 			}
 			for ic := 0; ic < m; ic += mc {
 				mcur := min(mc, m-ic)
@@ -342,7 +343,7 @@ func packABlock(dst []float32, tA bool, a []float32, lda, ic, pc, mcur, kcur, MR
 // packBBlock packs rows [pc, pc+kcur) and columns [jc, jc+ncur) of op(B) into
 // dst as consecutive panels of NR columns. Panel q starts at q*NR*kcur and
 // stores, for each step p, its columns padded with zeros to a multiple of W.
-func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W, NR int, tr16 func(dst []float32, ds int, src []float32, ss int)) {
+func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W, NR int, tr func(dst []float32, ds int, src []float32, ss int), trN int) {
 	for jr := 0; jr < ncur; jr += NR {
 		w := min(NR, ncur-jr)
 		st := ceilDiv(w, W) * W
@@ -363,17 +364,19 @@ func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W,
 			continue
 		}
 		// op(B)[p][j] = b[j*ldb+p].
-		k16, w16 := 0, 0
-		if tr16 != nil {
-			k16, w16 = kcur&^15, w&^15
-			for p0 := 0; p0 < k16; p0 += 16 {
-				for j := 0; j < w16; j += 16 {
-					tr16(d[p0*st+j:], st, b[(col+j)*ldb+pc+p0:], ldb)
+		// Whole trN×trN blocks by the kernel set's transpose, the edges
+		// in Go.
+		kt, wt := 0, 0
+		if tr != nil {
+			kt, wt = kcur/trN*trN, w/trN*trN
+			for p0 := 0; p0 < kt; p0 += trN {
+				for j := 0; j < wt; j += trN {
+					tr(d[p0*st+j:], st, b[(col+j)*ldb+pc+p0:], ldb)
 				}
 			}
 		}
-		packBTGo(d, st, b, ldb, col, pc, 0, kcur, w16, w)
-		packBTGo(d, st, b, ldb, col, pc, k16, kcur, 0, w16)
+		packBTGo(d, st, b, ldb, col, pc, 0, kcur, wt, w)
+		packBTGo(d, st, b, ldb, col, pc, kt, kcur, 0, wt)
 		if w < st {
 			for p := 0; p < kcur; p++ {
 				clear(d[p*st+w : p*st+st])

@@ -137,3 +137,31 @@ func BenchmarkPackBT(b *testing.B) {
 	}
 	b.SetBytes(4 * k * n)
 }
+
+// BenchmarkKernelAVX2 measures the AVX2 full-tile micro-kernels alone,
+// with their operands in cache: packed A and A read by rows.
+func BenchmarkKernelAVX2(b *testing.B) {
+	if !detectCPU().avx2FMA {
+		b.Skip("no AVX2")
+	}
+	for _, rows := range []bool{false, true} {
+		for _, kc := range []int{64, 128, 256} {
+			b.Run(fmt.Sprintf("rows=%v/kc=%d", rows, kc), func(b *testing.B) {
+				MR, NR := mrAVX2, 8*nvAVX2
+				a := make([]float32, MR*kc)
+				bb := make([]float32, NR*kc)
+				c := make([]float32, MR*NR)
+				kern, as := kernelAVX2.kern, MR
+				if rows {
+					kern, as = kernelAVX2.kernRows, kc
+				}
+				for i := 0; i < b.N; i++ {
+					for r := 0; r < 10; r++ {
+						kern(MR, nvAVX2, 8, kc, a, as, bb, NR, c, NR, 1, 1)
+					}
+				}
+				b.ReportMetric(2*float64(MR*NR)*float64(kc)*10*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GFLOP/s")
+			})
+		}
+	}
+}

@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/godist/godist/internal/futex"
+
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport/internal/shmring"
 )
@@ -58,8 +60,19 @@ func (s *shmSeg) state(i int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[i*64]))
 }
 
-// free gives slot i back to the sender.
-func (s *shmSeg) free(i int) { s.state(i).Store(0) }
+// waiting is set by a sender asleep on a slot's state word (acquire).
+func (s *shmSeg) waiting() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[shmSlots*64]))
+}
+
+// free gives slot i back to the sender, waking it if it sleeps.
+func (s *shmSeg) free(i int) {
+	st := s.state(i)
+	st.Store(0)
+	if s.waiting().Load() != 0 {
+		futex.Wake(st, 1)
+	}
+}
 
 func (s *shmSeg) slot(i int) []byte {
 	off := shmHeader + i*shmSlotSize
@@ -90,25 +103,17 @@ type shmOut struct {
 	closed atomic.Bool  // the link is closing
 }
 
-// acquire waits until the next slot is free and returns its index. The
-// receiver's reader frees slots as it copies them out, tens of µs apart,
-// so acquire polls: yielding to this process's goroutines (one of them
-// may be the reader that the peer waits on) for slotSpin, then to the
-// host's other threads as well (sched_yield) until slotYield, then
-// sleeping a millisecond at a time, as the runtime's timers do here.
-//
-// It never blocks its thread in the kernel. With GOMAXPROCS=1, which
-// `godist run` sets for two ranks on two CPUs, a thread asleep in a futex
-// keeps the process's only P until the runtime's monitor takes it back
-// (up to 10 ms), and the process's reader cannot run meanwhile. Two ranks
-// that both send large messages, each waiting for the other's reader to
-// free a slot, then advanced one nap at a time: 64 echoes of 1 MiB in
-// flight took 150 ms instead of 15.
+// acquire waits until the next slot is free and returns its index. It
+// yields for slotSpin, then sleeps on the slot's state word until the
+// receiver frees it (shmSeg.free), in naps that grow to slotNap, to look
+// at the connection and ctx and to let this process's goroutines run: a
+// sleep through the runtime's timers would last a millisecond here,
+// whatever it asks for, where a slot frees in tens of microseconds.
 func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	i := o.next
 	st := o.seg.state(i)
 	var start time.Time
-	for polls := 0; st.Load() != 0; polls++ {
+	for st.Load() != 0 {
 		if o.down.Load() || o.closed.Load() {
 			return 0, fmt.Errorf("transport: no free shared-memory slot: the connection is closed")
 		}
@@ -118,24 +123,30 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		switch waited := time.Since(start); {
-		case waited < slotSpin:
+		waited := time.Since(start)
+		if waited < slotSpin {
 			runtime.Gosched()
-		case waited < slotYield:
-			runtime.Gosched()
-			osYield()
-		default:
-			time.Sleep(slotNap)
+			continue
 		}
+		w := o.seg.waiting()
+		w.Store(1)
+		if st.Load() != 0 { // the receiver sees waiting, or we see the slot free
+			// Short naps, growing: a thread asleep in a futex keeps its
+			// P until the runtime's monitor takes it back (20 µs to 10
+			// ms), and this process's reader, which may be what the
+			// peer waits on, needs one.
+			futex.Wait(st, 1, min(max(waited/8, 20*time.Microsecond), slotNap))
+		}
+		w.Store(0)
+		runtime.Gosched()
 	}
 	o.next = (i + 1) % shmSlots
 	return i, nil
 }
 
 const (
-	slotSpin  = 200 * time.Microsecond
-	slotYield = 5 * time.Millisecond
-	slotNap   = 100 * time.Microsecond // a millisecond here
+	slotSpin = 200 * time.Microsecond
+	slotNap  = time.Millisecond
 )
 
 // backoff waits a little for room the peer will make in a frame ring:

@@ -45,14 +45,38 @@ type Fallible interface {
 	TryBackward(grad *tensor.Tensor) ([]*tensor.Tensor, error)
 }
 
+// Owned is a Function that keeps nothing it is given past the call that
+// gave it: after Forward, it holds the inputs' values and its output only
+// for its own Backward; after Backward, it holds neither them nor the
+// gradient Backward was given. What it saved of its own for Backward, it
+// gives back in Release, which the engine calls once the graph is freed
+// (a pass without RetainGraph, or one that failed); Backward does not run
+// after it.
+//
+// Apply treats an Owned Function as one of the package's operations: the
+// backward pass that frees the graph may recycle the gradient given to it
+// and the values around it (MarkTransient still decides for values).
+type Owned interface {
+	Function
+	Release()
+}
+
 // Apply runs f on the inputs' values and, when recording is on and some
 // input requires gradients, records it in the graph.
 //
-// f's code is outside the package, so the engine assumes it may keep what
-// it is given: the inputs' values and the gradient of its output are never
-// recycled (see MarkTransient), nor is its output.
+// f's code is outside the package, so unless f is Owned the engine
+// assumes it may keep what it is given: the inputs' values and the
+// gradient of its output are never recycled (see MarkTransient), nor is
+// its output.
 func Apply(f Function, inputs ...*Var) *Var {
-	return foreign(record(fmt.Sprintf("%T", f), f.Forward(values(inputs)), f.Backward, inputs...), inputs)
+	v := record(fmt.Sprintf("%T", f), f.Forward(values(inputs)), f.Backward, inputs...)
+	if o, ok := f.(Owned); ok {
+		if v.node != nil {
+			v.node.release = o.Release
+		}
+		return v
+	}
+	return foreign(v, inputs)
 }
 
 // foreign marks v as made by an outside Function from inputs.

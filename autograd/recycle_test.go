@@ -216,6 +216,50 @@ func TestOutsideFunctionKeepsWhatItSaw(t *testing.T) {
 	}
 }
 
+// doubler is an Owned Function: it keeps nothing it is given, and counts
+// its Release calls.
+type doubler struct{ released int }
+
+func (d *doubler) Forward(in []*tensor.Tensor) *tensor.Tensor {
+	return new(tensor.Tensor).MulScalar(in[0], 2)
+}
+
+func (d *doubler) Backward(g *tensor.Tensor) []*tensor.Tensor {
+	return []*tensor.Tensor{new(tensor.Tensor).MulScalar(g, 2)}
+}
+
+func (d *doubler) Release() { d.released++ }
+
+func TestOwnedFunctionLetsValuesBeRecycled(t *testing.T) {
+	m := newNet()
+	_, h, _ := m.forward(batch(0), true)
+	d := &doubler{}
+	out := Apply(d, h)
+	out.MarkTransient()
+	y := Linear(out, m.w2, nil)
+	if err := MeanAll(Square(y)).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !recycled(h) || !recycled(out) {
+		t.Fatalf("an Owned Function's transient input (recycled %v) or output (%v) was kept", recycled(h), recycled(out))
+	}
+	if d.released != 1 {
+		t.Fatalf("Release ran %d times, want once", d.released)
+	}
+
+	// With the graph retained nothing is recycled and nothing released.
+	_, h, _ = m.forward(batch(1), true)
+	d = &doubler{}
+	out = Apply(d, h)
+	out.MarkTransient()
+	if err := MeanAll(Square(Linear(out, m.w2, nil))).BackwardWith(nil, BackwardOptions{RetainGraph: true}); err != nil {
+		t.Fatal(err)
+	}
+	if recycled(h) || recycled(out) || d.released != 0 {
+		t.Fatalf("with RetainGraph: input recycled %v, output recycled %v, released %d times", recycled(h), recycled(out), d.released)
+	}
+}
+
 func TestComputingWithRecycledVarPanics(t *testing.T) {
 	m := newNet()
 	_, h, y := m.forward(batch(0), true)

@@ -185,6 +185,18 @@ func (e *Embedding) Forward(x *autograd.Var) *autograd.Var {
 	return autograd.Embedding(x.Value(), e.Weight)
 }
 
+// Hooked reports whether any of the layers has a forward hook or a
+// forward pre-hook: one that may keep the layer's input or output, which
+// then must not be marked transient (autograd.Var.MarkTransient).
+func Hooked(layers ...Layer) bool {
+	for _, l := range layers {
+		if b := l.base(); len(b.preHooks) > 0 || len(b.postHooks) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Sequential runs layers in order; its children are named "0", "1", ... as
 // in PyTorch, so state-dict names match torch.nn.Sequential's.
 //

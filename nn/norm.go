@@ -249,9 +249,9 @@ func (f *layerNormFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
 	}
 	rows := x.Numel() / f.d
 	f.w = w
-	f.xhat = tensor.New(x.DType(), x.Shape()...)
+	f.xhat = tensor.Empty(x.DType(), x.Shape()...)
 	f.invstd = make([]float64, rows)
-	y := tensor.New(x.DType(), x.Shape()...)
+	y := tensor.Empty(x.DType(), x.Shape()...)
 	switch x.DType() {
 	case tensor.Float32:
 		layerNorm32(y.Float32s(), f.xhat.Float32s(), x.Float32s(), w.Float32s(), b.Float32s(), f.invstd, rows, f.d, f.eps)
@@ -266,8 +266,8 @@ func (f *layerNormFn) Forward(in []*tensor.Tensor) *tensor.Tensor {
 func (f *layerNormFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
 	g = g.Contiguous()
 	rows := g.Numel() / f.d
-	dx := tensor.New(g.DType(), g.Shape()...)
-	dw, db := tensor.New(g.DType(), f.w.Shape()...), tensor.New(g.DType(), f.w.Shape()...)
+	dx := tensor.Empty(g.DType(), g.Shape()...)
+	dw, db := tensor.Empty(g.DType(), f.w.Shape()...), tensor.Empty(g.DType(), f.w.Shape()...)
 	switch g.DType() {
 	case tensor.Float32:
 		layerNormBack32(dx.Float32s(), dw.Float32s(), db.Float32s(), g.Float32s(), f.xhat.Float32s(), f.w.Float32s(), f.invstd, rows, f.d)
@@ -275,6 +275,13 @@ func (f *layerNormFn) Backward(g *tensor.Tensor) []*tensor.Tensor {
 		layerNormBack(dx.Float64s(), dw.Float64s(), db.Float64s(), g.Float64s(), f.xhat.Float64s(), f.w.Float64s(), f.invstd, rows, f.d)
 	}
 	return []*tensor.Tensor{dx, dw, db}
+}
+
+// Release gives back the normalised input saved for Backward
+// (autograd.Owned: the function keeps nothing else it was given).
+func (f *layerNormFn) Release() {
+	f.xhat.Recycle()
+	f.xhat, f.w = nil, nil
 }
 
 func layerNorm[T float](y, xhat, x, w, b []T, invstd []float64, rows, d int, eps float64) {

@@ -57,7 +57,16 @@ func (m *MultiheadAttention) Forward(x *autograd.Var) *autograd.Var {
 			m.InProjWeight.Value().Size(1), x.Shape(), m.InProjWeight.Value().Size(1)))
 	}
 	qkv := autograd.Linear(x, m.InProjWeight, m.InProjBias)
-	return Call(m.OutProj, autograd.Attention(qkv, m.Heads, m.Causal))
+	heads := autograd.Attention(qkv, m.Heads, m.Causal)
+	out := Call(m.OutProj, heads)
+	// qkv and the heads each fed one operation: the backward pass may
+	// recycle them (Transient), unless a hook of the out-projection saw
+	// its input.
+	qkv.MarkTransient()
+	if !Hooked(m.OutProj) {
+		heads.MarkTransient()
+	}
+	return out
 }
 
 // TransformerBlock is a pre-LayerNorm transformer layer: x + attention(
@@ -104,8 +113,27 @@ func NewTransformerBlock(rng *tensor.RNG, embed, heads, hidden int, p float64, c
 }
 
 // Forward applies the block to x (B, T, embed).
+//
+// The values inside the block feed only the block's next operations, so
+// it marks them transient (autograd.Var.MarkTransient) and the backward
+// pass recycles their storage, as nn.Sequential does for its inner
+// outputs; not when a hook on one of its layers may have kept one.
 func (b *TransformerBlock) Forward(x *autograd.Var) *autograd.Var {
-	x = autograd.Add(x, Call(b.Dropout1, Call(b.SelfAttn, Call(b.Norm1, x))))
-	h := Call(b.Dropout, autograd.Gelu(Call(b.Linear1, Call(b.Norm2, x))))
-	return autograd.Add(x, Call(b.Dropout2, Call(b.Linear2, h)))
+	n1 := Call(b.Norm1, x)
+	a := Call(b.Dropout1, Call(b.SelfAttn, n1))
+	x2 := autograd.Add(x, a)
+	n2 := Call(b.Norm2, x2)
+	l1 := Call(b.Linear1, n2)
+	g := autograd.Gelu(l1)
+	h := Call(b.Dropout, g)
+	l2 := Call(b.Dropout2, Call(b.Linear2, h))
+	out := autograd.Add(x2, l2)
+	if !Hooked(b.Norm1, b.SelfAttn, b.SelfAttn.OutProj, b.Dropout1, b.Norm2, b.Linear1, b.Dropout, b.Linear2, b.Dropout2) {
+		for _, v := range []*autograd.Var{n1, a, x2, n2, l1, g, h, l2} {
+			if v != x {
+				v.MarkTransient()
+			}
+		}
+	}
+	return out
 }

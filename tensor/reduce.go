@@ -42,9 +42,9 @@ func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Te
 	outer, n, inner := src.split3(dim)
 	switch a.dtype {
 	case Float32:
-		sumDim(dst.Float32s(), src.Float32s(), outer, n, inner, mean)
+		sumDim(dst.Float32s(), src.Float32s(), outer, n, inner, mean, simd.AccumF64)
 	case Float64:
-		sumDim(dst.Float64s(), src.Float64s(), outer, n, inner, mean)
+		sumDim(dst.Float64s(), src.Float64s(), outer, n, inner, mean, accumF64)
 	default:
 		panic(fmt.Sprintf("tensor: %s of a %v tensor", name, a.dtype))
 	}
@@ -54,21 +54,18 @@ func (t *Tensor) reduce(name string, a *Tensor, dim int, keepdim, mean bool) *Te
 	return t
 }
 
-func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
-	if s32, ok := any(s).([]float32); ok && inner == 1 {
-		for o := range outer {
-			row := s32[o*n : (o+1)*n]
-			sum, k := simd.SumF32(row) // float64 partial sums, as below
-			for _, x := range row[k:] {
-				sum += float64(x)
-			}
-			if mean {
-				sum /= float64(n)
-			}
-			d[o] = T(sum)
-		}
-		return
+// accumF64 is simd.AccumF64 for float64 rows.
+func accumF64(acc, x []float64) {
+	x = x[:len(acc)]
+	for i, v := range x {
+		acc[i] += v
 	}
+}
+
+// sumDim sums s (outer × n × inner) over its middle dimension into d
+// (outer × inner), in float64; accum adds a row of inner values to the
+// sums (simd.AccumF64 for float32: the same bits, vectorised).
+func sumDim[T float](d, s []T, outer, n, inner int, mean bool, accum func(acc []float64, x []T)) {
 	if inner == 1 {
 		for o := range outer {
 			var a0, a1, a2, a3 float64
@@ -99,10 +96,7 @@ func sumDim[T float](d, s []T, outer, n, inner int, mean bool) {
 			acc := buf[:min(len(buf), inner-lo)]
 			clear(acc)
 			for j := range n {
-				row := s[base+j*inner+lo : base+j*inner+lo+len(acc)]
-				for i, x := range row {
-					acc[i] += float64(x)
-				}
+				accum(acc, s[base+j*inner+lo:base+j*inner+lo+len(acc)])
 			}
 			out := d[o*inner+lo : o*inner+lo+len(acc)]
 			for i := range out {

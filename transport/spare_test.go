@@ -68,3 +68,22 @@ func TestSpareBounds(t *testing.T) {
 		t.Fatal("a closed connection made a spare")
 	}
 }
+
+// hugePages advises only the whole 2 MiB pages inside a buffer, whatever
+// its size and alignment, and leaves its bytes as they were.
+func TestHugePagesKeepsBytes(t *testing.T) {
+	for _, n := range []int{0, 1, 4096, 2<<20 - 1, 2<<20 + 1, 5<<20 + 7, 17 << 20} {
+		for _, off := range []int{0, 1, 4095} {
+			b := alloc8(n + off)[off:]
+			for i := range b {
+				b[i] = byte(i * 7)
+			}
+			hugePages(b)
+			for i := range b {
+				if b[i] != byte(i*7) {
+					t.Fatalf("n %d off %d: byte %d changed to %d", n, off, i, b[i])
+				}
+			}
+		}
+	}
+}

@@ -90,10 +90,24 @@ func isLayerNormWeight(name string) bool {
 // Forward returns the logits (B, T, Vocab) for token indices x (B, T).
 func (m *GPT) Forward(x *autograd.Var) *autograd.Var {
 	h := m.embed(x)
+	var made nn.Layer = m.Drop // h's maker
 	for _, b := range m.Blocks {
-		h = nn.Call(b, h)
+		next := nn.Call(b, h)
+		m.inner(h, made, b)
+		h, made = next, b
 	}
-	return m.head(h, m.Wte.Weight) // the tied head
+	y := m.head(h, m.Wte.Weight) // the tied head
+	m.inner(h, made, m.LnF)
+	return y
+}
+
+// inner marks h, made by layer made and fed to layer next only, transient
+// (nn.Sequential's rule): the backward pass may recycle it, unless a hook
+// of either layer saw it.
+func (m *GPT) inner(h *autograd.Var, made, next nn.Layer) {
+	if !nn.Hooked(made, next) {
+		h.MarkTransient()
+	}
 }
 
 func (m *GPT) embed(x *autograd.Var) *autograd.Var {
@@ -111,7 +125,11 @@ func (m *GPT) embed(x *autograd.Var) *autograd.Var {
 }
 
 func (m *GPT) head(h, weight *autograd.Var) *autograd.Var {
-	return autograd.Linear(nn.Call(m.LnF, h), weight, nil)
+	n := nn.Call(m.LnF, h)
+	if n != h && !nn.Hooked(m.LnF) {
+		n.MarkTransient()
+	}
+	return autograd.Linear(n, weight, nil)
 }
 
 // PipelineLayers returns the GPT as the sequence of layers a pipeline cuts

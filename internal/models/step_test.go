@@ -193,3 +193,48 @@ func TestStepAllocationStaysSmall(t *testing.T) {
 		}
 	}
 }
+
+// TestGPTStepAllocationStaysSmall is TestStepAllocationStaysSmall for the
+// tiny GPT: its blocks mark their inner values transient and LayerNorm is
+// an autograd.Owned Function, so a warm step takes its activations from
+// the pool. Before they did, a step of this shape allocated 2.3 MB; now
+// 0.7 MB, mostly tensor headers and graph nodes.
+func TestGPTStepAllocationStaysSmall(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop what it is given at random")
+	}
+	cfg := GPTConfig{Vocab: 256, Block: 32, Layers: 2, Heads: 4, Dim: 64}
+	m, err := NewGPT(tensor.NewRNG(0), cfg)
+	must(t, err)
+	rng := tensor.NewRNG(1)
+	x, y := tensor.New(tensor.Int64, 4, cfg.Block), tensor.New(tensor.Int64, 4, cfg.Block)
+	for i := range 4 * cfg.Block {
+		x.Reshape(-1).Set(float64(rng.IntN(256)), i)
+		y.Reshape(-1).Set(float64(rng.IntN(256)), i)
+	}
+	opt := optim.NewSGD(nn.Parameters(m), optim.SGDOptions{LR: 0.01, Momentum: 0.9})
+	step := func() error {
+		opt.ZeroGrad(false)
+		if err := Loss(nn.Call(m, autograd.Const(x)), y).Backward(nil); err != nil {
+			return err
+		}
+		opt.Step()
+		return nil
+	}
+	for range warmSteps {
+		must(t, step())
+	}
+	least := ^uint64(0)
+	for range 3 {
+		b0 := heapBytes()
+		for range 4 {
+			must(t, step())
+		}
+		least = min(least, (heapBytes()-b0)/4)
+	}
+	const limit = 1 << 20
+	t.Logf("GPT: %d B/step (limit %d)", least, limit)
+	if least > limit {
+		t.Errorf("a warm GPT step allocates %d bytes, more than %d", least, limit)
+	}
+}

@@ -60,11 +60,12 @@ var kernelAVX512 = &kernelSet{
 	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
 		sgemmKernelsAVX512[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
 	},
-	tr16: func(dst []float32, ds int, src []float32, ss int) {
+	tr: func(dst []float32, ds int, src []float32, ss int) {
 		_ = dst[15*ds+15]
 		_ = src[15*ss+15]
 		transpose16AVX512(&dst[0], ds*4, &src[0], ss*4)
 	},
+	trN: 16,
 }
 
 var kernelAVX2 = &kernelSet{
@@ -79,6 +80,15 @@ var kernelAVX2 = &kernelSet{
 	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
 		sgemmKernelsAVX2[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
 	},
+	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
+		sgemmKernelsAVX2R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	},
+	tr: func(dst []float32, ds int, src []float32, ss int) {
+		_ = dst[7*ds+7]
+		_ = src[7*ss+7]
+		transpose8AVX2(&dst[0], ds*4, &src[0], ss*4)
+	},
+	trN: 8,
 }
 
 // isaCap is GODIST_BLAS_ISA, a debugging override read once, when the

@@ -170,8 +170,16 @@ func (g *gen) avx512(mr, nv int) {
 
 // avx2 kernels require B to be packed (zero padded to nv*8 floats per step):
 // B loads are not masked. C accesses of the last vector use VMASKMOVPS.
-func (g *gen) avx2(mr, nv int) {
-	name := kname("AVX2", mr, nv)
+// avx2 writes the AVX2 kernel for an mr×(nv·8) tile. With rows, A is
+// read in place from a row-major matrix: row i of the tile at a+i*as
+// bytes, step p at +4p (the "AVX2R" kernels); without, from a packed
+// panel or a transposed matrix: step p at a+p*as, its mr rows contiguous.
+func (g *gen) avx2(mr, nv int, rows bool) {
+	isa := "AVX2"
+	if rows {
+		isa = "AVX2R"
+	}
+	name := kname(isa, mr, nv)
 	g.prologue(name)
 	g.p("\tMOVQ rem+64(FP), CX")
 	g.p("\tSHLQ $2, CX")
@@ -195,33 +203,63 @@ func (g *gen) avx2(mr, nv int) {
 	for i := 0; i < mr*nv; i++ {
 		g.p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
-	step := func() {
+	if rows && mr > 3 {
+		g.p("\tLEAQ (AX)(R8*2), SI") // rows 3.. from SI
+		g.p("\tADDQ R8, SI")
+	}
+	// aRow is the operand of row i of step u of an unrolled block.
+	aRow := func(i, u int) string {
+		if !rows {
+			return fmt.Sprintf("%d(AX)", 4*i)
+		}
+		base := "AX"
+		if i >= 3 {
+			base, i = "SI", i-3
+		}
+		if i == 0 {
+			return fmt.Sprintf("%d(%s)", 4*u, base)
+		}
+		return fmt.Sprintf("%d(%s)(R8*%d)", 4*u, base, i)
+	}
+	step := func(u int) {
 		for v := 0; v < nv; v++ {
 			g.p("\tVMOVUPS %d(BX), Y%d", 32*v, 12+v)
 		}
 		for i := 0; i < mr; i++ {
-			g.p("\tVBROADCASTSS %d(AX), Y14", 4*i)
+			g.p("\tVBROADCASTSS %s, Y14", aRow(i, u))
 			for v := 0; v < nv; v++ {
 				g.p("\tVFMADD231PS Y%d, Y14, Y%d", 12+v, i*nv+v)
 			}
 		}
-		g.p("\tADDQ R8, AX")
+		if !rows {
+			g.p("\tADDQ R8, AX")
+		}
 		g.p("\tADDQ R9, BX")
+	}
+	advance := func(steps int) { // rows: move A on by steps
+		if rows {
+			g.p("\tADDQ $%d, AX", 4*steps)
+			if mr > 3 {
+				g.p("\tADDQ $%d, SI", 4*steps)
+			}
+		}
 	}
 	g.p("\tMOVQ CX, R13")
 	g.p("\tSHRQ $2, R13")
 	g.p("\tJZ tail")
 	g.p("loop4:")
 	for u := 0; u < 4; u++ {
-		step()
+		step(u)
 	}
+	advance(4)
 	g.p("\tDECQ R13")
 	g.p("\tJNZ loop4")
 	g.p("tail:")
 	g.p("\tANDQ $3, CX")
 	g.p("\tJZ done")
 	g.p("loop1:")
-	step()
+	step(0)
+	advance(1)
 	g.p("\tDECQ CX")
 	g.p("\tJNZ loop1")
 	g.p("done:")
@@ -349,9 +387,11 @@ func main() {
 			s.avx512(mr, nv)
 		}
 	}
-	for mr := 1; mr <= avx2MR; mr++ {
-		for nv := 1; nv <= avx2NV; nv++ {
-			s.avx2(mr, nv)
+	for _, rows := range []bool{false, true} {
+		for mr := 1; mr <= avx2MR; mr++ {
+			for nv := 1; nv <= avx2NV; nv++ {
+				s.avx2(mr, nv, rows)
+			}
 		}
 	}
 	s.transpose16()
@@ -395,6 +435,7 @@ func main() {
 	d.p("")
 	decl("AVX512", avx512MR, avx512NV)
 	decl("AVX2", avx2MR, avx2NV)
+	decl("AVX2R", avx2MR, avx2NV)
 
 	if err := os.WriteFile("sgemm_kern_amd64.s", s.buf.Bytes(), 0o644); err != nil {
 		panic(err)

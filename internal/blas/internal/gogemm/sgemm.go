@@ -33,8 +33,12 @@ type kernelSet struct {
 	mc      int // m block (multiple of mr)
 	nc      int // n block (multiple of nv*w)
 	kern    func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
-	// tr16, if set, transposes a 16×16 block: dst[i*ds+j] = src[j*ss+i].
-	tr16 func(dst []float32, ds int, src []float32, ss int)
+	// kernRows, if set, is kern reading A in place from a row-major
+	// matrix: row i of the tile at a[i*as:], step p at a[i*as+p].
+	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
+	// tr, if set, transposes a trN×trN block: dst[i*ds+j] = src[j*ss+i].
+	tr  func(dst []float32, ds int, src []float32, ss int)
+	trN int
 }
 
 // Impl is the pure-Go GEMM with one kernel set. It satisfies blas.Impl.
@@ -81,6 +85,10 @@ func (g Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 	}
 	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
+
+// rowsMaxN is the widest product whose row-major A is read in place
+// rather than packed, when the kernel set can (kernRows).
+var rowsMaxN = 384
 
 // smallGemm: products with m*n*k at most this use a plain loop.
 const smallGemm = 512
@@ -189,9 +197,13 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 
 	// Pack B unless it can be read in place and is reused little.
 	packB := tB || !ks.maskedB || m > 64*MR
-	// A is always packed unless it is stored transposed (then its columns are
-	// contiguous runs of mr floats) and reused little.
-	packA := !tA || n > 2*NR
+	// A is packed unless it is reused little: stored transposed (its
+	// columns are contiguous runs of mr floats) with n ≤ 2·NR, or stored
+	// by rows with n ≤ rowsMaxN and a kernel that reads rows in place.
+	// Packing costs a pass over the block, which pays only when the block
+	// meets many tiles of B.
+	rowsA := !tA && ks.kernRows != nil && n <= rowsMaxN
+	packA := (tA && n > 2*NR) || (!tA && !rowsA)
 
 	var ap, bp []float32
 	if packA {
@@ -215,7 +227,7 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 				be = 1
 			}
 			if packB {
-				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr16)
+				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr, ks.trN)
 			}
 			for ic := 0; ic < m; ic += mc {
 				mcur := min(mc, m-ic)
@@ -240,16 +252,22 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 						mr := min(MR, mcur-ir)
 						var as []float32
 						var ast int
-						if packA {
+						cs := c[(ic+ir)*ldc+jc+jr:]
+						cs = cs[:(mr-1)*ldc+w]
+						switch {
+						case packA:
 							ast = mr
 							as = ap[ir*kcur : ir*kcur+kcur*mr]
-						} else {
+						case rowsA:
+							as = a[(ic+ir)*lda+pc:]
+							as = as[:(mr-1)*lda+kcur]
+							ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be)
+							continue
+						default:
 							ast = lda
 							as = a[pc*lda+ic+ir:]
 							as = as[:(kcur-1)*lda+mr]
 						}
-						cs := c[(ic+ir)*ldc+jc+jr:]
-						cs = cs[:(mr-1)*ldc+w]
 						kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be)
 					}
 				}
@@ -325,12 +343,18 @@ func packABlock(dst []float32, tA bool, a []float32, lda, ic, pc, mcur, kcur, MR
 // packBBlock packs rows [pc, pc+kcur) and columns [jc, jc+ncur) of op(B) into
 // dst as consecutive panels of NR columns. Panel q starts at q*NR*kcur and
 // stores, for each step p, its columns padded with zeros to a multiple of W.
-func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W, NR int, tr16 func(dst []float32, ds int, src []float32, ss int)) {
+func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W, NR int, tr func(dst []float32, ds int, src []float32, ss int), trN int) {
 	for jr := 0; jr < ncur; jr += NR {
 		w := min(NR, ncur-jr)
 		st := ceilDiv(w, W) * W
 		d := dst[jr*kcur : jr*kcur+kcur*st]
 		col := jc + jr
+		if !tB && st == 16 && w == 16 {
+			// A whole AVX2 panel: a 64-byte move per step, which copy
+			// would make a call to memmove.
+			packB16(d, b[pc*ldb+col:], ldb, kcur)
+			continue
+		}
 		if !tB {
 			for p := 0; p < kcur; p++ {
 				e := d[p*st : p*st+st]
@@ -340,17 +364,19 @@ func packBBlock(dst []float32, tB bool, b []float32, ldb, pc, jc, kcur, ncur, W,
 			continue
 		}
 		// op(B)[p][j] = b[j*ldb+p].
-		k16, w16 := 0, 0
-		if tr16 != nil {
-			k16, w16 = kcur&^15, w&^15
-			for p0 := 0; p0 < k16; p0 += 16 {
-				for j := 0; j < w16; j += 16 {
-					tr16(d[p0*st+j:], st, b[(col+j)*ldb+pc+p0:], ldb)
+		// Whole trN×trN blocks by the kernel set's transpose, the edges
+		// in Go.
+		kt, wt := 0, 0
+		if tr != nil {
+			kt, wt = kcur/trN*trN, w/trN*trN
+			for p0 := 0; p0 < kt; p0 += trN {
+				for j := 0; j < wt; j += trN {
+					tr(d[p0*st+j:], st, b[(col+j)*ldb+pc+p0:], ldb)
 				}
 			}
 		}
-		packBTGo(d, st, b, ldb, col, pc, 0, kcur, w16, w)
-		packBTGo(d, st, b, ldb, col, pc, k16, kcur, 0, w16)
+		packBTGo(d, st, b, ldb, col, pc, 0, kcur, wt, w)
+		packBTGo(d, st, b, ldb, col, pc, kt, kcur, 0, wt)
 		if w < st {
 			for p := 0; p < kcur; p++ {
 				clear(d[p*st+w : p*st+st])

@@ -142,3 +142,53 @@ const (
 	mrAVX2 = 6
 	nvAVX2 = 2
 )
+
+//go:noescape
+func sgemmKernAVX2R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX2R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+var sgemmKernelsAVX2R = [6][2]asmKernel{
+	{sgemmKernAVX2R_1x1, sgemmKernAVX2R_1x2},
+	{sgemmKernAVX2R_2x1, sgemmKernAVX2R_2x2},
+	{sgemmKernAVX2R_3x1, sgemmKernAVX2R_3x2},
+	{sgemmKernAVX2R_4x1, sgemmKernAVX2R_4x2},
+	{sgemmKernAVX2R_5x1, sgemmKernAVX2R_5x2},
+	{sgemmKernAVX2R_6x1, sgemmKernAVX2R_6x2},
+}
+
+const (
+	mrAVX2R = 6
+	nvAVX2R = 2
+)

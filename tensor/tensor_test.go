@@ -509,24 +509,3 @@ func TestConv2dBackwardIntoDestinations(t *testing.T) {
 		t.Fatal("unwanted gradients computed, or the weight gradient alone differs")
 	}
 }
-
-// TestSumOfRowsFloat32 checks sums and means along the last dimension of
-// float32 (the vector kernel's float64 partial sums) against float64's,
-// for row lengths around its width.
-func TestSumOfRowsFloat32(t *testing.T) {
-	rng := NewRNG(19)
-	for _, n := range []int{1, 15, 16, 17, 100, 784, 1001} {
-		x := Randn(rng, 3, n)
-		for _, mean := range []bool{false, true} {
-			got, want := new(Tensor).Sum(x, 1, false), new(Tensor).Sum(x.To(Float64), 1, false)
-			if mean {
-				got, want = new(Tensor).Mean(x, 1, false), new(Tensor).Mean(x.To(Float64), 1, false)
-			}
-			for i := range 3 {
-				if g, w := got.Float32s()[i], float32(want.Float64s()[i]); g != w {
-					t.Fatalf("n %d mean %v row %d: %v, want %v", n, mean, i, g, w)
-				}
-			}
-		}
-	}
-}

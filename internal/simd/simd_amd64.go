@@ -185,20 +185,6 @@ func reluBackwardF32(dst, g, y []float32) int {
 	return n
 }
 
-// sumF32AVX2 sums n floats, n a multiple of 16, in float64
-// (simd_amd64.s).
-//
-//go:noescape
-func sumF32AVX2(x *float32, n int) float64
-
-func sumF32(x []float32) (float64, int) {
-	n := len(x) &^ 15
-	if !hasAVX2 || n == 0 {
-		return 0, 0
-	}
-	return sumF32AVX2(&x[0], n), n
-}
-
 // copyRowsF32AVX2 copies rows of w ≥ 8 floats (simd_amd64.s); strides in
 // bytes.
 //

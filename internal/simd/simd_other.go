@@ -36,8 +36,6 @@ func reluF32(dst, x []float32) int { return 0 }
 
 func reluBackwardF32(dst, g, y []float32) int { return 0 }
 
-func sumF32(x []float32) (float64, int) { return 0, 0 }
-
 func maxPool2x2BackF32(dx, g []float32, idx []int64, rows, w, ow int) (ok, done bool) {
 	return true, false
 }

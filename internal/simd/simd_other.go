@@ -2,6 +2,10 @@
 
 package simd
 
+// hasAVX2 and hasFMA are false: there are no vector kernels here (the
+// tests read them).
+var hasAVX2, hasFMA bool
+
 func addF32(dst, src []float32) int { return addF32Go(dst, src) }
 
 func sgdMomentumF32(w, g, buf []float32, lr, momentum float32) int { return 0 }

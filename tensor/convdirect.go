@@ -157,11 +157,13 @@ func directForward[T float](out, xpad, w, bias []T, d directGeom, n, oc int) {
 				simd.ConvRows(ob[r0*d.grid:], d.grid, x, d.taps, wg, b, r, d.grid)
 				continue
 			}
-			for oi := range d.oh {
-				if oi*d.ow+d.row <= pix {
-					simd.ConvRows(o[r0*pix+oi*d.ow:], pix, x[oi*d.wp:], d.taps, wg, b, r, d.row)
-					continue
-				}
+			// The rows whose spill stays in the plane, in one call.
+			direct := min(d.oh, (pix-d.row)/d.ow+1)
+			if pix < d.row {
+				direct = 0
+			}
+			simd.ConvRowBlocks(o[r0*pix:], pix, d.ow, x, d.wp, d.taps, wg, b, r, d.row, direct)
+			for oi := direct; oi < d.oh; oi++ {
 				simd.ConvRows(ob, d.row, x[oi*d.wp:], d.taps, wg, b, r, d.row)
 				for c := range r {
 					copy(o[(r0+c)*pix+oi*d.ow:(r0+c)*pix+(oi+1)*d.ow], ob[c*d.row:])
@@ -283,22 +285,31 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 		for a := range len(starts) - 1 {
 			c0, r := starts[a], starts[a+1]-starts[a]
 			wg0 := wp[c0*k : (c0+r)*k]
-			for hi := range d.h {
+			for hi := 0; hi < d.h; {
 				if lo[hi] >= up[hi] { // no tap reaches g
 					for c := range r {
 						clear(x[(c0+c)*hw+hi*d.w : (c0+c)*hw+(hi+1)*d.w])
 					}
+					hi++
 					continue
 				}
 				t0, t1 := lo[hi]*tap, up[hi]*tap
-				if hi*d.w+w16 <= hw {
-					simd.ConvRows(x[c0*hw+hi*d.w:], hw, gx[hi*wg:], taps.Slice(t0, t1), wg0[t0*r:t1*r], nil, r, w16)
+				// The following rows with the same taps whose spill stays in
+				// the plane, in one call.
+				end := hi
+				for end < d.h && lo[end] == lo[hi] && up[end] == up[hi] && end*d.w+w16 <= hw {
+					end++
+				}
+				if end > hi {
+					simd.ConvRowBlocks(x[c0*hw+hi*d.w:], hw, d.w, gx[hi*wg:], wg, taps.Slice(t0, t1), wg0[t0*r:t1*r], nil, r, w16, end-hi)
+					hi = end
 					continue
 				}
 				simd.ConvRows(ob, w16, gx[hi*wg:], taps.Slice(t0, t1), wg0[t0*r:t1*r], nil, r, w16)
 				for c := range r {
 					copy(x[(c0+c)*hw+hi*d.w:(c0+c)*hw+(hi+1)*d.w], ob[c*w16:])
 				}
+				hi++
 			}
 		}
 	}

@@ -49,18 +49,33 @@ func (t Taps) Slice(i, j int) Taps { return Taps{t.offs[i:j:j], t.lo, t.hi} }
 // taps.Len(); a nil bias is zeros). The sums may be taken in any order,
 // with fused multiply-adds; the bias is added to the finished sum.
 func ConvRows[T Float](out []T, ldo int, x []T, taps Taps, w, bias []T, r, n int) {
-	offs := taps.offs
-	checkConvRows(len(out), ldo, len(x), taps, len(w), r, n)
+	ConvRowBlocks(out, ldo, 0, x, 0, taps, w, bias, r, n, 1)
+}
+
+// ConvRowBlocks is ConvRows blocks times, block b writing out[b*ostep:]
+// from x[b*xstep:], in order (so a block may overwrite what the one
+// before wrote past its positions): a convolution's output rows in one
+// call.
+func ConvRowBlocks[T Float](out []T, ldo, ostep int, x []T, xstep int, taps Taps, w, bias []T, r, n, blocks int) {
+	if blocks < 0 || ostep < 0 || xstep < 0 {
+		panic(fmt.Sprintf("simd: ConvRowBlocks of %d blocks, steps %d and %d", blocks, ostep, xstep))
+	}
+	if blocks == 0 {
+		return
+	}
+	checkConvRows(len(out)-(blocks-1)*ostep, ldo, len(x)-(blocks-1)*xstep, taps, len(w), r, n)
 	if bias != nil && len(bias) < r {
 		panic(fmt.Sprintf("simd: ConvRows of %d rows with %d biases", r, len(bias)))
 	}
 	if r == 0 || n == 0 {
 		return
 	}
-	if o32, ok := any(out).([]float32); ok && convRowsF32(o32, ldo, any(x).([]float32), offs, any(w).([]float32), any(bias).([]float32), r, n) {
+	if o32, ok := any(out).([]float32); ok && convRowsF32(o32, ldo, ostep, any(x).([]float32), xstep, taps.offs, any(w).([]float32), any(bias).([]float32), r, n, blocks) {
 		return
 	}
-	convRowsGo(out, ldo, x, offs, w, bias, r, n)
+	for b := range blocks {
+		convRowsGo(out[b*ostep:], ldo, x[b*xstep:], taps.offs, w, bias, r, n)
+	}
 }
 
 // Float are the element types of the generic kernels.

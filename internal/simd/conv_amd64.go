@@ -2,7 +2,7 @@ package simd
 
 // convRowsF32 runs ConvRows's AVX2 kernel when n is a multiple of 16,
 // reporting whether it did.
-func convRowsF32(out []float32, ldo int, x []float32, offs []int, w, bias []float32, r, n int) bool {
+func convRowsF32(out []float32, ldo, ostep int, x []float32, xstep int, offs []int, w, bias []float32, r, n, blocks int) bool {
 	if !hasFMA || n%16 != 0 || len(offs) == 0 {
 		return false
 	}
@@ -10,7 +10,7 @@ func convRowsF32(out []float32, ldo int, x []float32, offs []int, w, bias []floa
 	if bias != nil {
 		b = &bias[0]
 	}
-	convRowsAVX2[r](&out[0], ldo*4, &x[0], &offs[0], &w[0], len(offs), n/16, b)
+	convRowsAVX2[r](&out[0], ldo*4, &x[0], &offs[0], &w[0], len(offs), n/16, b, blocks, (xstep-n)*4, (ostep-n)*4)
 	return true
 }
 

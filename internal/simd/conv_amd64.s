@@ -4,9 +4,10 @@
 
 #include "textflag.h"
 
-// func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*1+i]·x[offs[k]+p] for i < 1, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_1(SB), NOSPLIT, $0-64
+// func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*1+i]·x[offs[k]+p] + bias[i] for i < 1, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_1(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -42,12 +43,20 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*2+i]·x[offs[k]+p] for i < 2, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_2(SB), NOSPLIT, $0-64
+// func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*2+i]·x[offs[k]+p] + bias[i] for i < 2, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_2(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -94,12 +103,20 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*3+i]·x[offs[k]+p] for i < 3, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_3(SB), NOSPLIT, $0-64
+// func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*3+i]·x[offs[k]+p] + bias[i] for i < 3, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_3(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -157,12 +174,20 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*4+i]·x[offs[k]+p] for i < 4, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_4(SB), NOSPLIT, $0-64
+// func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*4+i]·x[offs[k]+p] + bias[i] for i < 4, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_4(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -231,12 +256,20 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*5+i]·x[offs[k]+p] for i < 5, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_5(SB), NOSPLIT, $0-64
+// func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*5+i]·x[offs[k]+p] + bias[i] for i < 5, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_5(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -316,12 +349,20 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 
-// func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
-// out[i*ldo+p] = bias[i] + Σ_k w[k*6+i]·x[offs[k]+p] for i < 6, p < 16n; ldo in bytes.
-TEXT ·convRowsAVX2_6(SB), NOSPLIT, $0-64
+// func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
+// out[i*ldo+p] = Σ_k w[k*6+i]·x[offs[k]+p] + bias[i] for i < 6, p < 16n; ldo in bytes;
+// blocks times, x and out advanced after each by xadv and oadv more bytes.
+TEXT ·convRowsAVX2_6(SB), NOSPLIT, $0-88
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R8
 	MOVQ x+16(FP), SI
@@ -412,6 +453,13 @@ kloop:
 	ADDQ $64, DI
 	DECQ R12
 	JNZ chunk
+	DECQ blocks+64(FP)
+	JZ rowsdone
+	ADDQ xadv+72(FP), SI
+	ADDQ oadv+80(FP), DI
+	MOVQ n+48(FP), R12
+	JMP chunk
+rowsdone:
 	VZEROUPPER
 	RET
 

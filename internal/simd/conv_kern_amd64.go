@@ -5,22 +5,22 @@
 package simd
 
 //go:noescape
-func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_1(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
-func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_2(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
-func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_3(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
-func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_4(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
-func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_5(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
-func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32)
+func convRowsAVX2_6(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int)
 
 //go:noescape
 func convDWAVX2_1x1(dw *float32, ldw int, grad *float32, ldg, gimg int, x *float32, ximg int, offs *int, nimg, n int)
@@ -74,7 +74,7 @@ func maxPool2x2AVX2(out *float32, idx *int64, x *float32, rows, w, ow int)
 func maxPool2x2BackAVX2(dx, grad *float32, idx *int64, rows, w, ow int) int
 
 // convRowsAVX2 is indexed by the tile's rows.
-var convRowsAVX2 = [...]func(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32){
+var convRowsAVX2 = [...]func(out *float32, ldo int, x *float32, offs *int, w *float32, k, n int, bias *float32, blocks, xadv, oadv int){
 	nil,
 	convRowsAVX2_1,
 	convRowsAVX2_2,

@@ -159,6 +159,8 @@ func TestConvBounds(t *testing.T) {
 	mustPanic("ConvRows of 7 rows", func() { ConvRows(out, 8, x, NewTaps([]int{0}), w, nil, 7, 8) })
 	mustPanic("ConvRows with few biases", func() { ConvRows(out, 16, x, NewTaps([]int{0}), w, w[:1], 2, 16) })
 	mustPanic("ConvDW reading past x", func() { ConvDW(out, 2, x, 8, 16, x, 16, NewTaps([]int{0, 40}), 2, 2, 16) })
+	mustPanic("ConvRowBlocks writing past out", func() { ConvRowBlocks(out, 16, 16, x, 0, NewTaps([]int{0}), w, nil, 1, 16, 5) })
+	mustPanic("ConvRowBlocks reading past x", func() { ConvRowBlocks(out, 16, 0, x, 30, NewTaps([]int{0}), w, nil, 1, 16, 3) })
 	taps := NewTaps([]int{0, 40, 1})
 	mustPanic("ConvRows reading past x by a slice's whole set", func() { ConvRows(out, 16, x, taps.Slice(0, 1), w, nil, 2, 32) })
 	mustPanic("ConvDW of a 4×4 tile", func() { ConvDW(out, 4, x, 8, 16, x, 8, NewTaps([]int{0, 1, 2, 3}), 4, 1, 8) })
@@ -437,6 +439,37 @@ func TestCopyRows(t *testing.T) {
 				}
 				if dst[i] != want {
 					t.Fatalf("w %d rows %d: dst[%d] = %v, want %v", w, rows, i, dst[i], want)
+				}
+			}
+		}
+	}
+}
+
+// TestConvRowBlocks checks blocks of ConvRows, whose outputs may overlap
+// (a block overwriting what the one before wrote past its positions),
+// against the Go code applied block after block.
+func TestConvRowBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for r := 1; r <= 6; r++ {
+		for _, n := range []int{16, 32, 48} {
+			for _, blocks := range []int{1, 2, 5} {
+				for _, ostep := range []int{n - 4, n, n + 3} {
+					xstep := n - 2 + rng.IntN(6)
+					ldo := blocks*ostep + n
+					offs := []int{0, 1, 2, 13, 14, 15, 40}
+					x := randF32(rng, (blocks-1)*xstep+40+n)
+					w, bias := randF32(rng, len(offs)*r), randF32(rng, r)
+					out := make([]float32, (r-1)*ldo+(blocks-1)*ostep+n)
+					ConvRowBlocks(out, ldo, ostep, x, xstep, NewTaps(offs), w, bias, r, n, blocks)
+					want := make([]float32, len(out))
+					for b := range blocks {
+						convRowsGo(want[b*ostep:], ldo, x[b*xstep:], offs, w, bias, r, n)
+					}
+					for i := range want {
+						if !close32(out[i], want[i], 100) {
+							t.Fatalf("r %d n %d blocks %d ostep %d: out[%d] = %v, want %v", r, n, blocks, ostep, i, out[i], want[i])
+						}
+					}
 				}
 			}
 		}

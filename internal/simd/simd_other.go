@@ -26,7 +26,7 @@ func sigmoidF32(dst, x []float32) int { return 0 }
 
 func tanhF32(dst, x []float32) int { return 0 }
 
-func convRowsF32(out []float32, ldo int, x []float32, offs []int, w, bias []float32, r, n int) bool {
+func convRowsF32(out []float32, ldo, ostep int, x []float32, xstep int, offs []int, w, bias []float32, r, n, blocks int) bool {
 	return false
 }
 

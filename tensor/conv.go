@@ -331,14 +331,7 @@ func Conv2dBackward(g, x, w *Tensor, columns *ConvColumns, p Conv2dParams, dx, d
 		panic("tensor: Conv2dBackward with columns of another convolution")
 	}
 	if useDirect(geo, x.dtype) {
-		directConvBackward(g, x, w, columns, geo, dx, dw)
-		if db != nil {
-			gc := g.Contiguous()
-			perImage := new(Tensor).Sum(gc.Reshape(n, oc, geo.oh*geo.ow), 2, false)
-			db.Sum(perImage, 0, false)
-			perImage.Recycle()
-			recycleCopy(gc, g)
-		}
+		directConvBackward(g, x, w, columns, geo, dx, dw, db)
 		return dx, dw, db
 	}
 	return im2colConvBackward(g, x, w, columns, geo, dx, dw, db)

@@ -315,6 +315,28 @@ func directInputGrad[T float](dx, g, w []T, d directGeom, n, oc int) {
 	}
 }
 
+// directBiasGrad sets db (OC) to the sums of the output gradient g
+// (N×OC×P) over the images and positions, each in float64 and rounded
+// once.
+func directBiasGrad[T float](db, g []T, n, oc, pix int) {
+	g32, is32 := any(g).([]float32)
+	for o := range oc {
+		var s float64
+		for i := range n {
+			k := 0
+			if is32 {
+				var v float64
+				v, k = simd.SumF32(g32[(i*oc+o)*pix : (i*oc+o+1)*pix])
+				s += v
+			}
+			for _, v := range g[(i*oc+o)*pix+k : (i*oc+o+1)*pix] {
+				s += float64(v)
+			}
+		}
+		db[o] = T(s)
+	}
+}
+
 // dtypeOf is the DType of T.
 func dtypeOf[T float]() DType {
 	var z T
@@ -364,7 +386,7 @@ func directConv(x, w, b *Tensor, g convGeom) (*Tensor, *ConvColumns) {
 
 // directConvBackward is Conv2dBackward on the direct path; columns, when
 // not nil, hold the padded images that directConv kept.
-func directConvBackward(g, x, w *Tensor, columns *ConvColumns, geo convGeom, dx, dw *Tensor) {
+func directConvBackward(g, x, w *Tensor, columns *ConvColumns, geo convGeom, dx, dw, db *Tensor) {
 	d := newDirectGeom(geo)
 	n, oc := x.shape[0], w.shape[0]
 	gc, wc := g.Contiguous(), w.Contiguous()
@@ -395,6 +417,18 @@ func directConvBackward(g, x, w *Tensor, columns *ConvColumns, geo convGeom, dx,
 			directWeightGrad(dw.Float32s(), gc.Float32s(), xpad.Float32s(), d, n, oc)
 		case Float64:
 			directWeightGrad(dw.Float64s(), gc.Float64s(), xpad.Float64s(), d, n, oc)
+		}
+	}
+	if db != nil {
+		db.prepareAll(g.dtype, []int{oc}, "Conv2dBackward") // directBiasGrad overwrites it
+		if !db.IsContiguous() {
+			panic("tensor: Conv2dBackward into a non-contiguous bias gradient")
+		}
+		switch x.dtype {
+		case Float32:
+			directBiasGrad(db.Float32s(), gc.Float32s(), n, oc, geo.oh*geo.ow)
+		case Float64:
+			directBiasGrad(db.Float64s(), gc.Float64s(), n, oc, geo.oh*geo.ow)
 		}
 	}
 	if dx != nil {

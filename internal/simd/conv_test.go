@@ -475,3 +475,38 @@ func TestConvRowBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestSumF32 checks the float64 sum of float32s: exactly for small
+// integers (whose float64 sums are exact), within rounding for terms of
+// mixed magnitudes.
+func TestSumF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{0, 1, 15, 16, 17, 100, 784, 1000} {
+		x := make([]float32, n)
+		var want float64
+		for i := range x {
+			x[i] = float32(rng.IntN(2001) - 1000) // sums of these are exact
+			want += float64(x[i])
+		}
+		s, k := SumF32(x)
+		if hasAVX2 && k != n&^15 {
+			t.Fatalf("n %d: vectorised %d", n, k)
+		}
+		for _, v := range x[k:] {
+			s += float64(v)
+		}
+		if s != want {
+			t.Fatalf("n %d: sum %v, want %v", n, s, want)
+		}
+	}
+	// Large and small terms: within float64 rounding of the Go sum.
+	x := make([]float32, 4096)
+	var want float64
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(10)-5)))
+		want += float64(x[i])
+	}
+	if s, k := SumF32(x); k == len(x) && math.Abs(s-want) > 1e-12*math.Abs(want)+1e-12 {
+		t.Fatalf("sum %v, want %v", s, want)
+	}
+}

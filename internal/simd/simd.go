@@ -139,3 +139,10 @@ func ReLUF32(dst, x []float32) int { return reluF32(dst, x[:len(dst)]) }
 func ReLUBackwardF32(dst, g, y []float32) int {
 	return reluBackwardF32(dst, g[:len(dst)], y[:len(dst)])
 }
+
+// SumF32 returns the sum, in float64, of the longest prefix of x it can
+// vectorise (a multiple of 16, with AVX2), and that prefix's length; the
+// caller adds the rest. Each element is exact in float64 and the partial
+// sums are float64 (sixteen of them, added pairwise at the end), so the
+// order of the additions barely shows; it is not the scalar loop's.
+func SumF32(x []float32) (float64, int) { return sumF32(x) }

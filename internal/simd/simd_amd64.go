@@ -198,3 +198,17 @@ func copyRowsF32(dst []float32, ldd int, src []float32, lds int, rows, w int) bo
 	copyRowsF32AVX2(&dst[0], ldd*4, &src[0], lds*4, rows, w)
 	return true
 }
+
+// sumF32AVX2 sums n floats, n a multiple of 16, in float64
+// (simd_amd64.s).
+//
+//go:noescape
+func sumF32AVX2(x *float32, n int) float64
+
+func sumF32(x []float32) (float64, int) {
+	n := len(x) &^ 15
+	if !hasAVX2 || n == 0 {
+		return 0, 0
+	}
+	return sumF32AVX2(&x[0], n), n
+}

@@ -257,3 +257,38 @@ crloop:
 	VZEROUPPER
 crdone:
 	RET
+
+// func sumF32AVX2(x *float32, n int) float64
+// The sum of n floats (n a multiple of 16) in float64: four vectors of
+// four float64 partial sums, added pairwise at the end.
+TEXT ·sumF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	SHRQ   $4, CX
+	JZ     sumreduce
+sumloop:
+	VCVTPS2PD (SI), Y4
+	VCVTPS2PD 16(SI), Y5
+	VCVTPS2PD 32(SI), Y6
+	VCVTPS2PD 48(SI), Y7
+	VADDPD    Y4, Y0, Y0
+	VADDPD    Y5, Y1, Y1
+	VADDPD    Y6, Y2, Y2
+	VADDPD    Y7, Y3, Y3
+	ADDQ      $64, SI
+	DECQ      CX
+	JNZ       sumloop
+sumreduce:
+	VADDPD       Y1, Y0, Y0
+	VADDPD       Y3, Y2, Y2
+	VADDPD       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD       X1, X0, X0
+	VHADDPD      X0, X0, X0
+	VMOVSD       X0, ret+16(FP)
+	VZEROUPPER
+	RET

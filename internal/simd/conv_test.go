@@ -353,6 +353,7 @@ func TestConvFallbacks(t *testing.T) {
 // fails the call, in the vector kernel and in the Go code.
 func TestMaxPool2x2BackwardF32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
+	defer func(had bool) { hasAVX2 = had }(hasAVX2)
 	for _, vec := range []bool{true, false} {
 		if !vec {
 			if !hasAVX2 {
@@ -416,7 +417,6 @@ func TestMaxPool2x2BackwardF32(t *testing.T) {
 			}
 		}
 	}
-	hasAVX2 = true
 }
 
 // TestCopyRows checks strided row copies for widths around the vector

@@ -1,6 +1,9 @@
 // Package simd holds the few vector kernels on hot paths that are not
-// GEMMs (the reduction of received chunks, the SGD update), with portable
-// Go fallbacks that round exactly as the vector code does.
+// GEMMs (the reduction of received chunks, the SGD update; direct
+// convolution, 2×2 max pooling and ReLU for the local core), with
+// portable Go fallbacks that round exactly as the vector code does, but
+// for the convolutions' and SumF32's sums, which say that their order is
+// theirs.
 package simd
 
 // AddF32 sets dst[i] += src[i] for i < len(dst); src must be at least as

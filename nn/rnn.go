@@ -165,18 +165,11 @@ func (r *recurrent) stepwise(cell func(k int, xw *autograd.Var, st []*autograd.V
 }
 
 // fused reports whether LSTM and GRU run x through their fused layers
-// (lstmLayer, gruLayer): for every non-empty float32 or float64 sequence,
-// unless a test asked for the step-by-step form.
+// (lstmLayer, gruLayer): for every float32 or float64 input with
+// elements, unless a test asked for the step-by-step form.
 func (r *recurrent) fused(x *autograd.Var) bool {
-	return !r.unfused && x.Value().Dim() == 3 && x.Value().Size(r.timeDim()) > 0 &&
+	return !r.unfused && x.Value().Dim() == 3 && x.Value().Numel() > 0 &&
 		(x.DType() == tensor.Float32 || x.DType() == tensor.Float64)
-}
-
-func (r *recurrent) timeDim() int {
-	if r.BatchFirst {
-		return 1
-	}
-	return 0
 }
 
 // RNN is an Elman RNN with tanh, h' = tanh(x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh),

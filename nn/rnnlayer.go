@@ -540,7 +540,45 @@ func weightGrads(dG, a *tensor.Tensor, bias bool) (dw, db *tensor.Tensor) {
 	dG2 := dG.Reshape(T*B, G)
 	dw = tensor.Empty(dG.DType(), G, a.Size(2)).MatMul(dG2.T(), a.Reshape(T*B, -1))
 	if bias {
-		db = tensor.Empty(dG.DType(), G).Sum(dG2, 0, false)
+		db = tensor.Empty(dG.DType(), G)
+		switch dG.DType() {
+		case tensor.Float32:
+			sumSteps32(db.Float32s(), dG.Float32s(), T, B)
+		default:
+			sumSteps64(db.Float64s(), dG.Float64s(), T, B)
+		}
 	}
 	return dw, db
+}
+
+// sumSteps32 sets db to the sum of the T·B rows of g: each step's B rows
+// summed in float32 by vector adds, the steps' sums added in float64.
+// (tensor's Sum adds every element in float64, one column at a time: five
+// times slower on a GRU's bias gradients.)
+func sumSteps32(db, g []float32, T, B int) {
+	G := len(db)
+	acc := make([]float64, G)
+	for t := range T * min(B, 1) {
+		blk := g[t*B*G : (t+1)*B*G]
+		copy(db, blk[:G])
+		for b := 1; b < B; b++ {
+			simd.AddF32(db, blk[b*G:(b+1)*G])
+		}
+		for j, v := range db {
+			acc[j] += float64(v)
+		}
+	}
+	for j := range db {
+		db[j] = float32(acc[j])
+	}
+}
+
+func sumSteps64(db, g []float64, T, B int) {
+	clear(db)
+	G := len(db)
+	for r := range T * B {
+		for j, v := range g[r*G : (r+1)*G] {
+			db[j] += v
+		}
+	}
 }

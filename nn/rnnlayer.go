@@ -102,15 +102,27 @@ func (d layerDims) last(T int) int {
 	return T
 }
 
-// acts are the activations of one element type, applied in place or from
-// x into dst (x at least as long as dst).
-type acts[F float] struct {
+// kernels are the pointwise operations of the fused layers for one
+// element type: float32's are internal/simd's (AVX2 where it runs),
+// float64's plain Go (gradient checks). Each sets its first slice (and
+// the other outputs it names) element by element; see internal/simd's
+// LSTMCellF32 and the rest for what each computes.
+type kernels[F float] struct {
 	sigmoid, tanh func(dst, x []F)
+	add           func(dst, a []F) // dst += a
+	mul, mulAdd   func(dst, a, b []F)
+	lstmCell      func(c, f, cp, i, g []F)
+	gruOut        func(h, n, z, hp []F)
+	lstmBackward  func(dh, gy, dc, i, f, g, o, tc, cp, di, df, dg, do []F)
+	gruBackward   func(dh, gy, r, z, n, hn, hp, dr, dz, dn, dhn []F)
 }
 
 var (
-	acts32 = acts[float32]{sigmoid32, tanh32}
-	acts64 = acts[float64]{
+	kernels32 = kernels[float32]{
+		sigmoid32, tanh32, simd.AddF32, simd.MulF32, simd.MulAddF32,
+		simd.LSTMCellF32, simd.GRUOutF32, simd.LSTMCellBackwardF32, simd.GRUCellBackwardF32,
+	}
+	kernels64 = kernels[float64]{
 		func(dst, x []float64) {
 			for i := range dst {
 				dst[i] = 1 / (1 + math.Exp(-x[i]))
@@ -119,6 +131,53 @@ var (
 		func(dst, x []float64) {
 			for i := range dst {
 				dst[i] = math.Tanh(x[i])
+			}
+		},
+		func(dst, a []float64) {
+			for i := range dst {
+				dst[i] += a[i]
+			}
+		},
+		func(dst, a, b []float64) {
+			for i := range dst {
+				dst[i] = a[i] * b[i]
+			}
+		},
+		func(dst, a, b []float64) {
+			for i := range dst {
+				dst[i] += a[i] * b[i]
+			}
+		},
+		func(c, f, cp, i, g []float64) {
+			for j := range c {
+				c[j] = f[j]*cp[j] + i[j]*g[j]
+			}
+		},
+		func(h, n, z, hp []float64) {
+			for j := range h {
+				h[j] = n[j] + z[j]*(hp[j]-n[j])
+			}
+		},
+		func(dh, gy, dc, i, f, g, o, tc, cp, di, df, dg, do []float64) {
+			for j := range dh {
+				dhj := dh[j] + gy[j]
+				dct := dc[j] + dhj*o[j]*(1-tc[j]*tc[j])
+				di[j] = dct * g[j] * i[j] * (1 - i[j])
+				df[j] = dct * cp[j] * f[j] * (1 - f[j])
+				dg[j] = dct * i[j] * (1 - g[j]*g[j])
+				do[j] = dhj * tc[j] * o[j] * (1 - o[j])
+				dc[j] = dct * f[j]
+			}
+		},
+		func(dh, gy, r, z, n, hn, hp, dr, dz, dn, dhn []float64) {
+			for j := range dh {
+				dhj := dh[j] + gy[j]
+				dnp := dhj * (1 - z[j]) * (1 - n[j]*n[j])
+				dn[j] = dnp
+				dr[j] = dnp * hn[j] * r[j] * (1 - r[j])
+				dz[j] = dhj * (hp[j] - n[j]) * z[j] * (1 - z[j])
+				dhn[j] = dnp * r[j]
+				dh[j] = dhj * z[j]
 			}
 		},
 	}
@@ -222,9 +281,9 @@ func (l *lstmLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 		}
 		switch dt {
 		case tensor.Float32:
-			lstmForwardStep(acts32, l, t, cprev.Float32s())
+			lstmForwardStep(kernels32, l, t, cprev.Float32s())
 		default:
-			lstmForwardStep(acts64, l, t, cprev.Float64s())
+			lstmForwardStep(kernels64, l, t, cprev.Float64s())
 		}
 	}
 	l.y.Select(0, T+1).Copy(l.cs.Select(0, l.time(T-1, T)))
@@ -233,27 +292,20 @@ func (l *lstmLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 
 // lstmForwardStep applies the activations to the gates of time t in
 // place and writes c_t, tanh(c_t) and h_t.
-func lstmForwardStep[F float](a acts[F], l *lstmLayer, t int, cprev []F) {
+func lstmForwardStep[F float](k kernels[F], l *lstmLayer, t int, cprev []F) {
 	h := l.hidden
 	g := floats[F](l.act.Select(0, t))
 	c, tc := floats[F](l.cs.Select(0, t)), floats[F](l.tc.Select(0, t))
 	hout := floats[F](l.y.Select(0, l.out(t)))
 	for r := range len(c) / h {
 		gr := g[r*4*h : (r+1)*4*h]
-		a.sigmoid(gr[:2*h], gr[:2*h])
-		a.tanh(gr[2*h:3*h], gr[2*h:3*h])
-		a.sigmoid(gr[3*h:], gr[3*h:])
-		i, f, gg, o := gr[:h], gr[h:2*h], gr[2*h:3*h], gr[3*h:4*h]
-		cp, cr := cprev[r*h:(r+1)*h], c[r*h:(r+1)*h]
-		for j := range cr {
-			cr[j] = f[j]*cp[j] + i[j]*gg[j]
-		}
-		tr := tc[r*h : (r+1)*h]
-		a.tanh(tr, cr)
-		hr := hout[r*h : (r+1)*h]
-		for j := range hr {
-			hr[j] = o[j] * tr[j]
-		}
+		k.sigmoid(gr[:2*h], gr[:2*h])
+		k.tanh(gr[2*h:3*h], gr[2*h:3*h])
+		k.sigmoid(gr[3*h:], gr[3*h:])
+		cr, tr := c[r*h:(r+1)*h], tc[r*h:(r+1)*h]
+		k.lstmCell(cr, gr[h:2*h], cprev[r*h:(r+1)*h], gr[:h], gr[2*h:3*h])
+		k.tanh(tr, cr)
+		k.mul(hout[r*h:(r+1)*h], gr[3*h:], tr)
 	}
 }
 
@@ -273,9 +325,9 @@ func (l *lstmLayer) Backward(grad *tensor.Tensor) []*tensor.Tensor {
 		}
 		switch dt {
 		case tensor.Float32:
-			lstmBackwardStep(l, t, dG.Select(0, t).Float32s(), dh.Float32s(), dc.Float32s(), gy.Select(0, l.out(t)).Float32s(), cprev.Float32s())
+			lstmBackwardStep(kernels32, l, t, dG.Select(0, t).Float32s(), dh.Float32s(), dc.Float32s(), gy.Select(0, l.out(t)).Float32s(), cprev.Float32s())
 		default:
-			lstmBackwardStep(l, t, dG.Select(0, t).Float64s(), dh.Float64s(), dc.Float64s(), gy.Select(0, l.out(t)).Float64s(), cprev.Float64s())
+			lstmBackwardStep(kernels64, l, t, dG.Select(0, t).Float64s(), dh.Float64s(), dc.Float64s(), gy.Select(0, l.out(t)).Float64s(), cprev.Float64s())
 		}
 		dh.MatMul(dG.Select(0, t), l.whh)
 	}
@@ -297,24 +349,14 @@ func (l *lstmLayer) Backward(grad *tensor.Tensor) []*tensor.Tensor {
 // lstmBackwardStep writes the gates' gradients dg of time t from the
 // output's gradient gy, the recurrent gradient dh and the cell state's
 // gradient dc, which it replaces by the previous cell state's.
-func lstmBackwardStep[F float](l *lstmLayer, t int, dg, dh, dc, gy, cprev []F) {
+func lstmBackwardStep[F float](k kernels[F], l *lstmLayer, t int, dg, dh, dc, gy, cprev []F) {
 	h := l.hidden
 	act, tc := floats[F](l.act.Select(0, t)), floats[F](l.tc.Select(0, t))
 	for r := range len(dh) / h {
 		a, d := act[r*4*h:(r+1)*4*h], dg[r*4*h:(r+1)*4*h]
-		i, f, g, o := a[:h], a[h:2*h], a[2*h:3*h], a[3*h:4*h]
-		di, df, dgg, do := d[:h], d[h:2*h], d[2*h:3*h], d[3*h:4*h]
-		dhr, dcr, gyr := dh[r*h:(r+1)*h], dc[r*h:(r+1)*h], gy[r*h:(r+1)*h]
-		tr, cp := tc[r*h:(r+1)*h], cprev[r*h:(r+1)*h]
-		for j := range dhr {
-			dhj := dhr[j] + gyr[j]
-			dct := dcr[j] + dhj*o[j]*(1-tr[j]*tr[j])
-			di[j] = dct * g[j] * i[j] * (1 - i[j])
-			df[j] = dct * cp[j] * f[j] * (1 - f[j])
-			dgg[j] = dct * i[j] * (1 - g[j]*g[j])
-			do[j] = dhj * tr[j] * o[j] * (1 - o[j])
-			dcr[j] = dct * f[j]
-		}
+		rows := func(x []F) []F { return x[r*h : (r+1)*h] }
+		k.lstmBackward(rows(dh), rows(gy), rows(dc), a[:h], a[h:2*h], a[2*h:3*h], a[3*h:], rows(tc), rows(cprev),
+			d[:h], d[h:2*h], d[2*h:3*h], d[3*h:])
 	}
 }
 
@@ -390,9 +432,9 @@ func (l *gruLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 		hw.MatMul(l.y.Select(0, l.prev(t)), l.whh.T())
 		switch dt {
 		case tensor.Float32:
-			gruForwardStep(acts32, l, t, hw.Float32s())
+			gruForwardStep(kernels32, l, t, hw.Float32s())
 		default:
-			gruForwardStep(acts64, l, t, hw.Float64s())
+			gruForwardStep(kernels64, l, t, hw.Float64s())
 		}
 	}
 	hw.Recycle()
@@ -402,7 +444,7 @@ func (l *gruLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 // gruForwardStep turns the gates of time t into r, z and n in place, from
 // the hidden projection hw (without b_hh), and writes h·W_hnᵀ + b_hn and
 // h_t.
-func gruForwardStep[F float](a acts[F], l *gruLayer, t int, hw []F) {
+func gruForwardStep[F float](k kernels[F], l *gruLayer, t int, hw []F) {
 	h := l.hidden
 	g := floats[F](l.act.Select(0, t))
 	hn := floats[F](l.hn.Select(0, t))
@@ -413,26 +455,17 @@ func gruForwardStep[F float](a acts[F], l *gruLayer, t int, hw []F) {
 	}
 	for r := range len(hn) / h {
 		gr, hwr := g[r*3*h:(r+1)*3*h], hw[r*3*h:(r+1)*3*h]
-		for j := range 2 * h {
-			gr[j] += hwr[j]
-		}
-		a.sigmoid(gr[:2*h], gr[:2*h])
-		rs, z, n := gr[:h], gr[h:2*h], gr[2*h:]
+		k.add(gr[:2*h], hwr[:2*h])
+		k.sigmoid(gr[:2*h], gr[:2*h])
 		hnr := hn[r*h : (r+1)*h]
 		copy(hnr, hwr[2*h:])
 		if bn != nil {
-			for j := range hnr {
-				hnr[j] += bn[j]
-			}
+			k.add(hnr, bn)
 		}
-		for j := range n {
-			n[j] += rs[j] * hnr[j]
-		}
-		a.tanh(n, n)
-		hp, ho := hprev[r*h:(r+1)*h], hout[r*h:(r+1)*h]
-		for j := range ho {
-			ho[j] = n[j] + z[j]*(hp[j]-n[j])
-		}
+		n := gr[2*h:]
+		k.mulAdd(n, gr[:h], hnr)
+		k.tanh(n, n)
+		k.gruOut(hout[r*h:(r+1)*h], n, gr[h:2*h], hprev[r*h:(r+1)*h])
 	}
 }
 
@@ -448,9 +481,9 @@ func (l *gruLayer) Backward(grad *tensor.Tensor) []*tensor.Tensor {
 		t := l.time(s, T)
 		switch dt {
 		case tensor.Float32:
-			gruBackwardStep(l, t, dGi.Select(0, t).Float32s(), dGh.Select(0, t).Float32s(), dh.Float32s(), gy.Select(0, l.out(t)).Float32s())
+			gruBackwardStep(kernels32, l, t, dGi.Select(0, t).Float32s(), dGh.Select(0, t).Float32s(), dh.Float32s(), gy.Select(0, l.out(t)).Float32s())
 		default:
-			gruBackwardStep(l, t, dGi.Select(0, t).Float64s(), dGh.Select(0, t).Float64s(), dh.Float64s(), gy.Select(0, l.out(t)).Float64s())
+			gruBackwardStep(kernels64, l, t, dGi.Select(0, t).Float64s(), dGh.Select(0, t).Float64s(), dh.Float64s(), gy.Select(0, l.out(t)).Float64s())
 		}
 		dh.AddMatMul(dGh.Select(0, t), l.whh)
 	}
@@ -474,24 +507,15 @@ func (l *gruLayer) Backward(grad *tensor.Tensor) []*tensor.Tensor {
 // input parts' dgi and their hidden parts' dgh, from the output's gradient
 // gy and the recurrent gradient dh, which it replaces by the part of the
 // previous hidden state's gradient that does not go through W_hh.
-func gruBackwardStep[F float](l *gruLayer, t int, dgi, dgh, dh, gy []F) {
+func gruBackwardStep[F float](k kernels[F], l *gruLayer, t int, dgi, dgh, dh, gy []F) {
 	h := l.hidden
 	act, hn := floats[F](l.act.Select(0, t)), floats[F](l.hn.Select(0, t))
 	hprev := floats[F](l.y.Select(0, l.prev(t)))
 	for r := range len(dh) / h {
 		a, di, dhh := act[r*3*h:(r+1)*3*h], dgi[r*3*h:(r+1)*3*h], dgh[r*3*h:(r+1)*3*h]
-		rs, z, n := a[:h], a[h:2*h], a[2*h:]
-		hnr, hp := hn[r*h:(r+1)*h], hprev[r*h:(r+1)*h]
-		dhr, gyr := dh[r*h:(r+1)*h], gy[r*h:(r+1)*h]
-		for j := range dhr {
-			dhj := dhr[j] + gyr[j]
-			dnp := dhj * (1 - z[j]) * (1 - n[j]*n[j])
-			drp := dnp * hnr[j] * rs[j] * (1 - rs[j])
-			dzp := dhj * (hp[j] - n[j]) * z[j] * (1 - z[j])
-			di[j], di[h+j], di[2*h+j] = drp, dzp, dnp
-			dhh[j], dhh[h+j], dhh[2*h+j] = drp, dzp, dnp*rs[j]
-			dhr[j] = dhj * z[j]
-		}
+		rows := func(x []F) []F { return x[r*h : (r+1)*h] }
+		k.gruBackward(rows(dh), rows(gy), a[:h], a[h:2*h], a[2*h:], rows(hn), rows(hprev), di[:h], di[h:2*h], di[2*h:], dhh[2*h:])
+		copy(dhh[:2*h], di[:2*h]) // r's and z's hidden parts are their input parts
 	}
 }
 

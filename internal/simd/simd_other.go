@@ -21,3 +21,17 @@ func geluBackwardF32(dst, g, x []float32) int { return 0 }
 func sigmoidF32(dst, x []float32) int { return 0 }
 
 func tanhF32(dst, x []float32) int { return 0 }
+
+var forceGo bool
+
+func lstmCellF32(c, f, cp, i, g []float32) int { return 0 }
+
+func mulF32(dst, a, b []float32) int { return 0 }
+
+func mulAddF32(dst, a, b []float32) int { return 0 }
+
+func gruOutF32(h, n, z, hp []float32) int { return 0 }
+
+func lstmCellBackwardF32(dh, gy, dc, i, f, g, o, tc, cp, di, df, dg, do []float32) int { return 0 }
+
+func gruCellBackwardF32(dh, gy, r, z, n, hn, hp, dr, dz, dn, dhn []float32) int { return 0 }

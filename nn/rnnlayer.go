@@ -33,9 +33,9 @@ import (
 //	forward direction:  Y[0] = h0, Y[1+t] = h_t
 //	reverse direction:  Y[t] = h_t, Y[T] = h0
 //
-// and, for the LSTM, Y[T+1] = c_n, the final cell state. lstmCell and the
-// GRU's recorded operations (rnnStepwise) are the step-by-step forms the
-// tests hold these to.
+// and, for the LSTM, Y[T+1] = c_n, the final cell state. The step-by-step
+// forms (recurrent.stepwise: lstmCell, the GRU's separate operations) are
+// what the tests hold these to.
 
 // layerDims are the sizes and flags of one fused layer call.
 type layerDims struct {
@@ -265,6 +265,7 @@ func (l *lstmLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 		default:
 			fillRows(l.act, b.Float64s())
 		}
+		b.Recycle()
 		l.act.Reshape(T*B, 4*h).AddMatMul(l.x.Reshape(T*B, -1), l.wih.T())
 	} else {
 		l.act.Reshape(T*B, 4*h).MatMul(l.x.Reshape(T*B, -1), l.wih.T())
@@ -419,6 +420,7 @@ func (l *gruLayer) Forward(in []*tensor.Tensor) *tensor.Tensor {
 		default:
 			fillRows(l.act, b.Float64s())
 		}
+		b.Recycle()
 		l.act.Reshape(T*B, 3*h).AddMatMul(l.x.Reshape(T*B, -1), l.wih.T())
 	} else {
 		l.act.Reshape(T*B, 3*h).MatMul(l.x.Reshape(T*B, -1), l.wih.T())

@@ -89,7 +89,7 @@ def asm(name, doc, ptrs, ops):
         return reg[a]
 
     def release(k, names):
-        for a in set(names):
+        for a in dict.fromkeys(names):
             if last.get(a) == k and a in reg:
                 free.insert(0, reg.pop(a))
 

@@ -50,8 +50,9 @@ type Fallible interface {
 // for its own Backward; after Backward, it holds neither them nor the
 // gradient Backward was given. What it saved of its own for Backward, it
 // gives back in Release, which the engine calls once the graph is freed
-// (a pass without RetainGraph, or one that failed); Backward does not run
-// after it.
+// (a pass without RetainGraph, or one that failed), or at once when Apply
+// recorded nothing (no input requires gradients, or recording is off);
+// Backward does not run after it.
 //
 // Apply treats an Owned Function as one of the package's operations: the
 // backward pass that frees the graph may recycle the gradient given to it
@@ -73,6 +74,8 @@ func Apply(f Function, inputs ...*Var) *Var {
 	if o, ok := f.(Owned); ok {
 		if v.node != nil {
 			v.node.release = o.Release
+		} else {
+			o.Release() // nothing recorded: no backward will run
 		}
 		return v
 	}

@@ -182,6 +182,46 @@ func TestExternalFunction(t *testing.T) {
 	}
 }
 
+// releasingCube is cube as an Owned Function that counts its Release
+// calls.
+type releasingCube struct {
+	cube
+	released *int
+}
+
+func (c *releasingCube) Release() { *c.released++ }
+
+var _ autograd.Owned = (*releasingCube)(nil)
+
+// TestOwnedRelease: Apply releases an Owned Function once, when the
+// backward pass that frees its graph is over; not after a pass that
+// retains the graph; and at once when nothing was recorded.
+func TestOwnedRelease(t *testing.T) {
+	var n int
+	w := autograd.Param(tensor.FromFloat32([]float32{2}))
+	y := autograd.SumAll(autograd.Apply(&releasingCube{released: &n}, w))
+	if n != 0 {
+		t.Fatalf("released %d times before backward", n)
+	}
+	y.BackwardWith(nil, autograd.BackwardOptions{RetainGraph: true})
+	if n != 0 {
+		t.Fatalf("released %d times after a pass that retains the graph", n)
+	}
+	y.Backward(nil)
+	if n != 1 {
+		t.Fatalf("released %d times after the pass that frees the graph, want 1", n)
+	}
+	if g := w.Grad().Item(); math.Abs(g-24) > 1e-6 {
+		t.Fatalf("gradient after two passes %v, want 24", g)
+	}
+	n = 0
+	autograd.Apply(&releasingCube{released: &n}, autograd.Const(tensor.FromFloat32([]float32{2})))
+	autograd.NoGrad(func() { autograd.Apply(&releasingCube{released: &n}, w) })
+	if n != 2 {
+		t.Fatalf("released %d times by two unrecorded calls, want 2", n)
+	}
+}
+
 // TestGradDestination: a leaf with a destination and no gradient gets its
 // gradient computed into the destination (the same tensor, the same
 // values as without one); a leaf used twice, one with a gradient already,

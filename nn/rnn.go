@@ -37,6 +37,9 @@ type recurrent struct {
 	Dropout                      float64
 	dropRNG                      *tensor.RNG
 	wih, whh, bih, bhh           []*autograd.Var
+	// unfused makes LSTM and GRU record their cells step by step, the
+	// form the tests hold the fused layers to.
+	unfused bool
 }
 
 func (r *recurrent) dirs() int {
@@ -84,17 +87,23 @@ func (r *recurrent) init(rng *tensor.RNG, input, hidden, gates int, opt RNNOptio
 	}
 }
 
-// run applies cell (for weights k) to every layer, direction and time
-// step. x is (seq, batch, in) or batch-first; states are
-// (layers×directions, batch, hidden) or nil for zeros.
-func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var) (*autograd.Var, []*autograd.Var) {
+// layerFunc runs one direction of one layer (weights k) over x (seq,
+// batch, in), from the initial states st (batch, hidden each), and returns
+// the hidden states of every step (seq, batch, hidden) and the final
+// states.
+type layerFunc func(k int, x *autograd.Var, st []*autograd.Var, reverse bool) (*autograd.Var, []*autograd.Var)
+
+// run applies layer to every layer and direction. x is (seq, batch, in) or
+// batch-first; states are (layers×directions, batch, hidden) or nil for
+// zeros.
+func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, layer layerFunc) (*autograd.Var, []*autograd.Var) {
 	if x.Value().Dim() != 3 {
 		panic(fmt.Sprintf("nn: recurrent layer given input of shape %v; want 3-d", x.Shape()))
 	}
 	if r.BatchFirst {
 		x = autograd.Transpose(x, 0, 1)
 	}
-	seq, batch := x.Value().Size(0), x.Value().Size(1)
+	batch := x.Value().Size(1)
 	outStates := make([][]*autograd.Var, len(states))
 	for l := range r.Layers {
 		outs := make([]*autograd.Var, r.dirs())
@@ -108,25 +117,10 @@ func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(k int
 					st[i] = autograd.Select(s, 0, k)
 				}
 			}
-			// The input projection of all time steps is one matrix
-			// product.
-			xw := autograd.Linear(x, r.wih[k], r.bih[k])
-			hs := make([]*autograd.Var, seq)
-			for i := range seq {
-				t := i
-				if d == 1 {
-					t = seq - 1 - i // the reverse direction reads the sequence backwards
-				}
-				st = cell(k, autograd.Select(xw, 0, t), st)
-				hs[t] = st[0]
-			}
-			for i := range st {
-				outStates[i] = append(outStates[i], st[i])
-			}
-			if seq == 0 {
-				outs[d] = autograd.Const(tensor.New(x.DType(), 0, batch, r.Hidden))
-			} else {
-				outs[d] = autograd.Stack(0, hs...)
+			var fin []*autograd.Var
+			outs[d], fin = layer(k, x, st, d == 1)
+			for i := range fin {
+				outStates[i] = append(outStates[i], fin[i])
 			}
 		}
 		x = outs[0]
@@ -147,6 +141,37 @@ func (r *recurrent) run(x *autograd.Var, states []*autograd.Var, cell func(k int
 	return x, finals
 }
 
+// stepwise returns the layerFunc that records cell (for weights k) at
+// every time step: the input projection of all steps as one product, then
+// cell from it and the states of the step before.
+func (r *recurrent) stepwise(cell func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var) layerFunc {
+	return func(k int, x *autograd.Var, st []*autograd.Var, reverse bool) (*autograd.Var, []*autograd.Var) {
+		seq, batch := x.Value().Size(0), x.Value().Size(1)
+		xw := autograd.Linear(x, r.wih[k], r.bih[k])
+		hs := make([]*autograd.Var, seq)
+		for i := range seq {
+			t := i
+			if reverse {
+				t = seq - 1 - i // the reverse direction reads the sequence backwards
+			}
+			st = cell(k, autograd.Select(xw, 0, t), st)
+			hs[t] = st[0]
+		}
+		if seq == 0 {
+			return autograd.Const(tensor.New(x.DType(), 0, batch, r.Hidden)), st
+		}
+		return autograd.Stack(0, hs...), st
+	}
+}
+
+// fused reports whether LSTM and GRU run x through their fused layers
+// (lstmLayer, gruLayer): for every float32 or float64 input with
+// elements, unless a test asked for the step-by-step form.
+func (r *recurrent) fused(x *autograd.Var) bool {
+	return !r.unfused && x.Value().Dim() == 3 && x.Value().Numel() > 0 &&
+		(x.DType() == tensor.Float32 || x.DType() == tensor.Float64)
+}
+
 // RNN is an Elman RNN with tanh, h' = tanh(x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh),
 // as torch.nn.RNN.
 type RNN struct{ recurrent }
@@ -162,9 +187,9 @@ func NewRNN(rng *tensor.RNG, input, hidden int, opt RNNOptions) *RNN {
 // hidden), nil for zeros) and returns the output of the last layer at every
 // step and the final hidden state of every layer.
 func (r *RNN) Forward(x, h0 *autograd.Var) (out, hn *autograd.Var) {
-	out, st := r.run(x, []*autograd.Var{h0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+	out, st := r.run(x, []*autograd.Var{h0}, r.stepwise(func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
 		return []*autograd.Var{autograd.Tanh(autograd.Add(xw, autograd.Linear(st[0], r.whh[k], r.bhh[k])))}
-	})
+	}))
 	return out, st[0]
 }
 
@@ -183,11 +208,18 @@ func NewLSTM(rng *tensor.RNG, input, hidden int, opt RNNOptions) *LSTM {
 // for zeros) and returns the output of the last layer at every step and
 // the final hidden and cell states of every layer.
 func (r *LSTM) Forward(x, h0, c0 *autograd.Var) (out, hn, cn *autograd.Var) {
-	out, st := r.run(x, []*autograd.Var{h0, c0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+	layer := r.stepwise(func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
 		gates := autograd.Add(xw, autograd.Linear(st[0], r.whh[k], r.bhh[k]))
 		h, cell := lstmStep(gates, st[1], r.Hidden)
 		return []*autograd.Var{h, cell}
 	})
+	if r.fused(x) {
+		layer = func(k int, x *autograd.Var, st []*autograd.Var, reverse bool) (*autograd.Var, []*autograd.Var) {
+			out, h, c := lstmLayerForward(x, st[0], st[1], r.wih[k], r.whh[k], r.bih[k], r.bhh[k], r.Hidden, reverse)
+			return out, []*autograd.Var{h, c}
+		}
+	}
+	out, st := r.run(x, []*autograd.Var{h0, c0}, layer)
 	return out, st[0], st[1]
 }
 
@@ -211,7 +243,7 @@ func NewGRU(rng *tensor.RNG, input, hidden int, opt RNNOptions) *GRU {
 // hidden), nil for zeros) and returns the output of the last layer at
 // every step and the final hidden state of every layer and direction.
 func (r *GRU) Forward(x, h0 *autograd.Var) (out, hn *autograd.Var) {
-	out, st := r.run(x, []*autograd.Var{h0}, func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
+	layer := r.stepwise(func(k int, xw *autograd.Var, st []*autograd.Var) []*autograd.Var {
 		h := st[0]
 		hw := autograd.Linear(h, r.whh[k], r.bhh[k])
 		xg, hg := autograd.Chunk(xw, 1, 3), autograd.Chunk(hw, 1, 3)
@@ -222,6 +254,13 @@ func (r *GRU) Forward(x, h0 *autograd.Var) (out, hn *autograd.Var) {
 		// with one operation fewer.
 		return []*autograd.Var{autograd.Add(n, autograd.Mul(update, autograd.Sub(h, n)))}
 	})
+	if r.fused(x) {
+		layer = func(k int, x *autograd.Var, st []*autograd.Var, reverse bool) (*autograd.Var, []*autograd.Var) {
+			out, h := gruLayerForward(x, st[0], r.wih[k], r.whh[k], r.bih[k], r.bhh[k], r.Hidden, reverse)
+			return out, []*autograd.Var{h}
+		}
+	}
+	out, st := r.run(x, []*autograd.Var{h0}, layer)
 	return out, st[0]
 }
 

@@ -50,13 +50,23 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
 		batch = nil
 	}
 	nb := numel(batch)
+	// One 3-d view of each batched operand, made before the loop: a 3-d
+	// operand is used as it is, and one of more dimensions is reshaped
+	// (copied, if its layout needs it) once, not once per matrix.
+	a3, b3 := a, b
+	if a.Dim() > 3 {
+		a3 = a.Reshape(-1, m, k)
+	}
+	if b.Dim() > 3 {
+		b3 = b.Reshape(-1, k, n)
+	}
 	for i := range nb {
 		ai, bi := a, b
 		if a.Dim() > 2 {
-			ai = a.Reshape(-1, m, k).Select(0, i)
+			ai = a3.Select(0, i)
 		}
 		if b.Dim() > 2 {
-			bi = b.Reshape(-1, k, n).Select(0, i)
+			bi = b3.Select(0, i)
 		}
 		ai, ta, lda := gemmOperand(ai)
 		bi, tb, ldb := gemmOperand(bi)

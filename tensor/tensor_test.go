@@ -171,6 +171,20 @@ func TestMatMulLayouts(t *testing.T) {
 	w := Randn(g, 4, 5)
 	c = new(Tensor).MatMul(a, w)
 	eqVals(t, "batch x shared", c.Select(0, 1), naiveMatMul(a.Select(0, 1), w), 3, 5)
+	// batched operands that are not contiguous (a recurrent layer's
+	// time-major view of a batch-first input), 3-d and 4-d
+	at := Randn(g, 3, 2, 4).Transpose(0, 1)
+	c = new(Tensor).MatMul(at, w)
+	for i := range 2 {
+		eqVals(t, "transposed batch x shared", c.Select(0, i), naiveMatMul(at.Select(0, i), w), 3, 5)
+	}
+	a4, b4 := Randn(g, 3, 2, 2, 4).Transpose(0, 2), Randn(g, 2, 2, 3, 4, 5).Select(2, 1)
+	c = new(Tensor).MatMul(a4, b4)
+	for i := range 2 {
+		for j := range 2 {
+			eqVals(t, "4-d batch", c.Select(0, i).Select(0, j), naiveMatMul(a4.Select(0, i).Select(0, j), b4.Select(0, i).Select(0, j)), 3, 5)
+		}
+	}
 }
 
 func TestConv2dMatchesDirect(t *testing.T) {

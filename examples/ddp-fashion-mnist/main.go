@@ -1,8 +1,11 @@
-// Command ddp-fashion-mnist trains the MLP or LeNet on Fashion-MNIST with
-// DistributedDataParallel, with the settings of
+// Command ddp-fashion-mnist trains the MLP, LeNet or an LSTM classifier on
+// Fashion-MNIST with DistributedDataParallel, with the settings of
 // shared/anchors/train_ddp.py (batch 64 per rank, SGD lr 0.01 momentum 0.9,
 // DistributedSampler with seed 0), so its accuracy and speed compare with
-// PyTorch DDP's. Start it with the launcher:
+// PyTorch DDP's (internal/tools/ddpcmp/train_ddp_rnn.py is the anchor's
+// twin for the LSTM: internal/models.LSTMClassifier, a 1-layer LSTM of
+// hidden 64 over the 28 rows of each image, then a Linear). Start it with
+// the launcher:
 //
 //	godist run --standalone --nproc-per-node 2 ./ddp-fashion-mnist --epochs 3
 //
@@ -88,7 +91,7 @@ type result struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.model, "model", "mlp", "model: mlp or lenet")
+	flag.StringVar(&c.model, "model", "mlp", "model: mlp, lenet, lstm or gru (the recurrent ones read each image's 28 rows as a sequence)")
 	flag.IntVar(&c.epochs, "epochs", 1, "epochs to train (in total, counting resumed ones)")
 	flag.IntVar(&c.batch, "batch", 64, "batch size per rank")
 	flag.Float64Var(&c.lr, "lr", 0.01, "SGD learning rate")
@@ -153,6 +156,12 @@ func buildModel(c config, g *dist.Group) (nn.Layer, error) {
 			nn.NewFlatten(), nn.NewLinear(rng, 400, 120, true), nn.NewReLU(),
 			nn.NewLinear(rng, 120, 84, true), nn.NewReLU(), nn.NewLinear(rng, 84, 10, true))
 		return ddp.ConvertSyncBatchNorm(m, g).(nn.Layer), nil
+	}
+	switch c.model {
+	case "lstm":
+		return models.LSTMClassifier(rng), nil
+	case "gru":
+		return models.GRUClassifier(rng), nil
 	}
 	return models.New(c.model, rng)
 }

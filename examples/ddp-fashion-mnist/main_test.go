@@ -50,3 +50,25 @@ func TestTrainResume(t *testing.T) {
 		return nil
 	})
 }
+
+// TestTrainLSTM trains the LSTM classifier on two ranks for two epochs of
+// the shipped subset and checks that it learns.
+func TestTrainLSTM(t *testing.T) {
+	dir, err := data.SubsetDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	c := config{model: "lstm", epochs: 2, batch: 64, lr: 0.05, mom: 0.9, dir: dir,
+		ckpt: filepath.Join(tmp, "ck.safetensors")}
+	res := make([]*result, 2)
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		r, err := train(context.Background(), g, c, io.Discard)
+		res[g.Rank()] = r
+		return err
+	})
+	t.Logf("two epochs of 2 ranks: loss %.4f, test accuracy %.4f", res[0].LastLoss, res[0].TestAcc)
+	if res[0].TestAcc < 0.3 {
+		t.Fatalf("test accuracy two epochs of 2 ranks: %v", res[0].TestAcc)
+	}
+}

@@ -45,8 +45,12 @@ func newRecurrentClassifier(rng *tensor.RNG, name string, rnn nn.Module, outputs
 	return m
 }
 
-// Forward returns the logits (batch, 10) for x (batch, 28, 28).
+// Forward returns the logits (batch, 10) for x (batch, 28, 28), or for
+// images (batch, 1, 28, 28) as the Fashion-MNIST loaders give them.
 func (m *RecurrentClassifier) Forward(x *autograd.Var) *autograd.Var {
+	if x.Value().Dim() == 4 && x.Value().Size(1) == 1 {
+		x = autograd.Select(x, 1, 0)
+	}
 	out := m.outputs(x)
 	return m.FC.Forward(autograd.Select(out, 1, out.Value().Size(1)-1))
 }

@@ -40,9 +40,17 @@ func TestRecurrentClassifierParameters(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: parameters %v, want %v", c.name, got, want)
 		}
-		y := nn.Call(c.net, autograd.Const(tensor.Randn(tensor.NewRNG(1), 3, 28, 28)))
+		x := tensor.Randn(tensor.NewRNG(1), 3, 28, 28)
+		y := nn.Call(c.net, autograd.Const(x))
 		if s := y.Value().Shape(); !slices.Equal(s, []int{3, 10}) {
 			t.Errorf("%s: logits of shape %v, want [3 10]", c.name, s)
+		}
+		// images with their channel dimension, as the data loaders give
+		// them, are the same rows
+		y4 := nn.Call(c.net, autograd.Const(x.Reshape(3, 1, 28, 28)))
+		a, b := y.Value().Float32s(), y4.Value().Contiguous().Float32s()
+		if !slices.Equal(a, b) {
+			t.Errorf("%s: logits of (3, 1, 28, 28) images %v, of (3, 28, 28) rows %v", c.name, b, a)
 		}
 	}
 }

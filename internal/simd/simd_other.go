@@ -47,3 +47,17 @@ func maxPool2x2BackF32(dx, g []float32, idx []int64, rows, w, ow int) (ok, done 
 func copyRowsF32(dst []float32, ldd int, src []float32, lds int, rows, w int) bool { return false }
 
 func sumF32(x []float32) (float64, int) { return 0, 0 }
+
+var forceGo bool
+
+func lstmCellF32(c, f, cp, i, g []float32) int { return 0 }
+
+func mulF32(dst, a, b []float32) int { return 0 }
+
+func mulAddF32(dst, a, b []float32) int { return 0 }
+
+func gruOutF32(h, n, z, hp []float32) int { return 0 }
+
+func lstmCellBackwardF32(dh, gy, dc, i, f, g, o, tc, cp, di, df, dg, do []float32) int { return 0 }
+
+func gruCellBackwardF32(dh, gy, r, z, n, hn, hp, dr, dz, dn, dhn []float32) int { return 0 }

@@ -8,7 +8,10 @@
 # per round, the ratios of runs made in the same minute, then the median
 # over rounds.
 #
-#   internal/tools/ddpcmp/run.sh [rounds] [model]      (model: mlp or lenet)
+#   internal/tools/ddpcmp/run.sh [rounds] [model]      (model: mlp, lenet, lstm or gru)
+#
+# PyTorch's side of lstm and gru is train_ddp_rnn.py here: train_ddp.py run
+# as it is with the recurrent classifier as its model.
 #
 # Synchronisation overhead, as the anchors define it: (DDP step - step of
 # unsynchronised replicas) / DDP step.
@@ -25,8 +28,12 @@ cd "$(dirname "$0")/../../.."
 rounds=${1:-3}
 model=${2:-mlp}
 ptmodel=$model
-[ "$model" = lenet ] && ptmodel=cnn
 anchors=${ANCHORS:-../shared/anchors}
+ptscript=$anchors/train_ddp.py
+case $model in
+lenet) ptmodel=cnn ;;
+lstm | gru) ptscript=internal/tools/ddpcmp/train_ddp_rnn.py ;;
+esac
 out=$(mktemp -d)
 mkdir -p bin
 go build -o bin/godist ./cmd/godist
@@ -41,7 +48,7 @@ py() { # name args...: one PyTorch run: name, ms/step, samples/s, CPU round trip
 	local name=$1 before res
 	shift
 	before=$(bin/corelat)
-	res=$(/usr/bin/python3 "$anchors/train_ddp.py" --model "$ptmodel" --world 2 "$@" 2>/dev/null | tail -1 |
+	res=$(ANCHORS=$anchors /usr/bin/python3 "$ptscript" --model "$ptmodel" --world 2 "$@" 2>/dev/null | tail -1 |
 		python3 -c "import json,sys; d=json.loads(sys.stdin.read())['epochs'][0]; print(d['ms_per_step'], d['samples_per_s'])")
 	echo "$name $res $before $(bin/corelat)"
 }

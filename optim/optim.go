@@ -501,6 +501,11 @@ func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
 }
 
 func adam32(w, g, m, v, vmax []float32, b1, b2, eps, bc2sqrt, stepSize float32) {
+	if vmax == nil {
+		// The same operations in the same order, eight at a time.
+		simd.AdamF32(w, g, m, v, b1, b2, eps, bc2sqrt, stepSize)
+		return
+	}
 	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
 	for i := range w {
 		gi := g[i]

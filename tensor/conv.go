@@ -33,10 +33,36 @@ func (p Conv2dParams) norm() Conv2dParams {
 
 // OutSize returns the output height and width for an input of h×w and a
 // kernel of kh×kw.
+// A kernel wider than the padded input gives a size below 1 (rounding
+// down, as PyTorch does: Go's division would round -1/2 up to 0 and make
+// the size 1).
 func (p Conv2dParams) OutSize(h, w, kh, kw int) (int, int) {
 	p = p.norm()
-	oh := (h+2*p.PadH-p.DilationH*(kh-1)-1)/p.StrideH + 1
-	ow := (w+2*p.PadW-p.DilationW*(kw-1)-1)/p.StrideW + 1
+	oh := floorDiv(h+2*p.PadH-p.DilationH*(kh-1)-1, p.StrideH) + 1
+	ow := floorDiv(w+2*p.PadW-p.DilationW*(kw-1)-1, p.StrideW) + 1
+	return oh, ow
+}
+
+func floorDiv(a, b int) int {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// poolSize returns the output size of a pooling of x by a kh×kw window,
+// and panics, naming op, the window and the input, when it does not fit.
+func poolSize(op string, x *Tensor, kh, kw int, p Conv2dParams) (oh, ow int) {
+	if x.Dim() != 4 {
+		panic(fmt.Sprintf("tensor: %s of shape %v", op, x.shape))
+	}
+	if kh >= 1 && kw >= 1 {
+		oh, ow = p.OutSize(x.shape[2], x.shape[3], kh, kw)
+	}
+	if oh < 1 || ow < 1 {
+		panic(fmt.Sprintf("tensor: %s window %dx%d (padding %d,%d, dilation %d,%d) does not fit input %v", op, kh, kw, p.PadH, p.PadW, p.DilationH, p.DilationW, x.shape))
+	}
 	return oh, ow
 }
 
@@ -463,12 +489,9 @@ func convBackward[T float](a convGrads[T], geo convGeom, n, oc, chunk int, gemm 
 // with -Inf, and for each output the flat index (within its H×W plane) of
 // the chosen input, as torch's max_pool2d_with_indices.
 func MaxPool2d(x *Tensor, kh, kw int, p Conv2dParams) (out, indices *Tensor) {
-	if x.Dim() != 4 {
-		panic(fmt.Sprintf("tensor: MaxPool2d of shape %v", x.shape))
-	}
 	p = p.norm()
+	oh, ow := poolSize("MaxPool2d", x, kh, kw, p)
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-	oh, ow := p.OutSize(h, w, kh, kw)
 	out, indices = Empty(x.dtype, n, c, oh, ow), Empty(Int64, n, c, oh, ow) // maxPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {
@@ -652,12 +675,9 @@ func scatterPool[T float](dx, g []T, idx []int64, planes, hw, ohw int) {
 // AvgPool2d returns the mean over kh×kw windows of x (N×C×H×W). Padding
 // counts toward the divisor, as PyTorch's default count_include_pad=True.
 func AvgPool2d(x *Tensor, kh, kw int, p Conv2dParams) *Tensor {
-	if x.Dim() != 4 {
-		panic(fmt.Sprintf("tensor: AvgPool2d of shape %v", x.shape))
-	}
 	p = p.norm()
+	oh, ow := poolSize("AvgPool2d", x, kh, kw, p)
 	n, c, h, w := x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-	oh, ow := p.OutSize(h, w, kh, kw)
 	out := Empty(x.dtype, n, c, oh, ow) // avgPool writes every element
 	x = x.Contiguous()
 	switch x.dtype {

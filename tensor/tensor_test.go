@@ -523,3 +523,35 @@ func TestConv2dBackwardIntoDestinations(t *testing.T) {
 		t.Fatal("unwanted gradients computed, or the weight gradient alone differs")
 	}
 }
+
+// A window or kernel that does not fit the (padded) input is refused with
+// a message naming it, as PyTorch refuses it, rather than read outside
+// the input: Go's division once made such outputs size 1.
+func TestWindowLargerThanInputRefused(t *testing.T) {
+	x := Randn(NewRNG(1), 1, 1, 4, 4)
+	refused := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			r := recover()
+			if r == nil {
+				t.Fatalf("%s did not panic", name)
+			}
+			if s, _ := r.(string); !strings.Contains(s, "does not fit") && !strings.Contains(s, "larger than") {
+				t.Fatalf("%s: %v", name, r)
+			}
+		}()
+		f()
+	}
+	refused("MaxPool2d 5x5 stride 2", func() { MaxPool2d(x, 5, 5, Conv2dParams{StrideH: 2, StrideW: 2}) })
+	refused("MaxPool2d 6x6", func() { MaxPool2d(x, 6, 6, Conv2dParams{}) })
+	refused("MaxPool2d 0x2", func() { MaxPool2d(x, 0, 2, Conv2dParams{}) })
+	refused("AvgPool2d 5x5 stride 2", func() { AvgPool2d(x, 5, 5, Conv2dParams{StrideH: 2, StrideW: 2}) })
+	refused("Conv2d 5x5 stride 2", func() { Conv2d(x, Randn(NewRNG(2), 1, 1, 5, 5), nil, Conv2dParams{StrideH: 2, StrideW: 2}) })
+	// Windows that fit still work, padding included.
+	if out, _ := MaxPool2d(x, 5, 5, Conv2dParams{StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}); out.Size(2) != 1 {
+		t.Fatalf("a 5x5 window over a 4x4 input padded by 1: shape %v, want 1x1", out.Shape())
+	}
+	if oh, ow := (Conv2dParams{StrideH: 2, StrideW: 2}).OutSize(4, 4, 5, 5); oh >= 1 || ow >= 1 {
+		t.Fatalf("OutSize(4x4, 5x5, stride 2) = %dx%d, want below 1", oh, ow)
+	}
+}

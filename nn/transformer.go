@@ -130,9 +130,7 @@ func (b *TransformerBlock) Forward(x *autograd.Var) *autograd.Var {
 	out := autograd.Add(x2, l2)
 	if !Hooked(b.Norm1, b.SelfAttn, b.SelfAttn.OutProj, b.Dropout1, b.Norm2, b.Linear1, b.Dropout, b.Linear2, b.Dropout2) {
 		for _, v := range []*autograd.Var{n1, a, x2, n2, l1, g, h, l2} {
-			if v != x {
-				v.MarkTransient()
-			}
+			v.MarkTransient() // each made here, none the caller's x
 		}
 	}
 	return out

@@ -9,7 +9,9 @@
 // contiguous floats, step stride `as` bytes) and a B panel (k steps of nv·W
 // floats, step stride `bs` bytes). The last vector of every row of the tile is
 // masked to `rem` lanes (1..W), both for C and (AVX-512 only) for B loads, so
-// B may be read in place from an unpacked matrix.
+// B may be read in place from an unpacked matrix. The "R" forms of each
+// (AVX512R, AVX2R) read A in place from a row-major matrix instead of a
+// panel: row i at a+i·as bytes, step p at +4p.
 package main
 
 import (
@@ -45,8 +47,15 @@ func (g *gen) prologue(name string) {
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, frame)
 }
 
-func (g *gen) avx512(mr, nv int) {
-	name := kname("AVX512", mr, nv)
+// avx512 writes the AVX-512 kernel for an mr×(nv·16) tile. With rows, A
+// is read in place from a row-major matrix (the "AVX512R" kernels), as
+// avx2 does; without, from a packed panel or a transposed matrix.
+func (g *gen) avx512(mr, nv int, rows bool) {
+	isa := "AVX512"
+	if rows {
+		isa = "AVX512R"
+	}
+	name := kname(isa, mr, nv)
 	// Register layout: accumulators Z0..Z(acc-1), B vectors from Zb, one or
 	// two broadcast registers after them. The epilogue reuses Zb.. for
 	// alpha, beta and a temporary.
@@ -83,7 +92,11 @@ func (g *gen) avx512(mr, nv int) {
 	for i := 0; i < mr*nv; i++ {
 		g.p("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
 	}
-	step := func() {
+	if rows && mr > 3 {
+		g.p("\tLEAQ (AX)(R8*2), SI") // rows 3.. from SI
+		g.p("\tADDQ R8, SI")
+	}
+	step := func(u int) {
 		for v := 0; v < nv; v++ {
 			if v == nv-1 {
 				g.p("\tVMOVUPS.Z %d(BX), K1, Z%d", 64*v, zb+v)
@@ -96,12 +109,14 @@ func (g *gen) avx512(mr, nv int) {
 			if i%2 == 1 {
 				br = bc1
 			}
-			g.p("\tVBROADCASTSS %d(AX), Z%d", 4*i, br)
+			g.p("\tVBROADCASTSS %s, Z%d", aOperand(rows, i, u), br)
 			for v := 0; v < nv; v++ {
 				g.p("\tVFMADD231PS Z%d, Z%d, Z%d", zb+v, br, i*nv+v)
 			}
 		}
-		g.p("\tADDQ R8, AX")
+		if !rows {
+			g.p("\tADDQ R8, AX")
+		}
 		g.p("\tADDQ R9, BX")
 	}
 	g.p("\tMOVQ CX, R13")
@@ -109,15 +124,17 @@ func (g *gen) avx512(mr, nv int) {
 	g.p("\tJZ tail")
 	g.p("loop4:")
 	for u := 0; u < 4; u++ {
-		step()
+		step(u)
 	}
+	g.advanceRows(rows, mr, 4)
 	g.p("\tDECQ R13")
 	g.p("\tJNZ loop4")
 	g.p("tail:")
 	g.p("\tANDQ $3, CX")
 	g.p("\tJZ done")
 	g.p("loop1:")
-	step()
+	step(0)
+	g.advanceRows(rows, mr, 1)
 	g.p("\tDECQ CX")
 	g.p("\tJNZ loop1")
 	g.p("done:")
@@ -168,6 +185,36 @@ func (g *gen) avx512(mr, nv int) {
 	g.p("")
 }
 
+// aOperand is the memory operand of row i of step u of an unrolled block
+// of A. With rows, A is row-major in place: rows 0..2 from AX and 3..5
+// from SI (AX + 3·as), row stride as in R8, step u at +4u bytes. Without,
+// A is a panel whose step holds the rows contiguously: row i at +4i.
+func aOperand(rows bool, i, u int) string {
+	if !rows {
+		return fmt.Sprintf("%d(AX)", 4*i)
+	}
+	base := "AX"
+	if i >= 3 {
+		base, i = "SI", i-3
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d(%s)", 4*u, base)
+	}
+	return fmt.Sprintf("%d(%s)(R8*%d)", 4*u, base, i)
+}
+
+// advanceRows moves a row-major A on by steps (the panel forms advance
+// per step instead).
+func (g *gen) advanceRows(rows bool, mr, steps int) {
+	if !rows {
+		return
+	}
+	g.p("\tADDQ $%d, AX", 4*steps)
+	if mr > 3 {
+		g.p("\tADDQ $%d, SI", 4*steps)
+	}
+}
+
 // avx2 kernels require B to be packed (zero padded to nv*8 floats per step):
 // B loads are not masked. C accesses of the last vector use VMASKMOVPS.
 // avx2 writes the AVX2 kernel for an mr×(nv·8) tile. With rows, A is
@@ -207,26 +254,12 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 		g.p("\tLEAQ (AX)(R8*2), SI") // rows 3.. from SI
 		g.p("\tADDQ R8, SI")
 	}
-	// aRow is the operand of row i of step u of an unrolled block.
-	aRow := func(i, u int) string {
-		if !rows {
-			return fmt.Sprintf("%d(AX)", 4*i)
-		}
-		base := "AX"
-		if i >= 3 {
-			base, i = "SI", i-3
-		}
-		if i == 0 {
-			return fmt.Sprintf("%d(%s)", 4*u, base)
-		}
-		return fmt.Sprintf("%d(%s)(R8*%d)", 4*u, base, i)
-	}
 	step := func(u int) {
 		for v := 0; v < nv; v++ {
 			g.p("\tVMOVUPS %d(BX), Y%d", 32*v, 12+v)
 		}
 		for i := 0; i < mr; i++ {
-			g.p("\tVBROADCASTSS %s, Y14", aRow(i, u))
+			g.p("\tVBROADCASTSS %s, Y14", aOperand(rows, i, u))
 			for v := 0; v < nv; v++ {
 				g.p("\tVFMADD231PS Y%d, Y14, Y%d", 12+v, i*nv+v)
 			}
@@ -236,14 +269,6 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 		}
 		g.p("\tADDQ R9, BX")
 	}
-	advance := func(steps int) { // rows: move A on by steps
-		if rows {
-			g.p("\tADDQ $%d, AX", 4*steps)
-			if mr > 3 {
-				g.p("\tADDQ $%d, SI", 4*steps)
-			}
-		}
-	}
 	g.p("\tMOVQ CX, R13")
 	g.p("\tSHRQ $2, R13")
 	g.p("\tJZ tail")
@@ -251,7 +276,7 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 	for u := 0; u < 4; u++ {
 		step(u)
 	}
-	advance(4)
+	g.advanceRows(rows, mr, 4)
 	g.p("\tDECQ R13")
 	g.p("\tJNZ loop4")
 	g.p("tail:")
@@ -259,7 +284,7 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 	g.p("\tJZ done")
 	g.p("loop1:")
 	step(0)
-	advance(1)
+	g.advanceRows(rows, mr, 1)
 	g.p("\tDECQ CX")
 	g.p("\tJNZ loop1")
 	g.p("done:")
@@ -382,9 +407,11 @@ func main() {
 	}
 	s.p("GLOBL sgemmMaskTab<>(SB), RODATA|NOPTR, $64")
 	s.p("")
-	for mr := 1; mr <= avx512MR; mr++ {
-		for nv := 1; nv <= avx512NV; nv++ {
-			s.avx512(mr, nv)
+	for _, rows := range []bool{false, true} {
+		for mr := 1; mr <= avx512MR; mr++ {
+			for nv := 1; nv <= avx512NV; nv++ {
+				s.avx512(mr, nv, rows)
+			}
 		}
 	}
 	for _, rows := range []bool{false, true} {
@@ -434,6 +461,7 @@ func main() {
 	d.p("func transpose16AVX512(dst *float32, ds int, src *float32, ss int)")
 	d.p("")
 	decl("AVX512", avx512MR, avx512NV)
+	decl("AVX512R", avx512MR, avx512NV)
 	decl("AVX2", avx2MR, avx2NV)
 	decl("AVX2R", avx2MR, avx2NV)
 

@@ -54,15 +54,16 @@ func TestTranspose16AVX512(t *testing.T) {
 
 // BenchmarkRowsA measures products whose A is stored by rows, with A
 // packed (packed) and read in place by the row kernels (rows), on the
-// tiny GPT's shapes (m×k·k×n): the projections of 1,024 tokens of width
-// 128 and one head's attention (128 positions, head width 32).
+// tiny GPT's shapes (m×k·k×n: the projections of 1,024 tokens of width
+// 128 and one head's attention, 128 positions, head width 32), the MLP's
+// first layer and two squares; it sets each kernel set's rowsMaxN.
 func BenchmarkRowsA(b *testing.B) {
 	ks := availableKernels()[0]
 	if ks.kernRows == nil {
 		b.Skip("no row kernels for " + ks.name)
 	}
-	defer func(n int) { rowsMaxN = n }(rowsMaxN)
-	for _, s := range [][3]int{{1024, 128, 384}, {1024, 128, 128}, {1024, 512, 128}, {1024, 128, 512}, {128, 32, 128}, {128, 128, 32}} {
+	defer func(n int) { ks.rowsMaxN = n }(ks.rowsMaxN)
+	for _, s := range [][3]int{{1024, 128, 384}, {1024, 128, 128}, {1024, 512, 128}, {1024, 128, 512}, {128, 32, 128}, {128, 128, 32}, {1024, 128, 1024}, {64, 784, 256}, {256, 256, 256}, {1024, 1024, 1024}} {
 		m, k, n := s[0], s[1], s[2]
 		a, bb, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 		for i := range a {
@@ -73,9 +74,9 @@ func BenchmarkRowsA(b *testing.B) {
 		}
 		for _, mode := range []string{"packed", "rows"} {
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", m, k, n, mode), func(b *testing.B) {
-				rowsMaxN = 0
+				ks.rowsMaxN = 0
 				if mode == "rows" {
-					rowsMaxN = 1 << 30
+					ks.rowsMaxN = 1 << 30
 				}
 				for range b.N {
 					sgemmBlocked(ks, false, true, m, n, k, 1, a, k, bb, k, 0, c, n)

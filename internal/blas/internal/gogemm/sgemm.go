@@ -36,6 +36,9 @@ type kernelSet struct {
 	// kernRows, if set, is kern reading A in place from a row-major
 	// matrix: row i of the tile at a[i*as:], step p at a[i*as+p].
 	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
+	// rowsMaxN is the widest product whose row-major A kernRows reads in
+	// place; wider ones pack A (BenchmarkRowsA measures the two).
+	rowsMaxN int
 	// tr, if set, transposes a trN×trN block: dst[i*ds+j] = src[j*ss+i].
 	tr  func(dst []float32, ds int, src []float32, ss int)
 	trN int
@@ -85,10 +88,6 @@ func (g Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 	}
 	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
-
-// rowsMaxN is the widest product whose row-major A is read in place
-// rather than packed, when the kernel set can (kernRows).
-var rowsMaxN = 384
 
 // smallGemm: products with m*n*k at most this use a plain loop.
 const smallGemm = 512
@@ -199,10 +198,10 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 	packB := tB || !ks.maskedB || m > 64*MR
 	// A is packed unless it is reused little: stored transposed (its
 	// columns are contiguous runs of mr floats) with n ≤ 2·NR, or stored
-	// by rows with n ≤ rowsMaxN and a kernel that reads rows in place.
+	// by rows with n ≤ ks.rowsMaxN and a kernel that reads rows in place.
 	// Packing costs a pass over the block, which pays only when the block
 	// meets many tiles of B.
-	rowsA := !tA && ks.kernRows != nil && n <= rowsMaxN
+	rowsA := !tA && ks.kernRows != nil && n <= ks.rowsMaxN
 	packA := (tA && n > 2*NR) || (!tA && !rowsA)
 
 	var ap, bp []float32

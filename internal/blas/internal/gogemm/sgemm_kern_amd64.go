@@ -94,6 +94,92 @@ const (
 )
 
 //go:noescape
+func sgemmKernAVX512R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+//go:noescape
+func sgemmKernAVX512R_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+
+var sgemmKernelsAVX512R = [6][4]asmKernel{
+	{sgemmKernAVX512R_1x1, sgemmKernAVX512R_1x2, sgemmKernAVX512R_1x3, sgemmKernAVX512R_1x4},
+	{sgemmKernAVX512R_2x1, sgemmKernAVX512R_2x2, sgemmKernAVX512R_2x3, sgemmKernAVX512R_2x4},
+	{sgemmKernAVX512R_3x1, sgemmKernAVX512R_3x2, sgemmKernAVX512R_3x3, sgemmKernAVX512R_3x4},
+	{sgemmKernAVX512R_4x1, sgemmKernAVX512R_4x2, sgemmKernAVX512R_4x3, sgemmKernAVX512R_4x4},
+	{sgemmKernAVX512R_5x1, sgemmKernAVX512R_5x2, sgemmKernAVX512R_5x3, sgemmKernAVX512R_5x4},
+	{sgemmKernAVX512R_6x1, sgemmKernAVX512R_6x2, sgemmKernAVX512R_6x3, sgemmKernAVX512R_6x4},
+}
+
+const (
+	mrAVX512R = 6
+	nvAVX512R = 4
+)
+
+//go:noescape
 func sgemmKernAVX2_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
 
 //go:noescape

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/simd"
 )
 
 // Multi-head scaled dot-product self-attention on packed projections.
@@ -144,12 +145,16 @@ func rowSpan(r0, n int, causal bool) (r1, cols int) {
 
 // softmaxRow replaces row by its softmax, computed stably.
 func softmaxRow[T float](row []T) {
+	r32, is32 := any(row).([]float32)
+	if is32 && simd.SoftmaxF32(r32) {
+		return
+	}
 	m := row[0]
 	for _, s := range row[1:] {
 		m = max(m, s)
 	}
 	var sum float64
-	if r32, ok := any(row).([]float32); ok {
+	if is32 {
 		m32 := float32(m)
 		for j := range r32 {
 			r32[j] -= m32
@@ -168,6 +173,21 @@ func softmaxRow[T float](row []T) {
 	inv := T(1 / sum)
 	for j := range row {
 		row[j] *= inv
+	}
+}
+
+// softmaxBackwardRow sets d = p∘(d − Σⱼ dⱼpⱼ), the gradient of the
+// scores of one row whose probabilities are p, given d, that of p.
+func softmaxBackwardRow[T float](d, p []T) {
+	if d32, ok := any(d).([]float32); ok && simd.SoftmaxBackwardF32(d32, any(p).([]float32)) {
+		return
+	}
+	var dot T
+	for j, pj := range p {
+		dot += d[j] * pj
+	}
+	for j, pj := range p {
+		d[j] = pj * (d[j] - dot)
 	}
 }
 
@@ -205,13 +225,7 @@ func attentionBwd[T float](dqkv, g, qkv, probs []T, b, n, c, heads int, causal b
 						valid = i + 1
 					}
 					pr, dr := p[i*n:i*n+valid], ds[i*n:i*n+cols]
-					var dot T
-					for j, pj := range pr {
-						dot += dr[j] * pj
-					}
-					for j, pj := range pr {
-						dr[j] = pj * (dr[j] - dot)
-					}
+					softmaxBackwardRow(dr[:valid], pr)
 					clear(dr[valid:])
 				}
 				// dQ = scale·dS·K; dK += scale·dSᵀ·Q.

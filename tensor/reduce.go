@@ -312,6 +312,15 @@ func softmaxBackDim[T float](d, g, y []T, outer, n, inner int, log bool) {
 func softmaxRows32(d, s []float32, rows, n int, log bool) {
 	for r := range rows {
 		src, dst := s[r*n:(r+1)*n], d[r*n:(r+1)*n]
+		if log && simd.LogSoftmaxF32(dst, src) {
+			continue
+		}
+		if !log {
+			copy(dst, src)
+			if simd.SoftmaxF32(dst) {
+				continue
+			}
+		}
 		m := src[0]
 		for _, v := range src[1:] {
 			m = max(m, v)

@@ -240,6 +240,130 @@ tanhloop:
 \tVZEROUPPER
 tanhdone:
 \tRET
+
+// func maxF32AVX2(x *float32, n int) float32
+// The largest of n floats, n a positive multiple of 8. A NaN may or may
+// not be returned.
+TEXT ·maxF32AVX2(SB), NOSPLIT, $0-20
+\tMOVQ x+0(FP), SI
+\tMOVQ n+8(FP), CX
+\tVMOVUPS (SI), Y0
+\tADDQ    $32, SI
+\tSHRQ    $3, CX
+\tDECQ    CX
+\tJZ      maxred
+maxloop:
+\tVMAXPS  (SI), Y0, Y0
+\tADDQ    $32, SI
+\tDECQ    CX
+\tJNZ     maxloop
+maxred:
+\tVEXTRACTF128 $1, Y0, X1
+\tVMAXPS  X1, X0, X0
+\tVPERMILPS $0x4e, X0, X1
+\tVMAXPS  X1, X0, X0
+\tVPERMILPS $0xb1, X0, X1
+\tVMAXPS  X1, X0, X0
+\tVZEROUPPER
+\tMOVSS   X0, ret+16(FP)
+\tRET
+
+// func expShiftSumF32AVX2(dst, x *float32, n int, m float32) float64
+// dst = e^(x-m) for n floats, n a multiple of 8; returns their sum, in
+// float64 (eight partial sums, added pairwise at the end).
+TEXT ·expShiftSumF32AVX2(SB), NOSPLIT, $0-40
+\tMOVQ dst+0(FP), DI
+\tMOVQ x+8(FP), SI
+\tMOVQ n+16(FP), CX
+\tVBROADCASTSS m+24(FP), Y7
+\tVXORPD  Y8, Y8, Y8
+\tVXORPD  Y9, Y9, Y9
+\tSHRQ    $3, CX
+\tJZ      essdone
+essloop:
+\tVMOVUPS (SI), Y0
+\tVSUBPS  Y7, Y0, Y0
+{exp_block()}\tVMOVUPS Y0, (DI)
+\tVCVTPS2PD X0, Y4
+\tVEXTRACTF128 $1, Y0, X5
+\tVCVTPS2PD X5, Y5
+\tVADDPD  Y4, Y8, Y8
+\tVADDPD  Y5, Y9, Y9
+\tADDQ    $32, DI
+\tADDQ    $32, SI
+\tDECQ    CX
+\tJNZ     essloop
+essdone:
+\tVADDPD  Y9, Y8, Y8
+\tVEXTRACTF128 $1, Y8, X1
+\tVADDPD  X1, X8, X0
+\tVPERMILPD $1, X0, X1
+\tVADDSD  X1, X0, X0
+\tVZEROUPPER
+\tMOVSD   X0, ret+32(FP)
+\tRET
+
+// func dotF32AVX2(a, b *float32, n int) float32
+// Σ a[i]·b[i] over n floats, n a positive multiple of 8, in two sets of
+// eight float32 partial sums.
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+\tMOVQ a+0(FP), SI
+\tMOVQ b+8(FP), DX
+\tMOVQ n+16(FP), CX
+\tVXORPS  Y0, Y0, Y0
+\tVXORPS  Y1, Y1, Y1
+\tSHRQ    $3, CX
+\tTESTQ   $1, CX
+\tJZ      dotpairs
+\tVMOVUPS (SI), Y2
+\tVFMADD231PS (DX), Y2, Y0
+\tADDQ    $32, SI
+\tADDQ    $32, DX
+dotpairs:
+\tSHRQ    $1, CX
+\tJZ      dotred
+dotloop:
+\tVMOVUPS (SI), Y2
+\tVMOVUPS 32(SI), Y3
+\tVFMADD231PS (DX), Y2, Y0
+\tVFMADD231PS 32(DX), Y3, Y1
+\tADDQ    $64, SI
+\tADDQ    $64, DX
+\tDECQ    CX
+\tJNZ     dotloop
+dotred:
+\tVADDPS  Y1, Y0, Y0
+\tVEXTRACTF128 $1, Y0, X1
+\tVADDPS  X1, X0, X0
+\tVPERMILPS $0x4e, X0, X1
+\tVADDPS  X1, X0, X0
+\tVPERMILPS $0xb1, X0, X1
+\tVADDPS  X1, X0, X0
+\tVZEROUPPER
+\tMOVSS   X0, ret+24(FP)
+\tRET
+
+// func softmaxBwdF32AVX2(d, p *float32, n int, dot float32)
+// d = p·(d − dot) for n floats, n a multiple of 8.
+TEXT ·softmaxBwdF32AVX2(SB), NOSPLIT, $0-28
+\tMOVQ d+0(FP), DI
+\tMOVQ p+8(FP), SI
+\tMOVQ n+16(FP), CX
+\tVBROADCASTSS dot+24(FP), Y7
+\tSHRQ    $3, CX
+\tJZ      sbdone
+sbloop:
+\tVMOVUPS (DI), Y0
+\tVSUBPS  Y7, Y0, Y0
+\tVMULPS  (SI), Y0, Y0
+\tVMOVUPS Y0, (DI)
+\tADDQ    $32, DI
+\tADDQ    $32, SI
+\tDECQ    CX
+\tJNZ     sbloop
+\tVZEROUPPER
+sbdone:
+\tRET
 """
 
 here = os.path.dirname(os.path.abspath(__file__))

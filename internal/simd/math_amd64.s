@@ -441,3 +441,149 @@ tanhloop:
 	VZEROUPPER
 tanhdone:
 	RET
+
+// func maxF32AVX2(x *float32, n int) float32
+// The largest of n floats, n a positive multiple of 8. A NaN may or may
+// not be returned.
+TEXT ·maxF32AVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VMOVUPS (SI), Y0
+	ADDQ    $32, SI
+	SHRQ    $3, CX
+	DECQ    CX
+	JZ      maxred
+maxloop:
+	VMAXPS  (SI), Y0, Y0
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     maxloop
+maxred:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS  X1, X0, X0
+	VZEROUPPER
+	MOVSS   X0, ret+16(FP)
+	RET
+
+// func expShiftSumF32AVX2(dst, x *float32, n int, m float32) float64
+// dst = e^(x-m) for n floats, n a multiple of 8; returns their sum, in
+// float64 (eight partial sums, added pairwise at the end).
+TEXT ·expShiftSumF32AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS m+24(FP), Y7
+	VXORPD  Y8, Y8, Y8
+	VXORPD  Y9, Y9, Y9
+	SHRQ    $3, CX
+	JZ      essdone
+essloop:
+	VMOVUPS (SI), Y0
+	VSUBPS  Y7, Y0, Y0
+	VMOVUPS      mathc<>+352(SB), Y3
+	VMINPS       Y0, Y3, Y0
+	VMOVUPS      mathc<>+384(SB), Y3
+	VMAXPS       Y0, Y3, Y0
+	VMULPS       mathc<>+64(SB), Y0, Y1
+	VADDPS       mathc<>+0(SB), Y1, Y1
+	VROUNDPS     $1, Y1, Y1
+	VFNMADD231PS mathc<>+96(SB), Y1, Y0
+	VFNMADD231PS mathc<>+128(SB), Y1, Y0
+	VMULPS       Y0, Y0, Y2
+	VMOVUPS      mathc<>+160(SB), Y3
+	VFMADD213PS  mathc<>+192(SB), Y0, Y3
+	VFMADD213PS  mathc<>+224(SB), Y0, Y3
+	VFMADD213PS  mathc<>+256(SB), Y0, Y3
+	VFMADD213PS  mathc<>+288(SB), Y0, Y3
+	VFMADD213PS  mathc<>+320(SB), Y0, Y3
+	VFMADD213PS  Y0, Y2, Y3
+	VADDPS       mathc<>+32(SB), Y3, Y3
+	VCVTPS2DQ    Y1, Y1
+	VPADDD       mathc<>+1440(SB), Y1, Y1
+	VPSLLD       $23, Y1, Y1
+	VMULPS       Y1, Y3, Y0
+	VMOVUPS Y0, (DI)
+	VCVTPS2PD X0, Y4
+	VEXTRACTF128 $1, Y0, X5
+	VCVTPS2PD X5, Y5
+	VADDPD  Y4, Y8, Y8
+	VADDPD  Y5, Y9, Y9
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     essloop
+essdone:
+	VADDPD  Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X1
+	VADDPD  X1, X8, X0
+	VPERMILPD $1, X0, X1
+	VADDSD  X1, X0, X0
+	VZEROUPPER
+	MOVSD   X0, ret+32(FP)
+	RET
+
+// func dotF32AVX2(a, b *float32, n int) float32
+// Σ a[i]·b[i] over n floats, n a positive multiple of 8, in two sets of
+// eight float32 partial sums.
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ n+16(FP), CX
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	SHRQ    $3, CX
+	TESTQ   $1, CX
+	JZ      dotpairs
+	VMOVUPS (SI), Y2
+	VFMADD231PS (DX), Y2, Y0
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+dotpairs:
+	SHRQ    $1, CX
+	JZ      dotred
+dotloop:
+	VMOVUPS (SI), Y2
+	VMOVUPS 32(SI), Y3
+	VFMADD231PS (DX), Y2, Y0
+	VFMADD231PS 32(DX), Y3, Y1
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	DECQ    CX
+	JNZ     dotloop
+dotred:
+	VADDPS  Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS  X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VADDPS  X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VADDPS  X1, X0, X0
+	VZEROUPPER
+	MOVSS   X0, ret+24(FP)
+	RET
+
+// func softmaxBwdF32AVX2(d, p *float32, n int, dot float32)
+// d = p·(d − dot) for n floats, n a multiple of 8.
+TEXT ·softmaxBwdF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ d+0(FP), DI
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS dot+24(FP), Y7
+	SHRQ    $3, CX
+	JZ      sbdone
+sbloop:
+	VMOVUPS (DI), Y0
+	VSUBPS  Y7, Y0, Y0
+	VMULPS  (SI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     sbloop
+	VZEROUPPER
+sbdone:
+	RET

@@ -3,7 +3,9 @@
 // convolution, 2×2 max pooling and ReLU for the local core), with
 // portable Go fallbacks that round exactly as the vector code does, but
 // for the convolutions' and SumF32's sums, which say that their order is
-// theirs.
+// theirs. The softmax kernels (SoftmaxF32, LogSoftmaxF32,
+// SoftmaxBackwardF32) have no fallback: they report false, and the caller
+// keeps its own loop.
 package simd
 
 // AddF32 sets dst[i] += src[i] for i < len(dst); src must be at least as

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/internal/simd"
 	"github.com/godist/godist/tensor"
 )
 
@@ -329,12 +330,17 @@ func layerNormBack[T float](dx, dw, db, g, xhat, w []T, invstd []float64, rows, 
 	}
 }
 
-// layerNorm32 is layerNorm for float32 rows, in float32 arithmetic with
-// four partial sums (what the compiler can overlap); the statistics are
-// the same two passes.
+// layerNorm32 is layerNorm for float32 rows, in float32 arithmetic: a
+// row at a time by simd.LayerNormF32 (AVX2: eight-lane partial sums),
+// else here with four partial sums (what the compiler can overlap); the
+// statistics are the same two passes.
 func layerNorm32(y, xhat, x, w, b []float32, invstd []float64, rows, d int, eps float64) {
 	for r := range rows {
 		row := x[r*d : (r+1)*d]
+		if is, ok := simd.LayerNormF32(y[r*d:(r+1)*d], xhat[r*d:(r+1)*d], row, w, b, eps); ok {
+			invstd[r] = float64(is)
+			continue
+		}
 		mu := sum4(row) / float32(d)
 		var s0, s1, s2, s3 float32
 		k := 0
@@ -370,13 +376,17 @@ func sum4(v []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// layerNormBack32 is layerNormBack for float32 rows in float32 arithmetic.
+// layerNormBack32 is layerNormBack for float32 rows in float32 arithmetic
+// (by simd.LayerNormBackwardF32 where it has a kernel).
 func layerNormBack32(dx, dw, db, g, xhat, w []float32, invstd []float64, rows, d int) {
 	clear(dw[:d])
 	clear(db[:d])
 	fd := float32(d)
 	for r := range rows {
 		gr, hr, dr := g[r*d:(r+1)*d], xhat[r*d:(r+1)*d], dx[r*d:(r+1)*d]
+		if simd.LayerNormBackwardF32(dr, dw, db, gr, hr, w, float32(invstd[r])) {
+			continue
+		}
 		var s1, s2 float32
 		for k, gk := range gr {
 			hk := hr[k]

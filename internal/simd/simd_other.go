@@ -67,3 +67,7 @@ func softmaxF32(x []float32) bool { return false }
 func softmaxBackwardF32(d, p []float32) bool { return false }
 
 func logSoftmaxF32(dst, x []float32) bool { return false }
+
+func layerNormF32(y, xhat, x, w, b []float32, eps float64) (float32, bool) { return 0, false }
+
+func layerNormBackwardF32(dx, dw, db, g, xhat, w []float32, is float32) bool { return false }

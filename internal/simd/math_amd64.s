@@ -202,6 +202,391 @@ DATA mathc<>+1512(SB)/8, $0x8000000080000000
 DATA mathc<>+1520(SB)/8, $0x8000000080000000
 DATA mathc<>+1528(SB)/8, $0x8000000080000000
 GLOBL mathc<>(SB), RODATA|NOPTR, $1536
+DATA mathz<>+0(SB)/8, $0x3f0000003f000000
+DATA mathz<>+8(SB)/8, $0x3f0000003f000000
+DATA mathz<>+16(SB)/8, $0x3f0000003f000000
+DATA mathz<>+24(SB)/8, $0x3f0000003f000000
+DATA mathz<>+32(SB)/8, $0x3f0000003f000000
+DATA mathz<>+40(SB)/8, $0x3f0000003f000000
+DATA mathz<>+48(SB)/8, $0x3f0000003f000000
+DATA mathz<>+56(SB)/8, $0x3f0000003f000000
+DATA mathz<>+64(SB)/8, $0x3f8000003f800000
+DATA mathz<>+72(SB)/8, $0x3f8000003f800000
+DATA mathz<>+80(SB)/8, $0x3f8000003f800000
+DATA mathz<>+88(SB)/8, $0x3f8000003f800000
+DATA mathz<>+96(SB)/8, $0x3f8000003f800000
+DATA mathz<>+104(SB)/8, $0x3f8000003f800000
+DATA mathz<>+112(SB)/8, $0x3f8000003f800000
+DATA mathz<>+120(SB)/8, $0x3f8000003f800000
+DATA mathz<>+128(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+136(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+144(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+152(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+160(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+168(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+176(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+184(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA mathz<>+192(SB)/8, $0x3f3180003f318000
+DATA mathz<>+200(SB)/8, $0x3f3180003f318000
+DATA mathz<>+208(SB)/8, $0x3f3180003f318000
+DATA mathz<>+216(SB)/8, $0x3f3180003f318000
+DATA mathz<>+224(SB)/8, $0x3f3180003f318000
+DATA mathz<>+232(SB)/8, $0x3f3180003f318000
+DATA mathz<>+240(SB)/8, $0x3f3180003f318000
+DATA mathz<>+248(SB)/8, $0x3f3180003f318000
+DATA mathz<>+256(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+264(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+272(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+280(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+288(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+296(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+304(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+312(SB)/8, $0xb95e8083b95e8083
+DATA mathz<>+320(SB)/8, $0x3950696739506967
+DATA mathz<>+328(SB)/8, $0x3950696739506967
+DATA mathz<>+336(SB)/8, $0x3950696739506967
+DATA mathz<>+344(SB)/8, $0x3950696739506967
+DATA mathz<>+352(SB)/8, $0x3950696739506967
+DATA mathz<>+360(SB)/8, $0x3950696739506967
+DATA mathz<>+368(SB)/8, $0x3950696739506967
+DATA mathz<>+376(SB)/8, $0x3950696739506967
+DATA mathz<>+384(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+392(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+400(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+408(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+416(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+424(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+432(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+440(SB)/8, $0x3ab743ce3ab743ce
+DATA mathz<>+448(SB)/8, $0x3c0889083c088908
+DATA mathz<>+456(SB)/8, $0x3c0889083c088908
+DATA mathz<>+464(SB)/8, $0x3c0889083c088908
+DATA mathz<>+472(SB)/8, $0x3c0889083c088908
+DATA mathz<>+480(SB)/8, $0x3c0889083c088908
+DATA mathz<>+488(SB)/8, $0x3c0889083c088908
+DATA mathz<>+496(SB)/8, $0x3c0889083c088908
+DATA mathz<>+504(SB)/8, $0x3c0889083c088908
+DATA mathz<>+512(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+520(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+528(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+536(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+544(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+552(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+560(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+568(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA mathz<>+576(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+584(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+592(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+600(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+608(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+616(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+624(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+632(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA mathz<>+640(SB)/8, $0x3f0000003f000000
+DATA mathz<>+648(SB)/8, $0x3f0000003f000000
+DATA mathz<>+656(SB)/8, $0x3f0000003f000000
+DATA mathz<>+664(SB)/8, $0x3f0000003f000000
+DATA mathz<>+672(SB)/8, $0x3f0000003f000000
+DATA mathz<>+680(SB)/8, $0x3f0000003f000000
+DATA mathz<>+688(SB)/8, $0x3f0000003f000000
+DATA mathz<>+696(SB)/8, $0x3f0000003f000000
+DATA mathz<>+704(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+712(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+720(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+728(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+736(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+744(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+752(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+760(SB)/8, $0x42b0c0a542b0c0a5
+DATA mathz<>+768(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+776(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+784(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+792(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+800(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+808(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+816(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+824(SB)/8, $0xc2aeac4fc2aeac4f
+DATA mathz<>+832(SB)/8, $0x4080000040800000
+DATA mathz<>+840(SB)/8, $0x4080000040800000
+DATA mathz<>+848(SB)/8, $0x4080000040800000
+DATA mathz<>+856(SB)/8, $0x4080000040800000
+DATA mathz<>+864(SB)/8, $0x4080000040800000
+DATA mathz<>+872(SB)/8, $0x4080000040800000
+DATA mathz<>+880(SB)/8, $0x4080000040800000
+DATA mathz<>+888(SB)/8, $0x4080000040800000
+DATA mathz<>+896(SB)/8, $0xc0800000c0800000
+DATA mathz<>+904(SB)/8, $0xc0800000c0800000
+DATA mathz<>+912(SB)/8, $0xc0800000c0800000
+DATA mathz<>+920(SB)/8, $0xc0800000c0800000
+DATA mathz<>+928(SB)/8, $0xc0800000c0800000
+DATA mathz<>+936(SB)/8, $0xc0800000c0800000
+DATA mathz<>+944(SB)/8, $0xc0800000c0800000
+DATA mathz<>+952(SB)/8, $0xc0800000c0800000
+DATA mathz<>+960(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+968(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+976(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+984(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+992(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+1000(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+1008(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+1016(SB)/8, $0xaf95df0baf95df0b
+DATA mathz<>+1024(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1032(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1040(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1048(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1056(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1064(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1072(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1080(SB)/8, $0x32edffee32edffee
+DATA mathz<>+1088(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1096(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1104(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1112(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1120(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1128(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1136(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1144(SB)/8, $0xb60cff51b60cff51
+DATA mathz<>+1152(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1160(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1168(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1176(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1184(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1192(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1200(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1208(SB)/8, $0xb86ec2d2b86ec2d2
+DATA mathz<>+1216(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1224(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1232(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1240(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1248(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1256(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1264(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1272(SB)/8, $0xba40ac63ba40ac63
+DATA mathz<>+1280(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1288(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1296(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1304(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1312(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1320(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1328(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1336(SB)/8, $0xbb41a1f6bb41a1f6
+DATA mathz<>+1344(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1352(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1360(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1368(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1376(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1384(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1392(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1400(SB)/8, $0xbc83dbd4bc83dbd4
+DATA mathz<>+1408(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1416(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1424(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1432(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1440(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1448(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1456(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1464(SB)/8, $0xb77460cdb77460cd
+DATA mathz<>+1472(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1480(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1488(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1496(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1504(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1512(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1520(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1528(SB)/8, $0xb95fbd29b95fbd29
+DATA mathz<>+1536(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1544(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1552(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1560(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1568(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1576(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1584(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1592(SB)/8, $0xbadc924ebadc924e
+DATA mathz<>+1600(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1608(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1616(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1624(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1632(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1640(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1648(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1656(SB)/8, $0xbbf19bf8bbf19bf8
+DATA mathz<>+1664(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1672(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1680(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1688(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1696(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1704(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1712(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1720(SB)/8, $0xbc69b6a7bc69b6a7
+DATA mathz<>+1728(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1736(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1744(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1752(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1760(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1768(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1776(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1784(SB)/8, $0x3f3504f33f3504f3
+DATA mathz<>+1792(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1800(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1808(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1816(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1824(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1832(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1840(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1848(SB)/8, $0x3ecc422a3ecc422a
+DATA mathz<>+1856(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1864(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1872(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1880(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1888(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1896(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1904(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1912(SB)/8, $0xbf000000bf000000
+DATA mathz<>+1920(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1928(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1936(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1944(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1952(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1960(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1968(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1976(SB)/8, $0x40fcf84f40fcf84f
+DATA mathz<>+1984(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+1992(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2000(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2008(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2016(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2024(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2032(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2040(SB)/8, $0xc0fcf84fc0fcf84f
+DATA mathz<>+2048(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2056(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2064(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2072(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2080(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2088(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2096(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2104(SB)/8, $0xa59f25c0a59f25c0
+DATA mathz<>+2112(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2120(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2128(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2136(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2144(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2152(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2160(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2168(SB)/8, $0x2a61337e2a61337e
+DATA mathz<>+2176(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2184(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2192(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2200(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2208(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2216(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2224(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2232(SB)/8, $0xaebd37ffaebd37ff
+DATA mathz<>+2240(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2248(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2256(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2264(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2272(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2280(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2288(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2296(SB)/8, $0x335c0041335c0041
+DATA mathz<>+2304(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2312(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2320(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2328(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2336(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2344(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2352(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2360(SB)/8, $0x3779434a3779434a
+DATA mathz<>+2368(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2376(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2384(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2392(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2400(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2408(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2416(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2424(SB)/8, $0x3a270ded3a270ded
+DATA mathz<>+2432(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2440(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2448(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2456(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2464(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2472(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2480(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2488(SB)/8, $0x3ba059dc3ba059dc
+DATA mathz<>+2496(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2504(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2512(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2520(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2528(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2536(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2544(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2552(SB)/8, $0x35a0d3d835a0d3d8
+DATA mathz<>+2560(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2568(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2576(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2584(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2592(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2600(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2608(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2616(SB)/8, $0x38f895d638f895d6
+DATA mathz<>+2624(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2632(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2640(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2648(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2656(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2664(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2672(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2680(SB)/8, $0x3b14aa053b14aa05
+DATA mathz<>+2688(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2696(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2704(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2712(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2720(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2728(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2736(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2744(SB)/8, $0x3ba059dd3ba059dd
+DATA mathz<>+2752(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2760(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2768(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2776(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2784(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2792(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2800(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2808(SB)/8, $0xbf800000bf800000
+DATA mathz<>+2816(SB)/8, $0x4110000041100000
+DATA mathz<>+2824(SB)/8, $0x4110000041100000
+DATA mathz<>+2832(SB)/8, $0x4110000041100000
+DATA mathz<>+2840(SB)/8, $0x4110000041100000
+DATA mathz<>+2848(SB)/8, $0x4110000041100000
+DATA mathz<>+2856(SB)/8, $0x4110000041100000
+DATA mathz<>+2864(SB)/8, $0x4110000041100000
+DATA mathz<>+2872(SB)/8, $0x4110000041100000
+DATA mathz<>+2880(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2888(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2896(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2904(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2912(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2920(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2928(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2936(SB)/8, $0x0000007f0000007f
+DATA mathz<>+2944(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2952(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2960(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2968(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2976(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2984(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+2992(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+3000(SB)/8, $0x7fffffff7fffffff
+DATA mathz<>+3008(SB)/8, $0x8000000080000000
+DATA mathz<>+3016(SB)/8, $0x8000000080000000
+DATA mathz<>+3024(SB)/8, $0x8000000080000000
+DATA mathz<>+3032(SB)/8, $0x8000000080000000
+DATA mathz<>+3040(SB)/8, $0x8000000080000000
+DATA mathz<>+3048(SB)/8, $0x8000000080000000
+DATA mathz<>+3056(SB)/8, $0x8000000080000000
+DATA mathz<>+3064(SB)/8, $0x8000000080000000
+GLOBL mathz<>(SB), RODATA|NOPTR, $3072
 
 // func expF32AVX2(dst, x *float32, n int)
 TEXT ·expF32AVX2(SB), NOSPLIT, $0-24
@@ -586,4 +971,116 @@ sbloop:
 	JNZ     sbloop
 	VZEROUPPER
 sbdone:
+	RET
+
+// func geluF32AVX512(dst, x *float32, n int)
+// geluF32AVX2 sixteen floats at a time; n a multiple of 16.
+TEXT ·geluF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   geluzdone
+geluzloop:
+	VMOVUPS (SI), Z4
+	VMULPS  mathz<>+1728(SB), Z4, Z0
+	VMOVUPS      mathz<>+832(SB), Z1
+	VMINPS       Z0, Z1, Z0
+	VMOVUPS      mathz<>+896(SB), Z1
+	VMAXPS       Z0, Z1, Z0
+	VMULPS       Z0, Z0, Z1
+	VMOVUPS      mathz<>+960(SB), Z2
+	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      mathz<>+1408(SB), Z3
+	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
+	VDIVPS       Z3, Z2, Z0
+	VADDPS  mathz<>+64(SB), Z0, Z0
+	VMULPS  Z4, Z0, Z0
+	VMULPS  mathz<>+0(SB), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, DI
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     geluzloop
+	VZEROUPPER
+geluzdone:
+	RET
+
+// func geluBackwardF32AVX512(dst, grad, x *float32, n int)
+// geluBackwardF32AVX2 sixteen floats at a time; n a multiple of 16.
+TEXT ·geluBackwardF32AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ grad+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	JZ   geluzbdone
+geluzbloop:
+	VMOVUPS (SI), Z4
+	VMULPS  mathz<>+1728(SB), Z4, Z0
+	VMOVUPS      mathz<>+832(SB), Z1
+	VMINPS       Z0, Z1, Z0
+	VMOVUPS      mathz<>+896(SB), Z1
+	VMAXPS       Z0, Z1, Z0
+	VMULPS       Z0, Z0, Z1
+	VMOVUPS      mathz<>+960(SB), Z2
+	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      mathz<>+1408(SB), Z3
+	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
+	VDIVPS       Z3, Z2, Z0
+	VADDPS  mathz<>+64(SB), Z0, Z0
+	VMULPS  mathz<>+0(SB), Z0, Z6
+	VMULPS  Z4, Z4, Z0
+	VMULPS  mathz<>+1856(SB), Z0, Z0
+	VMOVUPS      mathz<>+704(SB), Z3
+	VMINPS       Z0, Z3, Z0
+	VMOVUPS      mathz<>+768(SB), Z3
+	VMAXPS       Z0, Z3, Z0
+	VMULPS       mathz<>+128(SB), Z0, Z1
+	VADDPS       mathz<>+0(SB), Z1, Z1
+	VRNDSCALEPS  $1, Z1, Z1
+	VFNMADD231PS mathz<>+192(SB), Z1, Z0
+	VFNMADD231PS mathz<>+256(SB), Z1, Z0
+	VMULPS       Z0, Z0, Z2
+	VMOVUPS      mathz<>+320(SB), Z3
+	VFMADD213PS  mathz<>+384(SB), Z0, Z3
+	VFMADD213PS  mathz<>+448(SB), Z0, Z3
+	VFMADD213PS  mathz<>+512(SB), Z0, Z3
+	VFMADD213PS  mathz<>+576(SB), Z0, Z3
+	VFMADD213PS  mathz<>+640(SB), Z0, Z3
+	VFMADD213PS  Z0, Z2, Z3
+	VADDPS       mathz<>+64(SB), Z3, Z3
+	VCVTPS2DQ    Z1, Z1
+	VPADDD       mathz<>+2880(SB), Z1, Z1
+	VPSLLD       $23, Z1, Z1
+	VMULPS       Z1, Z3, Z0
+	VMULPS  mathz<>+1792(SB), Z0, Z0
+	VFMADD213PS Z6, Z4, Z0
+	VMULPS  (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, DI
+	ADDQ    $64, DX
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     geluzbloop
+	VZEROUPPER
+geluzbdone:
 	RET

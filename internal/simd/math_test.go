@@ -165,3 +165,35 @@ func BenchmarkTanhF32(b *testing.B) {
 		TanhF32(dst, xs)
 	}
 }
+
+// TestGeluAVX512SameBits: the sixteen-lane GELU kernels give the AVX2
+// kernels' bits, element for element (so a result does not depend on
+// which of the two a machine has), on every length up to 70 and a grid.
+func TestGeluAVX512SameBits(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	defer func(v bool) { hasAVX512 = v }(hasAVX512)
+	xs := grid(-12, 12, 20000)
+	g := make([]float32, len(xs))
+	for i := range g {
+		g[i] = 1 + float32(i%7)/8
+	}
+	for _, n := range append([]int{len(xs)}, 8, 16, 24, 40, 56, 64, 72) {
+		var out [2][2][]float32 // [AVX-512?][forward, backward]
+		for i, on := range []bool{false, true} {
+			hasAVX512 = on
+			out[i][0], out[i][1] = make([]float32, n), make([]float32, n)
+			GeluF32(out[i][0], xs)
+			GeluBackwardF32(out[i][1], g, xs)
+		}
+		for k := range 2 {
+			for j := range n {
+				a, b := out[0][k][j], out[1][k][j]
+				if math.Float32bits(a) != math.Float32bits(b) && !(a != a && b != b) {
+					t.Fatalf("n=%d, pass %d, x=%v: AVX2 %v, AVX-512 %v", n, k, xs[j], a, b)
+				}
+			}
+		}
+	}
+}

@@ -113,12 +113,33 @@ func expF32(dst, x []float32) int {
 	return n
 }
 
+// geluF32AVX512 and geluBackwardF32AVX512 are the AVX2 kernels sixteen
+// floats at a time (n a multiple of 16), with the same operations lane
+// for lane, so the same bits.
+//
+//go:noescape
+func geluF32AVX512(dst, x *float32, n int)
+
+//go:noescape
+func geluBackwardF32AVX512(dst, grad, x *float32, n int)
+
+var hasAVX512 = hasFMA && cpu.X86.HasAVX512F
+
 func geluF32(dst, x []float32) int {
 	n := len(dst) &^ 7
 	if !hasFMA || n == 0 {
 		return 0
 	}
-	geluF32AVX2(&dst[0], &x[0], n)
+	k := 0
+	if hasAVX512 {
+		k = n &^ 15
+		if k > 0 {
+			geluF32AVX512(&dst[0], &x[0], k)
+		}
+	}
+	if k < n {
+		geluF32AVX2(&dst[k], &x[k], n-k)
+	}
 	return n
 }
 
@@ -127,7 +148,16 @@ func geluBackwardF32(dst, g, x []float32) int {
 	if !hasFMA || n == 0 {
 		return 0
 	}
-	geluBackwardF32AVX2(&dst[0], &g[0], &x[0], n)
+	k := 0
+	if hasAVX512 {
+		k = n &^ 15
+		if k > 0 {
+			geluBackwardF32AVX512(&dst[0], &g[0], &x[0], k)
+		}
+	}
+	if k < n {
+		geluBackwardF32AVX2(&dst[k], &g[k], &x[k], n-k)
+	}
 	return n
 }
 

@@ -26,11 +26,14 @@ import (
 // causal), which AttentionBackward needs.
 func (t *Tensor) Attention(qkv *Tensor, heads int, causal bool) (probs *Tensor) {
 	b, n, c := attentionDims("Attention", qkv, heads)
-	t.prepare(qkv.dtype, []int{b, n, c}, "Attention")
+	// Every element of the output and of probs is written (each head's
+	// columns by a product with beta 0, each row of probs by its softmax
+	// and the zeros after it), so neither is cleared first.
+	t.prepareAll(qkv.dtype, []int{b, n, c}, "Attention")
 	if !t.IsContiguous() {
 		panic("tensor: Attention into a non-contiguous destination")
 	}
-	probs = New(qkv.dtype, b, heads, n, n)
+	probs = Empty(qkv.dtype, b, heads, n, n)
 	switch qkv.dtype {
 	case Float32:
 		attentionFwd(t.Float32s(), probs.Float32s(), qkv.Float32s(), b, n, c, heads, causal, sgemm)
@@ -50,7 +53,9 @@ func (t *Tensor) AttentionBackward(g, qkv, probs *Tensor, heads int, causal bool
 	if !equalInts(g.shape, []int{b, n, c}) || !equalInts(probs.shape, []int{b, heads, n, n}) || g.dtype != qkv.dtype || probs.dtype != qkv.dtype {
 		panic(fmt.Sprintf("tensor: AttentionBackward of gradient %v%v and probabilities %v%v for qkv %v%v", g.dtype, g.shape, probs.dtype, probs.shape, qkv.dtype, qkv.shape))
 	}
-	t.prepare(qkv.dtype, qkv.shape, "AttentionBackward")
+	// The first row block of each head (the last rows) writes dQ's rows
+	// and all of dK and dV with beta 0, so t is not cleared first.
+	t.prepareAll(qkv.dtype, qkv.shape, "AttentionBackward")
 	if !t.IsContiguous() {
 		panic("tensor: AttentionBackward into a non-contiguous destination")
 	}

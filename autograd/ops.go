@@ -287,12 +287,9 @@ func MatMul(a, b *Var) *Var {
 func Linear(x, w, b *Var) *Var {
 	var out *tensor.Tensor
 	if b != nil && b.value.Dim() == 1 && x.value.Dim() >= 2 {
-		// The bias first, in every row, then the product added to it:
-		// one pass over the output fewer than adding the bias after.
-		shape := append(x.value.Shape()[:x.value.Dim()-1:x.value.Dim()-1], w.value.Size(0))
-		out = tensor.Empty(x.value.DType(), shape...)
-		out.Copy(b.value.Expand(shape...)) // every element
-		out.AddMatMul(x.value, w.value.T())
+		// The GEMM adds the bias as it stores the product: one pass over
+		// the output.
+		out = nt().MatMulBias(x.value, w.value.T(), b.value)
 	} else {
 		out = nt().MatMul(x.value, w.value.T())
 		if b != nil {

@@ -10,17 +10,30 @@ import (
 // the same leading (batch) dimensions as a, (..., k, n). Transposed views
 // (a.T(), b.Transpose(-1, -2)) are multiplied without copying. t must not
 // share storage with a or b.
-func (t *Tensor) MatMul(a, b *Tensor) *Tensor { return t.matmul(a, b, 0) }
+func (t *Tensor) MatMul(a, b *Tensor) *Tensor { return t.matmul(a, b, 0, nil) }
 
 // AddMatMul sets t = t + a·b for a sized t and returns t.
 func (t *Tensor) AddMatMul(a, b *Tensor) *Tensor {
 	if !t.Sized() {
 		panic("tensor: AddMatMul into an unsized tensor")
 	}
-	return t.matmul(a, b, 1)
+	return t.matmul(a, b, 1, nil)
 }
 
-func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
+// MatMulBias sets t to a·b + bias (a Linear layer's forward pass), bias a
+// 1-d tensor of b's last size added to every row, and returns t. It is
+// MatMul then an Add of the bias, or the bias copied into t then
+// AddMatMul (the same bits as the latter), in one pass over t: the GEMM
+// adds the bias as it stores its tiles.
+func (t *Tensor) MatMulBias(a, b, bias *Tensor) *Tensor {
+	if bias.Dim() != 1 || b.Dim() < 2 || bias.shape[0] != b.shape[b.Dim()-1] || bias.dtype != b.dtype {
+		panic(fmt.Sprintf("tensor: MatMulBias of %v%v by %v%v with bias %v%v", a.dtype, a.shape, b.dtype, b.shape, bias.dtype, bias.shape))
+	}
+	return t.matmul(a, b, 0, bias)
+}
+
+// matmul is t = a·b + beta·t, or with a bias t = a·b + bias.
+func (t *Tensor) matmul(a, b *Tensor, beta float64, bias *Tensor) *Tensor {
 	if a.dtype != b.dtype || a.Dim() < 2 || b.Dim() < 2 {
 		panic(fmt.Sprintf("tensor: MatMul of %v%v and %v%v", a.dtype, a.shape, b.dtype, b.shape))
 	}
@@ -45,11 +58,15 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
 	}
 	if b.Dim() == 2 && a.Dim() > 2 && isRowMajor(a) {
 		// Fold the batch into the rows: one large product.
-		a = a.Reshape(-1, k)
+		a = a.Reshape(numel(batch)*m, k) // not -1: k may be 0
 		m *= numel(batch)
 		batch = nil
 	}
 	nb := numel(batch)
+	if bias != nil {
+		bias = bias.Contiguous()
+		bias.live()
+	}
 	// One 3-d view of each batched operand, made before the loop: a 3-d
 	// operand is used as it is, and one of more dimensions is reshaped
 	// (copied, if its layout needs it) once, not once per matrix.
@@ -73,11 +90,23 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64) *Tensor {
 		off := dst.off + i*m*n
 		switch a.dtype {
 		case Float32:
+			if bias != nil {
+				blas.SgemmBias(ta, tb, m, n, k, 1, f32s(ai.buf)[ai.off:], lda, f32s(bi.buf)[bi.off:], ldb,
+					f32s(bias.buf)[bias.off:bias.off+n], f32s(dst.buf)[off:off+m*n], n)
+				continue
+			}
 			blas.Sgemm(ta, tb, m, n, k, 1, f32s(ai.buf)[ai.off:], lda, f32s(bi.buf)[bi.off:], ldb,
 				float32(beta), f32s(dst.buf)[off:off+m*n], n)
 		case Float64:
+			c, be := f64s(dst.buf)[off:off+m*n], beta
+			if bias != nil {
+				for r := range m {
+					copy(c[r*n:(r+1)*n], f64s(bias.buf)[bias.off:bias.off+n])
+				}
+				be = 1
+			}
 			blas.Dgemm(ta, tb, m, n, k, 1, f64s(ai.buf)[ai.off:], lda, f64s(bi.buf)[bi.off:], ldb,
-				beta, f64s(dst.buf)[off:off+m*n], n)
+				be, c, n)
 		default:
 			panic(fmt.Sprintf("tensor: MatMul of %v tensors", a.dtype))
 		}

@@ -187,6 +187,38 @@ func TestMatMulLayouts(t *testing.T) {
 	}
 }
 
+// TestMatMulBias: a·b + bias gives, bit for bit, the bias copied into
+// the destination then AddMatMul (float32 and float64, b in place or
+// transposed, 2-d and batched a, sizes around the kernels' tiles).
+func TestMatMulBias(t *testing.T) {
+	g := NewRNG(3)
+	for _, sz := range [][3]int{{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 70, 40}, {100, 128, 384}, {0, 3, 4}, {3, 0, 4}} {
+		m, k, n := sz[0], sz[1], sz[2]
+		for _, d := range []DType{Float32, Float64} {
+			a, bias := Randn(g, 2, m, k).To(d), Randn(g, n).To(d)
+			for _, b := range []*Tensor{Randn(g, k, n).To(d), Randn(g, n, k).To(d).T()} {
+				want := Empty(d, 2, m, n)
+				want.Copy(bias.Expand(2, m, n))
+				want.AddMatMul(a, b)
+				got := new(Tensor).MatMulBias(a, b, bias)
+				if !Equal(got, want) {
+					t.Fatalf("%v m=%d k=%d n=%d b strides %v: MatMulBias differs from the bias then AddMatMul", d, m, k, n, b.Strides())
+				}
+				if m > 0 && n > 0 && k > 0 {
+					ref := naiveMatMul(a.Select(0, 1), b)
+					for i := range m {
+						for j := range n {
+							if w := ref[i*n+j] + bias.At(j); math.Abs(got.At(1, i, j)-w) > 1e-4*(1+math.Abs(w)) {
+								t.Fatalf("%v m=%d k=%d n=%d: [1][%d][%d] = %v, want %v", d, m, k, n, i, j, got.At(1, i, j), w)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestConv2dMatchesDirect(t *testing.T) {
 	g := NewRNG(2)
 	for _, p := range []Conv2dParams{{}, {PadH: 2, PadW: 2}, {StrideH: 2, StrideW: 2, PadH: 1, PadW: 1}, {DilationH: 2, DilationW: 2, PadW: 1}} {

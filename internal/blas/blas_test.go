@@ -75,3 +75,24 @@ func TestPackageFuncs(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmBias runs the bias form of every pure-Go kernel set through the
+// suite, and the package function (Default, which is not a BiasImpl in
+// the openblas build) through the same check.
+func TestSgemmBias(t *testing.T) {
+	for _, im := range impls() {
+		bi, ok := im.(blas.BiasImpl)
+		if !ok {
+			bi = fallbackBias{im}
+		}
+		t.Run(im.Name(), func(t *testing.T) { blastest.TestSgemmBias(t, bi) })
+	}
+}
+
+// fallbackBias is an Impl whose SgemmBias is the package's, for an
+// implementation without one of its own.
+type fallbackBias struct{ blas.Impl }
+
+func (f fallbackBias) SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, bias []float32, c []float32, ldc int) {
+	blas.SgemmBias(transA, transB, m, n, k, alpha, a, lda, b, ldb, bias, c, ldc)
+}

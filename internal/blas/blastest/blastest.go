@@ -236,3 +236,81 @@ func checkOne[T float](f gemmFunc[T], rng *rand.Rand, tc testCase, rtol, atol fl
 	}
 	return ""
 }
+
+// TestSgemmBias checks impl.SgemmBias against impl.Sgemm, which the suite
+// checks against the reference: on every shape of the suite, both
+// transposes, padded leading dimensions and alpha in {1, 0.5, -2, 0},
+// SgemmBias into a NaN-filled C must give, bit for bit, what Sgemm with
+// beta = 1 gives into a C whose rows hold the bias, and leave C's padding
+// alone.
+func TestSgemmBias(t *testing.T, impl blas.BiasImpl) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(Seed, 3))
+	var shapes []shape
+	for _, m := range smallDims {
+		for _, n := range smallDims {
+			for _, k := range smallKs {
+				shapes = append(shapes, shape{m, n, k})
+			}
+		}
+	}
+	shapes = append(shapes, largeShps...)
+	fails := 0
+	for i, s := range shapes {
+		if (Quick || testing.Short()) && i%4 != 0 {
+			continue
+		}
+		tr := i % 4
+		tc := testCase{s: s, tA: tr&1 != 0, tB: tr&2 != 0, alpha: append(alphas, 0)[i%4], pad: i % 3 * 3}
+		if msg := checkBias(impl, rng, tc); msg != "" {
+			t.Errorf("%s.SgemmBias (seed %d) %v: %s", impl.Name(), Seed, tc, msg)
+			if fails++; fails >= 10 {
+				t.Fatalf("%s.SgemmBias: too many failures", impl.Name())
+			}
+		}
+	}
+}
+
+func checkBias(impl blas.BiasImpl, rng *rand.Rand, tc testCase) string {
+	m, n, k := tc.s.m, tc.s.n, tc.s.k
+	ar, ac := m, k
+	if tc.tA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tc.tB {
+		br, bc = n, k
+	}
+	lda, ldb, ldc := max(1, ac+tc.pad), max(1, bc+tc.pad), max(1, n+tc.pad)
+	rnd := func(sz int) []float32 {
+		s := make([]float32, sz)
+		for i := range s {
+			s[i] = float32(rng.Float64()*2 - 1)
+		}
+		return s
+	}
+	size := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	a, b, bias := rnd(size(ar, ac, lda)), rnd(size(br, bc, ldb)), rnd(n)
+	const sentinel = 12345.5
+	want := make([]float32, size(m, n, ldc))
+	got := make([]float32, len(want))
+	for i := range want {
+		want[i], got[i] = sentinel, sentinel
+		if i%ldc < n {
+			want[i], got[i] = bias[i%ldc], float32(math.NaN())
+		}
+	}
+	impl.Sgemm(tc.tA, tc.tB, m, n, k, float32(tc.alpha), a, lda, b, ldb, 1, want, ldc)
+	impl.SgemmBias(tc.tA, tc.tB, m, n, k, float32(tc.alpha), a, lda, b, ldb, bias, got, ldc)
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			return fmt.Sprintf("C[%d][%d] = %v, want %v (Sgemm onto the bias)", i/ldc, i%ldc, got[i], want[i])
+		}
+	}
+	return ""
+}

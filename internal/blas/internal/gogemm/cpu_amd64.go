@@ -11,7 +11,7 @@ func xgetbv() (eax, edx uint32)
 
 // asmKernel is the signature of the generated micro-kernels (see
 // gen_kernels.go). Strides and ldc are in bytes.
-type asmKernel func(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+type asmKernel func(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 type cpuFeatures struct {
 	avx2FMA bool // AVX, AVX2 and FMA usable (CPU and OS)
@@ -57,11 +57,11 @@ var kernelAVX512 = &kernelSet{
 	kc:      256,
 	mc:      mrAVX512 * 40,
 	nc:      16 * nvAVX512 * 64,
-	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
-		sgemmKernelsAVX512[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32) {
+		sgemmKernelsAVX512[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem, biasPtr(bias))
 	},
-	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
-		sgemmKernelsAVX512R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32) {
+		sgemmKernelsAVX512R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem, biasPtr(bias))
 	},
 	// Reading A in place measured faster than packing it at every width
 	// tried, up to 1024³ (BenchmarkRowsA, Zen 5: 230 against 218 GFLOP/s
@@ -84,11 +84,11 @@ var kernelAVX2 = &kernelSet{
 	kc:      256,
 	mc:      mrAVX2 * 40,
 	nc:      8 * nvAVX2 * 256,
-	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
-		sgemmKernelsAVX2[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	kern: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32) {
+		sgemmKernelsAVX2[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem, biasPtr(bias))
 	},
-	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
-		sgemmKernelsAVX2R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem)
+	kernRows: func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32) {
+		sgemmKernelsAVX2R[mr-1][nv-1](k, &a[0], as*4, &b[0], bs*4, &c[0], ldc*4, alpha, beta, rem, biasPtr(bias))
 	},
 	// At n = 512 packed and in place measured level (AVX2 machine,
 	// 2026-11-25).
@@ -99,6 +99,15 @@ var kernelAVX2 = &kernelSet{
 		transpose8AVX2(&dst[0], ds*4, &src[0], ss*4)
 	},
 	trN: 8,
+}
+
+// biasPtr is the kernels' bias argument: nil, or the first of the tile's
+// bias floats.
+func biasPtr(bias []float32) *float32 {
+	if bias == nil {
+		return nil
+	}
+	return &bias[0]
 }
 
 // isaCap is GODIST_BLAS_ISA, a debugging override read once, when the

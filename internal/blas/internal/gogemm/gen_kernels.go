@@ -11,7 +11,9 @@
 // masked to `rem` lanes (1..W), both for C and (AVX-512 only) for B loads, so
 // B may be read in place from an unpacked matrix. The "R" forms of each
 // (AVX512R, AVX2R) read A in place from a row-major matrix instead of a
-// panel: row i at a+i·as bytes, step p at +4p.
+// panel: row i at a+i·as bytes, step p at +4p. A non-nil bias replaces
+// beta: C = alpha*A·B + bias, the nv·W floats at bias added to every row
+// (a Linear layer's bias, added as the kernel stores its tile).
 package main
 
 import (
@@ -37,13 +39,13 @@ func (g *gen) p(format string, args ...any) {
 	g.buf.WriteByte('\n')
 }
 
-// args: k+0 a+8 as+16 b+24 bs+32 c+40 ldc+48 alpha+56 beta+60 rem+64
-const frame = "$0-72"
+// args: k+0 a+8 as+16 b+24 bs+32 c+40 ldc+48 alpha+56 beta+60 rem+64 bias+72
+const frame = "$0-80"
 
 func kname(isa string, mr, nv int) string { return fmt.Sprintf("sgemmKern%s_%dx%d", isa, mr, nv) }
 
 func (g *gen) prologue(name string) {
-	g.p("// func %s(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)", name)
+	g.p("// func %s(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, %s", name, frame)
 }
 
@@ -139,6 +141,9 @@ func (g *gen) avx512(mr, nv int, rows bool) {
 	g.p("\tJNZ loop1")
 	g.p("done:")
 	g.p("\tVBROADCASTSS alpha+56(FP), Z%d", zal)
+	g.p("\tMOVQ bias+72(FP), R12")
+	g.p("\tTESTQ R12, R12")
+	g.p("\tJNZ biasadd")
 	g.p("\tMOVL beta+60(FP), R11")
 	g.p("\tANDL $0x7fffffff, R11")
 	g.p("\tJZ beta0")
@@ -173,6 +178,28 @@ func (g *gen) avx512(mr, nv int, rows bool) {
 			if v == nv-1 {
 				g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
 			} else {
+				g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
+			}
+		}
+		if i+1 < mr {
+			g.p("\tADDQ R10, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	// C = alpha·acc + bias, the same bias row (at R12) for every row:
+	// the bits of a C filled with bias and beta = 1.
+	g.p("biasadd:")
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			r := i*nv + v
+			g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
+			if v == nv-1 {
+				g.p("\tVMOVUPS.Z %d(R12), K1, Z%d", 64*v, ztmp)
+				g.p("\tVADDPS Z%d, Z%d, Z%d", ztmp, r, r)
+				g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
+			} else {
+				g.p("\tVADDPS %d(R12), Z%d, Z%d", 64*v, r, r)
 				g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
 			}
 		}
@@ -289,6 +316,9 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 	g.p("\tJNZ loop1")
 	g.p("done:")
 	g.p("\tVBROADCASTSS alpha+56(FP), Y14")
+	g.p("\tMOVQ bias+72(FP), R12")
+	g.p("\tTESTQ R12, R12")
+	g.p("\tJNZ biasadd")
 	g.p("\tMOVL beta+60(FP), R11")
 	g.p("\tANDL $0x7fffffff, R11")
 	g.p("\tJZ beta0")
@@ -323,6 +353,26 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 			if v == nv-1 {
 				g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
 			} else {
+				g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
+			}
+		}
+		if i+1 < mr {
+			g.p("\tADDQ R10, DI")
+		}
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("biasadd:") // as in avx512
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			acc := i*nv + v
+			g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
+			if v == nv-1 {
+				g.p("\tVMASKMOVPS %d(R12), Y15, Y13", 32*v)
+				g.p("\tVADDPS Y13, Y%d, Y%d", acc, acc)
+				g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
+			} else {
+				g.p("\tVADDPS %d(R12), Y%d, Y%d", 32*v, acc, acc)
 				g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
 			}
 		}
@@ -434,7 +484,7 @@ func main() {
 		for mr := 1; mr <= mrMax; mr++ {
 			for nv := 1; nv <= nvMax; nv++ {
 				d.p("//go:noescape")
-				d.p("func %s(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)", kname(isa, mr, nv))
+				d.p("func %s(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)", kname(isa, mr, nv))
 				d.p("")
 			}
 		}

@@ -24,7 +24,7 @@ func BenchmarkKernelAVX512(b *testing.B) {
 			}
 			for i := 0; i < b.N; i++ {
 				for r := 0; r < 10; r++ {
-					kernelAVX512.kern(MR, nvAVX512, 16, kc, a, MR, bb, NR, c, NR, 1, 1)
+					kernelAVX512.kern(MR, nvAVX512, 16, kc, a, MR, bb, NR, c, NR, 1, 1, nil)
 				}
 			}
 			b.ReportMetric(2*float64(MR*NR)*float64(kc)*10*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GFLOP/s")
@@ -79,7 +79,7 @@ func BenchmarkRowsA(b *testing.B) {
 					ks.rowsMaxN = 1 << 30
 				}
 				for range b.N {
-					sgemmBlocked(ks, false, true, m, n, k, 1, a, k, bb, k, 0, c, n)
+					sgemmBlocked(ks, false, true, m, n, k, 1, a, k, bb, k, 0, nil, c, n)
 				}
 				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GFLOP/s")
 			})
@@ -158,7 +158,7 @@ func BenchmarkKernelAVX2(b *testing.B) {
 				}
 				for i := 0; i < b.N; i++ {
 					for r := 0; r < 10; r++ {
-						kern(MR, nvAVX2, 8, kc, a, as, bb, NR, c, NR, 1, 1)
+						kern(MR, nvAVX2, 8, kc, a, as, bb, NR, c, NR, 1, 1, nil)
 					}
 				}
 				b.ReportMetric(2*float64(MR*NR)*float64(kc)*10*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GFLOP/s")

@@ -19,7 +19,9 @@ import (
 // A kernel call computes an mr×(nv·w) tile of C (the last vector of each row
 // restricted to rem lanes, 1 ≤ rem ≤ w) as C = alpha*Ã·B̃ + beta*C where, for
 // step p < k, Ã contributes a[p*as : p*as+mr] and B̃ contributes
-// b[p*bs : p*bs+nv*w]. beta == 0 does not read C.
+// b[p*bs : p*bs+nv*w]. beta == 0 does not read C. A non-nil bias (the
+// tile's columns of a bias row) replaces beta: C = alpha*Ã·B̃ + bias in
+// every row, C not read.
 type kernelSet struct {
 	name string
 	mr   int // max rows of a tile
@@ -32,10 +34,10 @@ type kernelSet struct {
 	kc      int // k block
 	mc      int // m block (multiple of mr)
 	nc      int // n block (multiple of nv*w)
-	kern    func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
+	kern    func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32)
 	// kernRows, if set, is kern reading A in place from a row-major
 	// matrix: row i of the tile at a[i*as:], step p at a[i*as+p].
-	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32)
+	kernRows func(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32)
 	// rowsMaxN is the widest product whose row-major A kernRows reads in
 	// place; wider ones pack A (BenchmarkRowsA measures the two).
 	rowsMaxN int
@@ -83,10 +85,36 @@ func (g Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 		return
 	}
 	if m*n*k <= smallGemm {
-		sgemmSmall(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		sgemmSmall(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
 		return
 	}
-	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
+}
+
+// SgemmBias computes C = alpha*op(A)*op(B) + bias in float32, bias (n
+// floats) added to every row of C; C is written and not read. Its bits are
+// those of C filled with bias rows and Sgemm with beta = 1, one pass over
+// C fewer: the kernels add the bias as they store their tiles.
+func (g Impl) SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, bias []float32, c []float32, ldc int) {
+	Check("SgemmBias", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if len(bias) < n {
+		panic(fmt.Sprintf("blas.SgemmBias: bias of %d floats for n=%d", len(bias), n))
+	}
+	bias = bias[:n:n]
+	if k == 0 || alpha == 0 {
+		for i := range m {
+			copy(c[i*ldc:i*ldc+n], bias)
+		}
+		return
+	}
+	if m*n*k <= smallGemm {
+		sgemmSmall(transA, transB, m, n, k, alpha, a, lda, b, ldb, 1, bias, c, ldc)
+		return
+	}
+	sgemmBlocked(g.ks, transA, transB, m, n, k, alpha, a, lda, b, ldb, 1, bias, c, ldc)
 }
 
 // smallGemm: products with m*n*k at most this use a plain loop.
@@ -137,8 +165,9 @@ func ScaleS(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// sgemmSmall is a direct loop for tiny products.
-func sgemmSmall(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// sgemmSmall is a direct loop for tiny products. A non-nil bias is C's
+// value before the product (beta is then 1).
+func sgemmSmall(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias []float32, c []float32, ldc int) {
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			var s float32
@@ -157,7 +186,10 @@ func sgemmSmall(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b
 				s += x * y
 			}
 			s *= alpha
-			if beta != 0 {
+			switch {
+			case bias != nil:
+				s += bias[j]
+			case beta != 0:
 				s += beta * c[i*ldc+j]
 			}
 			c[i*ldc+j] = s
@@ -182,7 +214,10 @@ func getBuf(pool *sync.Pool, n int) *[]float32 {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// sgemmBlocked is C = alpha*op(A)*op(B) + beta*C, or with a non-nil bias
+// C = alpha*op(A)*op(B) + bias (the first k block stores the bias with
+// its products; the later ones add to C).
+func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias []float32, c []float32, ldc int) {
 	MR, W, NV := ks.mr, ks.w, ks.nv
 	NR := W * NV
 	// Split k evenly into blocks no larger than ks.kc.
@@ -221,9 +256,9 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
 			kcur := min(kc, k-pc)
-			be := beta
+			be, bi := beta, bias
 			if pc > 0 {
-				be = 1
+				be, bi = 1, nil
 			}
 			if packB {
 				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr, ks.trN)
@@ -237,6 +272,10 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 					w := min(NR, ncur-jr)
 					nv := ceilDiv(w, W)
 					rem := w - (nv-1)*W
+					var tb []float32 // the tile's bias columns
+					if bi != nil {
+						tb = bi[jc+jr : jc+jr+w]
+					}
 					var bs []float32
 					var bst int
 					if packB {
@@ -260,14 +299,14 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 						case rowsA:
 							as = a[(ic+ir)*lda+pc:]
 							as = as[:(mr-1)*lda+kcur]
-							ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be)
+							ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be, tb)
 							continue
 						default:
 							ast = lda
 							as = a[pc*lda+ic+ir:]
 							as = as[:(kcur-1)*lda+mr]
 						}
-						kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be)
+						kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be, tb)
 					}
 				}
 			}
@@ -431,8 +470,15 @@ var kernelGeneric = &kernelSet{
 	kern:    genericKernel,
 }
 
-func genericKernel(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32) {
+func genericKernel(mr, nv, rem, k int, a []float32, as int, b []float32, bs int, c []float32, ldc int, alpha, beta float32, bias []float32) {
 	nr := (nv-1)*4 + rem
+	if bias != nil {
+		// C = bias, then the product added with beta 1: the same bits.
+		for i := 0; i < mr; i++ {
+			copy(c[i*ldc:i*ldc+nr], bias[:nr])
+		}
+		beta = 1
+	}
 	if mr == 4 && nr == 4 {
 		var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 float32
 		for p := 0; p < k; p++ {

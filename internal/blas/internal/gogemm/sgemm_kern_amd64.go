@@ -8,76 +8,76 @@ package gogemm
 func transpose16AVX512(dst *float32, ds int, src *float32, ss int)
 
 //go:noescape
-func sgemmKernAVX512_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 var sgemmKernelsAVX512 = [6][4]asmKernel{
 	{sgemmKernAVX512_1x1, sgemmKernAVX512_1x2, sgemmKernAVX512_1x3, sgemmKernAVX512_1x4},
@@ -94,76 +94,76 @@ const (
 )
 
 //go:noescape
-func sgemmKernAVX512R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX512R_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX512R_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 var sgemmKernelsAVX512R = [6][4]asmKernel{
 	{sgemmKernAVX512R_1x1, sgemmKernAVX512R_1x2, sgemmKernAVX512R_1x3, sgemmKernAVX512R_1x4},
@@ -180,40 +180,40 @@ const (
 )
 
 //go:noescape
-func sgemmKernAVX2_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 var sgemmKernelsAVX2 = [6][2]asmKernel{
 	{sgemmKernAVX2_1x1, sgemmKernAVX2_1x2},
@@ -230,40 +230,40 @@ const (
 )
 
 //go:noescape
-func sgemmKernAVX2R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 //go:noescape
-func sgemmKernAVX2R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
+func sgemmKernAVX2R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
 
 var sgemmKernelsAVX2R = [6][2]asmKernel{
 	{sgemmKernAVX2R_1x1, sgemmKernAVX2R_1x2},

@@ -24,8 +24,8 @@ DATA sgemmMaskTab<>+56(SB)/4, $0
 DATA sgemmMaskTab<>+60(SB)/4, $0
 GLOBL sgemmMaskTab<>(SB), RODATA|NOPTR, $64
 
-// func sgemmKernAVX512_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_1x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_1x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -80,6 +80,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z1
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -95,9 +98,16 @@ beta0:
 	VMOVUPS Z0, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z1, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z3
+	VADDPS Z3, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_1x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_1x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -164,6 +174,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z2
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -185,9 +198,19 @@ beta0:
 	VMOVUPS Z1, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z2, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z2, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z4
+	VADDPS Z4, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_1x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_1x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -266,6 +289,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z3
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -293,9 +319,22 @@ beta0:
 	VMOVUPS Z2, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z3, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z3, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z3, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z5
+	VADDPS Z5, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_1x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_1x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -386,6 +425,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -419,9 +461,25 @@ beta0:
 	VMOVUPS Z3, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z4, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z4, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_2x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_2x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -489,6 +547,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z2
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -512,9 +573,21 @@ beta0:
 	VMOVUPS Z1, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z2, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z4
+	VADDPS Z4, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z2, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z4
+	VADDPS Z4, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_2x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_2x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -601,6 +674,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -636,9 +712,27 @@ beta0:
 	VMOVUPS Z3, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z4, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z6
+	VADDPS Z6, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_2x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_2x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -744,6 +838,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -791,9 +888,33 @@ beta0:
 	VMOVUPS Z5, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z6, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z6, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z8
+	VADDPS Z8, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z6, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_2x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_2x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -918,6 +1039,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z8
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -977,9 +1101,39 @@ beta0:
 	VMOVUPS Z7, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z8, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z8, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z8, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z8, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z10
+	VADDPS Z10, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z8, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z8, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z8, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z10
+	VADDPS Z10, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_3x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_3x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1060,6 +1214,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z3
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -1091,9 +1248,26 @@ beta0:
 	VMOVUPS Z2, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z3, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z3, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z3, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_3x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_3x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1200,6 +1374,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -1249,9 +1426,35 @@ beta0:
 	VMOVUPS Z5, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z6, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z6, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_3x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_3x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1384,6 +1587,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z9
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -1451,9 +1657,44 @@ beta0:
 	VMOVUPS Z8, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z9, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z9, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z9, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z9, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z9, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z9, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z9, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z9, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z9, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_3x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_3x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1612,6 +1853,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -1697,9 +1941,53 @@ beta0:
 	VMOVUPS Z11, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z12, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z12, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z12, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z12, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z12, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z12, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z12, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_4x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_4x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1793,6 +2081,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -1832,9 +2123,31 @@ beta0:
 	VMOVUPS Z3, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_4x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_4x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -1961,6 +2274,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z8
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -2024,9 +2340,43 @@ beta0:
 	VMOVUPS Z7, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z8, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z8, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z8, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z8, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z8, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_4x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_4x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -2186,6 +2536,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -2273,9 +2626,55 @@ beta0:
 	VMOVUPS Z11, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z12, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z12, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z12, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z12, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z12, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z12, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_4x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_4x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -2468,6 +2867,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z16
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -2579,9 +2981,67 @@ beta0:
 	VMOVUPS Z15, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z16, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z16, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z16, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z16, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z16, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z16, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z16, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z16, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z16, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z16, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z16, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z16, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z16, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_5x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_5x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -2688,6 +3148,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z5
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -2735,9 +3198,36 @@ beta0:
 	VMOVUPS Z4, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z5, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z4, Z4
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z4, Z4
+	VMOVUPS Z4, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_5x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_5x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -2884,6 +3374,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z10
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -2961,9 +3454,51 @@ beta0:
 	VMOVUPS Z9, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z10, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z10, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z10, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z10, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z10, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z10, Z9, Z9
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z9, Z9
+	VMOVUPS Z9, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_5x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_5x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -3150,6 +3685,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z15
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -3257,9 +3795,66 @@ beta0:
 	VMOVUPS Z14, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z15, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z15, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z15, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z15, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z15, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z15, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z15, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z15, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z15, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z15, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z15, Z14, Z14
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z14, Z14
+	VMOVUPS Z14, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_5x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_5x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -3486,6 +4081,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z20
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -3623,9 +4221,81 @@ beta0:
 	VMOVUPS Z19, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z20, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z20, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z20, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z20, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z20, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z20, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z20, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z20, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z20, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z20, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z20, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z20, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z20, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z16, Z16
+	VADDPS 0(R12), Z16, Z16
+	VMOVUPS Z16, 0(DI)
+	VMULPS Z20, Z17, Z17
+	VADDPS 64(R12), Z17, Z17
+	VMOVUPS Z17, 64(DI)
+	VMULPS Z20, Z18, Z18
+	VADDPS 128(R12), Z18, Z18
+	VMOVUPS Z18, 128(DI)
+	VMULPS Z20, Z19, Z19
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z19, Z19
+	VMOVUPS Z19, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_6x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_6x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -3745,6 +4415,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -3800,9 +4473,41 @@ beta0:
 	VMOVUPS Z5, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z4, Z4
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z4, Z4
+	VMOVUPS Z4, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_6x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_6x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -3969,6 +4674,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -4060,9 +4768,59 @@ beta0:
 	VMOVUPS Z11, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z12, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z12, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z12, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z12, Z9, Z9
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z9, Z9
+	VMOVUPS Z9, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z10, Z10
+	VADDPS 0(R12), Z10, Z10
+	VMOVUPS Z10, 0(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_6x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_6x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -4276,6 +5034,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z18
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -4403,9 +5164,77 @@ beta0:
 	VMOVUPS Z17, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z18, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z18, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z18, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z18, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z18, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z18, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z18, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z18, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z18, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z18, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z18, Z14, Z14
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z14, Z14
+	VMOVUPS Z14, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z15, Z15
+	VADDPS 0(R12), Z15, Z15
+	VMOVUPS Z15, 0(DI)
+	VMULPS Z18, Z16, Z16
+	VADDPS 64(R12), Z16, Z16
+	VMOVUPS Z16, 64(DI)
+	VMULPS Z18, Z17, Z17
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z17, Z17
+	VMOVUPS Z17, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512_6x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512_6x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -4666,6 +5495,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z24
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -4829,9 +5661,95 @@ beta0:
 	VMOVUPS Z23, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z24, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z24, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z24, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z24, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z24, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z24, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z24, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z24, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z24, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z24, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z24, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z24, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z24, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z16, Z16
+	VADDPS 0(R12), Z16, Z16
+	VMOVUPS Z16, 0(DI)
+	VMULPS Z24, Z17, Z17
+	VADDPS 64(R12), Z17, Z17
+	VMOVUPS Z17, 64(DI)
+	VMULPS Z24, Z18, Z18
+	VADDPS 128(R12), Z18, Z18
+	VMOVUPS Z18, 128(DI)
+	VMULPS Z24, Z19, Z19
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z19, Z19
+	VMOVUPS Z19, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z20, Z20
+	VADDPS 0(R12), Z20, Z20
+	VMOVUPS Z20, 0(DI)
+	VMULPS Z24, Z21, Z21
+	VADDPS 64(R12), Z21, Z21
+	VMOVUPS Z21, 64(DI)
+	VMULPS Z24, Z22, Z22
+	VADDPS 128(R12), Z22, Z22
+	VMOVUPS Z22, 128(DI)
+	VMULPS Z24, Z23, Z23
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z23, Z23
+	VMOVUPS Z23, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_1x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_1x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -4883,6 +5801,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z1
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -4898,9 +5819,16 @@ beta0:
 	VMOVUPS Z0, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z1, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z3
+	VADDPS Z3, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_1x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_1x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -4964,6 +5892,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z2
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -4985,9 +5916,19 @@ beta0:
 	VMOVUPS Z1, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z2, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z2, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z4
+	VADDPS Z4, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_1x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_1x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_1x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5063,6 +6004,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z3
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5090,9 +6034,22 @@ beta0:
 	VMOVUPS Z2, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z3, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z3, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z3, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z5
+	VADDPS Z5, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_1x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_1x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_1x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5180,6 +6137,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5213,9 +6173,25 @@ beta0:
 	VMOVUPS Z3, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z4, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z4, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_2x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_2x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5280,6 +6256,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z2
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5303,9 +6282,21 @@ beta0:
 	VMOVUPS Z1, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z2, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z4
+	VADDPS Z4, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z2, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z4
+	VADDPS Z4, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_2x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_2x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5389,6 +6380,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5424,9 +6418,27 @@ beta0:
 	VMOVUPS Z3, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z4, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z6
+	VADDPS Z6, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_2x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_2x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_2x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5529,6 +6541,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5576,9 +6591,33 @@ beta0:
 	VMOVUPS Z5, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z6, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z6, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z8
+	VADDPS Z8, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z6, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_2x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_2x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_2x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5700,6 +6739,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z8
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5759,9 +6801,39 @@ beta0:
 	VMOVUPS Z7, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z8, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z8, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z8, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z8, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z10
+	VADDPS Z10, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z8, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z8, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z8, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z10
+	VADDPS Z10, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_3x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_3x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5839,6 +6911,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z3
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -5870,9 +6945,26 @@ beta0:
 	VMOVUPS Z2, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z3, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z3, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z3, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z5
+	VADDPS Z5, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_3x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_3x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -5976,6 +7068,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -6025,9 +7120,35 @@ beta0:
 	VMOVUPS Z5, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z6, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z6, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_3x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_3x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_3x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -6157,6 +7278,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z9
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -6224,9 +7348,44 @@ beta0:
 	VMOVUPS Z8, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z9, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z9, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z9, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z9, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z9, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z9, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z9, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z9, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z9, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z11
+	VADDPS Z11, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_3x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_3x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_3x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -6382,6 +7541,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -6467,9 +7629,53 @@ beta0:
 	VMOVUPS Z11, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z12, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z12, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z12, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z12, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z12, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z12, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z12, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_4x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_4x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -6564,6 +7770,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z4
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -6603,9 +7812,31 @@ beta0:
 	VMOVUPS Z3, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z4, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z4, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z6
+	VADDPS Z6, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_4x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_4x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -6733,6 +7964,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z8
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -6796,9 +8030,43 @@ beta0:
 	VMOVUPS Z7, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z8, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z8, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z8, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z8, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z8, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z8, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z10
+	VADDPS Z10, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_4x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_4x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_4x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -6959,6 +8227,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -7046,9 +8317,55 @@ beta0:
 	VMOVUPS Z11, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z12, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z12, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z12, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z12, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z12, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z12, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_4x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_4x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_4x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -7242,6 +8559,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z16
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -7353,9 +8673,67 @@ beta0:
 	VMOVUPS Z15, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z16, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z16, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z16, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z16, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z16, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z16, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z16, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z16, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z16, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z16, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z16, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z16, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z16, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z16, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z18
+	VADDPS Z18, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_5x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_5x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -7463,6 +8841,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z5
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -7510,9 +8891,36 @@ beta0:
 	VMOVUPS Z4, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z5, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z5, Z4, Z4
+	VMOVUPS.Z 0(R12), K1, Z7
+	VADDPS Z7, Z4, Z4
+	VMOVUPS Z4, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_5x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_5x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -7660,6 +9068,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z10
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -7737,9 +9148,51 @@ beta0:
 	VMOVUPS Z9, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z10, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z10, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z10, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z10, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z10, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z10, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z10, Z9, Z9
+	VMOVUPS.Z 64(R12), K1, Z12
+	VADDPS Z12, Z9, Z9
+	VMOVUPS Z9, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_5x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_5x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_5x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -7927,6 +9380,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z15
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -8034,9 +9490,66 @@ beta0:
 	VMOVUPS Z14, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z15, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z15, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z15, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z15, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z15, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z15, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z15, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z15, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z15, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z15, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z15, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z15, Z14, Z14
+	VMOVUPS.Z 128(R12), K1, Z17
+	VADDPS Z17, Z14, Z14
+	VMOVUPS Z14, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_5x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_5x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_5x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -8264,6 +9777,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z20
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -8401,9 +9917,81 @@ beta0:
 	VMOVUPS Z19, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z20, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z20, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z20, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z20, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z20, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z20, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z20, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z20, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z20, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z20, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z20, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z20, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z20, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z20, Z16, Z16
+	VADDPS 0(R12), Z16, Z16
+	VMOVUPS Z16, 0(DI)
+	VMULPS Z20, Z17, Z17
+	VADDPS 64(R12), Z17, Z17
+	VMOVUPS Z17, 64(DI)
+	VMULPS Z20, Z18, Z18
+	VADDPS 128(R12), Z18, Z18
+	VMOVUPS Z18, 128(DI)
+	VMULPS Z20, Z19, Z19
+	VMOVUPS.Z 192(R12), K1, Z22
+	VADDPS Z22, Z19, Z19
+	VMOVUPS Z19, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_6x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_6x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -8524,6 +10112,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z6
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -8579,9 +10170,41 @@ beta0:
 	VMOVUPS Z5, K1, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z6, Z0, Z0
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z0, Z0
+	VMOVUPS Z0, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z1, Z1
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z1, Z1
+	VMOVUPS Z1, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z2, Z2
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z2, Z2
+	VMOVUPS Z2, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z3, Z3
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z3, Z3
+	VMOVUPS Z3, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z4, Z4
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z4, Z4
+	VMOVUPS Z4, K1, 0(DI)
+	ADDQ R10, DI
+	VMULPS Z6, Z5, Z5
+	VMOVUPS.Z 0(R12), K1, Z8
+	VADDPS Z8, Z5, Z5
+	VMOVUPS Z5, K1, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_6x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_6x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -8749,6 +10372,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z12
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -8840,9 +10466,59 @@ beta0:
 	VMOVUPS Z11, K1, 64(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z12, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z12, Z1, Z1
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z1, Z1
+	VMOVUPS Z1, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z2, Z2
+	VADDPS 0(R12), Z2, Z2
+	VMOVUPS Z2, 0(DI)
+	VMULPS Z12, Z3, Z3
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z3, Z3
+	VMOVUPS Z3, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z12, Z5, Z5
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z5, Z5
+	VMOVUPS Z5, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z12, Z7, Z7
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z7, Z7
+	VMOVUPS Z7, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z12, Z9, Z9
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z9, Z9
+	VMOVUPS Z9, K1, 64(DI)
+	ADDQ R10, DI
+	VMULPS Z12, Z10, Z10
+	VADDPS 0(R12), Z10, Z10
+	VMOVUPS Z10, 0(DI)
+	VMULPS Z12, Z11, Z11
+	VMOVUPS.Z 64(R12), K1, Z14
+	VADDPS Z14, Z11, Z11
+	VMOVUPS Z11, K1, 64(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_6x3(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_6x3(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_6x3(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -9057,6 +10733,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z18
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9184,9 +10863,77 @@ beta0:
 	VMOVUPS Z17, K1, 128(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z18, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z18, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z18, Z2, Z2
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z2, Z2
+	VMOVUPS Z2, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z3, Z3
+	VADDPS 0(R12), Z3, Z3
+	VMOVUPS Z3, 0(DI)
+	VMULPS Z18, Z4, Z4
+	VADDPS 64(R12), Z4, Z4
+	VMOVUPS Z4, 64(DI)
+	VMULPS Z18, Z5, Z5
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z5, Z5
+	VMOVUPS Z5, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z6, Z6
+	VADDPS 0(R12), Z6, Z6
+	VMOVUPS Z6, 0(DI)
+	VMULPS Z18, Z7, Z7
+	VADDPS 64(R12), Z7, Z7
+	VMOVUPS Z7, 64(DI)
+	VMULPS Z18, Z8, Z8
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z8, Z8
+	VMOVUPS Z8, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z9, Z9
+	VADDPS 0(R12), Z9, Z9
+	VMOVUPS Z9, 0(DI)
+	VMULPS Z18, Z10, Z10
+	VADDPS 64(R12), Z10, Z10
+	VMOVUPS Z10, 64(DI)
+	VMULPS Z18, Z11, Z11
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z11, Z11
+	VMOVUPS Z11, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z18, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z18, Z14, Z14
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z14, Z14
+	VMOVUPS Z14, K1, 128(DI)
+	ADDQ R10, DI
+	VMULPS Z18, Z15, Z15
+	VADDPS 0(R12), Z15, Z15
+	VMOVUPS Z15, 0(DI)
+	VMULPS Z18, Z16, Z16
+	VADDPS 64(R12), Z16, Z16
+	VMOVUPS Z16, 64(DI)
+	VMULPS Z18, Z17, Z17
+	VMOVUPS.Z 128(R12), K1, Z20
+	VADDPS Z20, Z17, Z17
+	VMOVUPS Z17, K1, 128(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX512R_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX512R_6x4(SB), NOSPLIT, $0-72
+// func sgemmKernAVX512R_6x4(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX512R_6x4(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	MOVL $1, R11
 	SHLL CX, R11
@@ -9448,6 +11195,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Z24
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9611,9 +11361,95 @@ beta0:
 	VMOVUPS Z23, K1, 192(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Z24, Z0, Z0
+	VADDPS 0(R12), Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMULPS Z24, Z1, Z1
+	VADDPS 64(R12), Z1, Z1
+	VMOVUPS Z1, 64(DI)
+	VMULPS Z24, Z2, Z2
+	VADDPS 128(R12), Z2, Z2
+	VMOVUPS Z2, 128(DI)
+	VMULPS Z24, Z3, Z3
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z3, Z3
+	VMOVUPS Z3, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z4, Z4
+	VADDPS 0(R12), Z4, Z4
+	VMOVUPS Z4, 0(DI)
+	VMULPS Z24, Z5, Z5
+	VADDPS 64(R12), Z5, Z5
+	VMOVUPS Z5, 64(DI)
+	VMULPS Z24, Z6, Z6
+	VADDPS 128(R12), Z6, Z6
+	VMOVUPS Z6, 128(DI)
+	VMULPS Z24, Z7, Z7
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z7, Z7
+	VMOVUPS Z7, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z8, Z8
+	VADDPS 0(R12), Z8, Z8
+	VMOVUPS Z8, 0(DI)
+	VMULPS Z24, Z9, Z9
+	VADDPS 64(R12), Z9, Z9
+	VMOVUPS Z9, 64(DI)
+	VMULPS Z24, Z10, Z10
+	VADDPS 128(R12), Z10, Z10
+	VMOVUPS Z10, 128(DI)
+	VMULPS Z24, Z11, Z11
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z11, Z11
+	VMOVUPS Z11, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z12, Z12
+	VADDPS 0(R12), Z12, Z12
+	VMOVUPS Z12, 0(DI)
+	VMULPS Z24, Z13, Z13
+	VADDPS 64(R12), Z13, Z13
+	VMOVUPS Z13, 64(DI)
+	VMULPS Z24, Z14, Z14
+	VADDPS 128(R12), Z14, Z14
+	VMOVUPS Z14, 128(DI)
+	VMULPS Z24, Z15, Z15
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z15, Z15
+	VMOVUPS Z15, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z16, Z16
+	VADDPS 0(R12), Z16, Z16
+	VMOVUPS Z16, 0(DI)
+	VMULPS Z24, Z17, Z17
+	VADDPS 64(R12), Z17, Z17
+	VMOVUPS Z17, 64(DI)
+	VMULPS Z24, Z18, Z18
+	VADDPS 128(R12), Z18, Z18
+	VMOVUPS Z18, 128(DI)
+	VMULPS Z24, Z19, Z19
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z19, Z19
+	VMOVUPS Z19, K1, 192(DI)
+	ADDQ R10, DI
+	VMULPS Z24, Z20, Z20
+	VADDPS 0(R12), Z20, Z20
+	VMOVUPS Z20, 0(DI)
+	VMULPS Z24, Z21, Z21
+	VADDPS 64(R12), Z21, Z21
+	VMOVUPS Z21, 64(DI)
+	VMULPS Z24, Z22, Z22
+	VADDPS 128(R12), Z22, Z22
+	VMOVUPS Z22, 128(DI)
+	VMULPS Z24, Z23, Z23
+	VMOVUPS.Z 192(R12), K1, Z26
+	VADDPS Z26, Z23, Z23
+	VMOVUPS Z23, K1, 192(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_1x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_1x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -9668,6 +11504,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9683,9 +11522,16 @@ beta0:
 	VMASKMOVPS Y0, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_1x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_1x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -9751,6 +11597,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9772,9 +11621,19 @@ beta0:
 	VMASKMOVPS Y1, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_2x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_2x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -9842,6 +11701,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9865,9 +11727,21 @@ beta0:
 	VMASKMOVPS Y1, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_2x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_2x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -9952,6 +11826,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -9987,9 +11864,27 @@ beta0:
 	VMASKMOVPS Y3, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_3x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_3x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10070,6 +11965,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10101,9 +11999,26 @@ beta0:
 	VMASKMOVPS Y2, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_3x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_3x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10207,6 +12122,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10256,9 +12174,35 @@ beta0:
 	VMASKMOVPS Y5, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_4x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_4x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10352,6 +12296,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10391,9 +12338,31 @@ beta0:
 	VMASKMOVPS Y3, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_4x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_4x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10516,6 +12485,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10579,9 +12551,43 @@ beta0:
 	VMASKMOVPS Y7, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_5x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_5x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10688,6 +12694,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10735,9 +12744,36 @@ beta0:
 	VMASKMOVPS Y4, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y4, Y4
+	VMASKMOVPS Y4, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_5x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_5x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -10879,6 +12915,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -10956,9 +12995,51 @@ beta0:
 	VMASKMOVPS Y9, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y8, Y8
+	VADDPS 0(R12), Y8, Y8
+	VMOVUPS Y8, 0(DI)
+	VMULPS Y14, Y9, Y9
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y9, Y9
+	VMASKMOVPS Y9, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_6x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_6x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11078,6 +13159,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11133,9 +13217,41 @@ beta0:
 	VMASKMOVPS Y5, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y4, Y4
+	VMASKMOVPS Y4, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2_6x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2_6x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11296,6 +13412,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11387,9 +13506,59 @@ beta0:
 	VMASKMOVPS Y11, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y8, Y8
+	VADDPS 0(R12), Y8, Y8
+	VMOVUPS Y8, 0(DI)
+	VMULPS Y14, Y9, Y9
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y9, Y9
+	VMASKMOVPS Y9, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y10, Y10
+	VADDPS 0(R12), Y10, Y10
+	VMOVUPS Y10, 0(DI)
+	VMULPS Y14, Y11, Y11
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y11, Y11
+	VMASKMOVPS Y11, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_1x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_1x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_1x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11441,6 +13610,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11456,9 +13628,16 @@ beta0:
 	VMASKMOVPS Y0, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_1x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_1x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_1x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11521,6 +13700,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11542,9 +13724,19 @@ beta0:
 	VMASKMOVPS Y1, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_2x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_2x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_2x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11609,6 +13801,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11632,9 +13827,21 @@ beta0:
 	VMASKMOVPS Y1, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_2x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_2x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_2x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11716,6 +13923,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11751,9 +13961,27 @@ beta0:
 	VMASKMOVPS Y3, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_3x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_3x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_3x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11831,6 +14059,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -11862,9 +14093,26 @@ beta0:
 	VMASKMOVPS Y2, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_3x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_3x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_3x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -11965,6 +14213,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12014,9 +14265,35 @@ beta0:
 	VMASKMOVPS Y5, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_4x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_4x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_4x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -12111,6 +14388,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12150,9 +14430,31 @@ beta0:
 	VMASKMOVPS Y3, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_4x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_4x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_4x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -12276,6 +14578,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12339,9 +14644,43 @@ beta0:
 	VMASKMOVPS Y7, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_5x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_5x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_5x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -12449,6 +14788,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12496,9 +14838,36 @@ beta0:
 	VMASKMOVPS Y4, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y4, Y4
+	VMASKMOVPS Y4, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_5x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_5x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_5x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -12641,6 +15010,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12718,9 +15090,51 @@ beta0:
 	VMASKMOVPS Y9, Y15, 32(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y8, Y8
+	VADDPS 0(R12), Y8, Y8
+	VMOVUPS Y8, 0(DI)
+	VMULPS Y14, Y9, Y9
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y9, Y9
+	VMASKMOVPS Y9, Y15, 32(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_6x1(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_6x1(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_6x1(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -12841,6 +15255,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -12896,9 +15313,41 @@ beta0:
 	VMASKMOVPS Y5, Y15, 0(DI)
 	VZEROUPPER
 	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y0, Y0
+	VMASKMOVPS Y0, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y2, Y2
+	VMASKMOVPS Y2, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y4, Y4
+	VMASKMOVPS Y4, Y15, 0(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 0(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 0(DI)
+	VZEROUPPER
+	RET
 
-// func sgemmKernAVX2R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int)
-TEXT ·sgemmKernAVX2R_6x2(SB), NOSPLIT, $0-72
+// func sgemmKernAVX2R_6x2(k int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha, beta float32, rem int, bias *float32)
+TEXT ·sgemmKernAVX2R_6x2(SB), NOSPLIT, $0-80
 	MOVQ rem+64(FP), CX
 	SHLQ $2, CX
 	LEAQ sgemmMaskTab<>+32(SB), R11
@@ -13060,6 +15509,9 @@ loop1:
 	JNZ loop1
 done:
 	VBROADCASTSS alpha+56(FP), Y14
+	MOVQ bias+72(FP), R12
+	TESTQ R12, R12
+	JNZ biasadd
 	MOVL beta+60(FP), R11
 	ANDL $0x7fffffff, R11
 	JZ beta0
@@ -13148,6 +15600,56 @@ beta0:
 	VMULPS Y14, Y10, Y10
 	VMOVUPS Y10, 0(DI)
 	VMULPS Y14, Y11, Y11
+	VMASKMOVPS Y11, Y15, 32(DI)
+	VZEROUPPER
+	RET
+biasadd:
+	VMULPS Y14, Y0, Y0
+	VADDPS 0(R12), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	VMULPS Y14, Y1, Y1
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y1, Y1
+	VMASKMOVPS Y1, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y2, Y2
+	VADDPS 0(R12), Y2, Y2
+	VMOVUPS Y2, 0(DI)
+	VMULPS Y14, Y3, Y3
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y3, Y3
+	VMASKMOVPS Y3, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y4, Y4
+	VADDPS 0(R12), Y4, Y4
+	VMOVUPS Y4, 0(DI)
+	VMULPS Y14, Y5, Y5
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y5, Y5
+	VMASKMOVPS Y5, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y6, Y6
+	VADDPS 0(R12), Y6, Y6
+	VMOVUPS Y6, 0(DI)
+	VMULPS Y14, Y7, Y7
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y7, Y7
+	VMASKMOVPS Y7, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y8, Y8
+	VADDPS 0(R12), Y8, Y8
+	VMOVUPS Y8, 0(DI)
+	VMULPS Y14, Y9, Y9
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y9, Y9
+	VMASKMOVPS Y9, Y15, 32(DI)
+	ADDQ R10, DI
+	VMULPS Y14, Y10, Y10
+	VADDPS 0(R12), Y10, Y10
+	VMOVUPS Y10, 0(DI)
+	VMULPS Y14, Y11, Y11
+	VMASKMOVPS 32(R12), Y15, Y13
+	VADDPS Y13, Y11, Y11
 	VMASKMOVPS Y11, Y15, 32(DI)
 	VZEROUPPER
 	RET

@@ -740,6 +740,121 @@ gelubloop:
 gelubdone:
 	RET
 
+// The kernels above with AVX-512: sixteen floats a step, n a multiple
+// of 16, the same operations lane for lane (the same bits).
+
+// func geluF32AVX512(dst, x *float32, n int)
+// dst = x/2·(1 + erf(x/√2))
+TEXT ·geluF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   geluzdone
+geluzloop:
+	VMOVUPS (SI), Z4
+	VMULPS  mathz<>+1728(SB), Z4, Z0
+	VMOVUPS      mathz<>+832(SB), Z1
+	VMINPS       Z0, Z1, Z0
+	VMOVUPS      mathz<>+896(SB), Z1
+	VMAXPS       Z0, Z1, Z0
+	VMULPS       Z0, Z0, Z1
+	VMOVUPS      mathz<>+960(SB), Z2
+	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      mathz<>+1408(SB), Z3
+	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
+	VDIVPS       Z3, Z2, Z0
+	VADDPS  mathz<>+64(SB), Z0, Z0
+	VMULPS  Z4, Z0, Z0
+	VMULPS  mathz<>+0(SB), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, DI
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     geluzloop
+	VZEROUPPER
+geluzdone:
+	RET
+
+// func geluBackwardF32AVX512(dst, grad, x *float32, n int)
+// dst = grad·(Φ(x) + x·φ(x)), Φ(x) = (1 + erf(x/√2))/2, φ(x) = e^(-x²/2)/√(2π)
+TEXT ·geluBackwardF32AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ grad+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	JZ   gelubzdone
+gelubzloop:
+	VMOVUPS (SI), Z4
+	VMULPS  mathz<>+1728(SB), Z4, Z0
+	VMOVUPS      mathz<>+832(SB), Z1
+	VMINPS       Z0, Z1, Z0
+	VMOVUPS      mathz<>+896(SB), Z1
+	VMAXPS       Z0, Z1, Z0
+	VMULPS       Z0, Z0, Z1
+	VMOVUPS      mathz<>+960(SB), Z2
+	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
+	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      mathz<>+1408(SB), Z3
+	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
+	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
+	VDIVPS       Z3, Z2, Z0
+	VADDPS  mathz<>+64(SB), Z0, Z0
+	VMULPS  mathz<>+0(SB), Z0, Z6
+	VMULPS  Z4, Z4, Z0
+	VMULPS  mathz<>+1856(SB), Z0, Z0
+	VMOVUPS      mathz<>+704(SB), Z3
+	VMINPS       Z0, Z3, Z0
+	VMOVUPS      mathz<>+768(SB), Z3
+	VMAXPS       Z0, Z3, Z0
+	VMULPS       mathz<>+128(SB), Z0, Z1
+	VADDPS       mathz<>+0(SB), Z1, Z1
+	VRNDSCALEPS  $1, Z1, Z1
+	VFNMADD231PS mathz<>+192(SB), Z1, Z0
+	VFNMADD231PS mathz<>+256(SB), Z1, Z0
+	VMULPS       Z0, Z0, Z2
+	VMOVUPS      mathz<>+320(SB), Z3
+	VFMADD213PS  mathz<>+384(SB), Z0, Z3
+	VFMADD213PS  mathz<>+448(SB), Z0, Z3
+	VFMADD213PS  mathz<>+512(SB), Z0, Z3
+	VFMADD213PS  mathz<>+576(SB), Z0, Z3
+	VFMADD213PS  mathz<>+640(SB), Z0, Z3
+	VFMADD213PS  Z0, Z2, Z3
+	VADDPS       mathz<>+64(SB), Z3, Z3
+	VCVTPS2DQ    Z1, Z1
+	VPADDD       mathz<>+2880(SB), Z1, Z1
+	VPSLLD       $23, Z1, Z1
+	VMULPS       Z1, Z3, Z0
+	VMULPS  mathz<>+1792(SB), Z0, Z0
+	VFMADD213PS Z6, Z4, Z0
+	VMULPS  (DX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, DI
+	ADDQ    $64, DX
+	ADDQ    $64, SI
+	DECQ    CX
+	JNZ     gelubzloop
+	VZEROUPPER
+gelubzdone:
+	RET
+
 // func sigmoidF32AVX2(dst, x *float32, n int)
 // dst = 1/(1 + e^-x)
 TEXT ·sigmoidF32AVX2(SB), NOSPLIT, $0-24
@@ -973,114 +1088,3 @@ sbloop:
 sbdone:
 	RET
 
-// func geluF32AVX512(dst, x *float32, n int)
-// geluF32AVX2 sixteen floats at a time; n a multiple of 16.
-TEXT ·geluF32AVX512(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ x+8(FP), SI
-	MOVQ n+16(FP), CX
-	SHRQ $4, CX
-	JZ   geluzdone
-geluzloop:
-	VMOVUPS (SI), Z4
-	VMULPS  mathz<>+1728(SB), Z4, Z0
-	VMOVUPS      mathz<>+832(SB), Z1
-	VMINPS       Z0, Z1, Z0
-	VMOVUPS      mathz<>+896(SB), Z1
-	VMAXPS       Z0, Z1, Z0
-	VMULPS       Z0, Z0, Z1
-	VMOVUPS      mathz<>+960(SB), Z2
-	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
-	VMULPS       Z0, Z2, Z2
-	VMOVUPS      mathz<>+1408(SB), Z3
-	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
-	VDIVPS       Z3, Z2, Z0
-	VADDPS  mathz<>+64(SB), Z0, Z0
-	VMULPS  Z4, Z0, Z0
-	VMULPS  mathz<>+0(SB), Z0, Z0
-	VMOVUPS Z0, (DI)
-	ADDQ    $64, DI
-	ADDQ    $64, SI
-	DECQ    CX
-	JNZ     geluzloop
-	VZEROUPPER
-geluzdone:
-	RET
-
-// func geluBackwardF32AVX512(dst, grad, x *float32, n int)
-// geluBackwardF32AVX2 sixteen floats at a time; n a multiple of 16.
-TEXT ·geluBackwardF32AVX512(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ grad+8(FP), DX
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-	SHRQ $4, CX
-	JZ   geluzbdone
-geluzbloop:
-	VMOVUPS (SI), Z4
-	VMULPS  mathz<>+1728(SB), Z4, Z0
-	VMOVUPS      mathz<>+832(SB), Z1
-	VMINPS       Z0, Z1, Z0
-	VMOVUPS      mathz<>+896(SB), Z1
-	VMAXPS       Z0, Z1, Z0
-	VMULPS       Z0, Z0, Z1
-	VMOVUPS      mathz<>+960(SB), Z2
-	VFMADD213PS  mathz<>+1024(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1088(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1152(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1216(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1280(SB), Z1, Z2
-	VFMADD213PS  mathz<>+1344(SB), Z1, Z2
-	VMULPS       Z0, Z2, Z2
-	VMOVUPS      mathz<>+1408(SB), Z3
-	VFMADD213PS  mathz<>+1472(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1536(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1600(SB), Z1, Z3
-	VFMADD213PS  mathz<>+1664(SB), Z1, Z3
-	VDIVPS       Z3, Z2, Z0
-	VADDPS  mathz<>+64(SB), Z0, Z0
-	VMULPS  mathz<>+0(SB), Z0, Z6
-	VMULPS  Z4, Z4, Z0
-	VMULPS  mathz<>+1856(SB), Z0, Z0
-	VMOVUPS      mathz<>+704(SB), Z3
-	VMINPS       Z0, Z3, Z0
-	VMOVUPS      mathz<>+768(SB), Z3
-	VMAXPS       Z0, Z3, Z0
-	VMULPS       mathz<>+128(SB), Z0, Z1
-	VADDPS       mathz<>+0(SB), Z1, Z1
-	VRNDSCALEPS  $1, Z1, Z1
-	VFNMADD231PS mathz<>+192(SB), Z1, Z0
-	VFNMADD231PS mathz<>+256(SB), Z1, Z0
-	VMULPS       Z0, Z0, Z2
-	VMOVUPS      mathz<>+320(SB), Z3
-	VFMADD213PS  mathz<>+384(SB), Z0, Z3
-	VFMADD213PS  mathz<>+448(SB), Z0, Z3
-	VFMADD213PS  mathz<>+512(SB), Z0, Z3
-	VFMADD213PS  mathz<>+576(SB), Z0, Z3
-	VFMADD213PS  mathz<>+640(SB), Z0, Z3
-	VFMADD213PS  Z0, Z2, Z3
-	VADDPS       mathz<>+64(SB), Z3, Z3
-	VCVTPS2DQ    Z1, Z1
-	VPADDD       mathz<>+2880(SB), Z1, Z1
-	VPSLLD       $23, Z1, Z1
-	VMULPS       Z1, Z3, Z0
-	VMULPS  mathz<>+1792(SB), Z0, Z0
-	VFMADD213PS Z6, Z4, Z0
-	VMULPS  (DX), Z0, Z0
-	VMOVUPS Z0, (DI)
-	ADDQ    $64, DI
-	ADDQ    $64, DX
-	ADDQ    $64, SI
-	DECQ    CX
-	JNZ     geluzbloop
-	VZEROUPPER
-geluzbdone:
-	RET

@@ -91,6 +91,21 @@ type testCase struct {
 	pad         int // extra leading-dimension padding
 }
 
+// layout returns the stored shapes of A and B (rows × columns, after the
+// transposes) and the leading dimensions of A, B and C, padded by tc.pad.
+func (tc testCase) layout() (ar, ac, br, bc, lda, ldb, ldc int) {
+	m, n, k := tc.s.m, tc.s.n, tc.s.k
+	ar, ac = m, k
+	if tc.tA {
+		ar, ac = k, m
+	}
+	br, bc = k, n
+	if tc.tB {
+		br, bc = n, k
+	}
+	return ar, ac, br, bc, max(1, ac+tc.pad), max(1, bc+tc.pad), max(1, n+tc.pad)
+}
+
 func (tc testCase) String() string {
 	return fmt.Sprintf("m=%d n=%d k=%d transA=%v transB=%v alpha=%v beta=%v pad=%d", tc.s.m, tc.s.n, tc.s.k, tc.tA, tc.tB, tc.alpha, tc.beta, tc.pad)
 }
@@ -145,15 +160,7 @@ func run[T float](t *testing.T, name string, f gemmFunc[T], rtol, atol float64) 
 // checkOne runs one case and returns "" or a description of the first error.
 func checkOne[T float](f gemmFunc[T], rng *rand.Rand, tc testCase, rtol, atol float64) string {
 	m, n, k := tc.s.m, tc.s.n, tc.s.k
-	ar, ac := m, k
-	if tc.tA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tc.tB {
-		br, bc = n, k
-	}
-	lda, ldb, ldc := max(1, ac+tc.pad), max(1, bc+tc.pad), max(1, n+tc.pad)
+	ar, ac, br, bc, lda, ldb, ldc := tc.layout()
 	nan := T(math.NaN())
 	// fill allocates an exactly sized rows×cols matrix with leading dimension
 	// ld; padding gets pad.
@@ -273,15 +280,7 @@ func TestSgemmBias(t *testing.T, impl blas.BiasImpl) {
 
 func checkBias(impl blas.BiasImpl, rng *rand.Rand, tc testCase) string {
 	m, n, k := tc.s.m, tc.s.n, tc.s.k
-	ar, ac := m, k
-	if tc.tA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tc.tB {
-		br, bc = n, k
-	}
-	lda, ldb, ldc := max(1, ac+tc.pad), max(1, bc+tc.pad), max(1, n+tc.pad)
+	ar, ac, br, bc, lda, ldb, ldc := tc.layout()
 	rnd := func(sz int) []float32 {
 		s := make([]float32, sz)
 		for i := range s {

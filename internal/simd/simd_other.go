@@ -2,9 +2,9 @@
 
 package simd
 
-// hasAVX2 and hasFMA are false: there are no vector kernels here (the
+// hasAVX2, hasFMA and hasAVX512 are false: there are no vector kernels here (the
 // tests read them).
-var hasAVX2, hasFMA bool
+var hasAVX2, hasFMA, hasAVX512 bool
 
 func addF32(dst, src []float32) int { return addF32Go(dst, src) }
 

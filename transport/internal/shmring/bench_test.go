@@ -73,11 +73,11 @@ func BenchmarkPingPong8B(b *testing.B) {
 	b.Run("tcp/goroutines", func(b *testing.B) { tcpGoroutines(b, false) })
 	b.Run("tcp-spin/goroutines", func(b *testing.B) { tcpGoroutines(b, true) })
 	b.Run("ring/processes", func(b *testing.B) {
-		p, _, wait := startPeer(b, "echo")
+		p, pr := startPeer(b, "echo")
 		ping, _ := Attach(p.a)
 		pong, _ := Attach(p.b)
 		pingPongRing(b, ping, pong)
-		if err := wait(); err != nil {
+		if err := pr.wait(); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -87,13 +87,13 @@ func BenchmarkPingPong8B(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer ln.Close()
-		_, _, wait := startPeer(b, "tcpecho", envAddr+"="+ln.Addr().String())
+		_, pr := startPeer(b, "tcpecho", envAddr+"="+ln.Addr().String())
 		c, err := ln.Accept()
 		if err != nil {
 			b.Fatal(err)
 		}
 		pingPongConn(b, c, spinReader(b, c))
-		if err := wait(); err != nil {
+		if err := pr.wait(); err != nil {
 			b.Fatal(err)
 		}
 	})

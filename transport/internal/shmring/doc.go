@@ -63,7 +63,8 @@
 //
 // Every access to head, tail and parked is a sync/atomic operation, and
 // Go's atomics are sequentially consistent: on amd64 a load is a MOV and
-// a store an XCHG (a full barrier), on arm64 LDAR and STLR. Those are
+// a store or swap an XCHG (a full barrier), on arm64 LDAR and STLR or
+// SWPAL (but see below for the race detector). Those are
 // instructions on physical memory, so they order two processes mapping
 // the same page exactly as they order two goroutines (the Go memory
 // model speaks of one program; this is the same argument C11 shared
@@ -91,6 +92,18 @@
 // it has sent, or will send, a wakeup the consumer no longer needs.
 // Wakeups are therefore hints: a consumer must tolerate a stray one and
 // always look at the ring after waking.
+//
+// The two stores of that argument are Swaps, read-modify-writes, and not
+// Stores. The language makes both sequentially consistent, but the race
+// detector does not keep Store so for memory outside the Go heap, which a
+// mapping is: built with -race (Go 1.26, amd64), Store there is a plain
+// MOV, a release store that a later load of another word may overtake,
+// so Park and TryPush could both miss each other. Under -race that hung
+// a two-process test: the consumer slept beside a frame that had left too
+// little room for the next one, and the producer, meeting only ErrFull,
+// never looked at parked again. A Swap is a locked XCHG with or without
+// the race detector, and without it costs what Store's XCHG did
+// (TestParkRacesPush).
 //
 // # Measured
 //

@@ -212,8 +212,11 @@ func (r *Ring) TryPush(parts ...[]byte) (wake bool, err error) {
 	}
 	head += rec
 	r.p.head = head
-	r.head.Store(head)
-	// Dekker: the store of head above, then this load of parked.
+	// Dekker: this store of head, then the load of parked below. A Swap,
+	// not a Store, because under the race detector only a
+	// read-modify-write keeps the two in order (see Ordering in the
+	// package doc).
+	r.head.Swap(head)
 	if r.parked.Load() == parkedOn && r.parked.CompareAndSwap(parkedOn, 0) {
 		wake = true
 	}
@@ -283,8 +286,9 @@ func (r *Ring) Park() bool {
 	if r.c.err != nil {
 		return false
 	}
-	r.parked.Store(parkedOn)
-	// Dekker: the store of parked above, then this load of head.
+	// Dekker: this store of parked, then the load of head below; a Swap
+	// for the reason given in TryPush.
+	r.parked.Swap(parkedOn)
 	if r.head.Load() != r.c.tail {
 		r.Unpark()
 		return false

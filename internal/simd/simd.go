@@ -1,11 +1,14 @@
 // Package simd holds the few vector kernels on hot paths that are not
-// GEMMs (the reduction of received chunks, the SGD update; direct
-// convolution, 2×2 max pooling and ReLU for the local core), with
-// portable Go fallbacks that round exactly as the vector code does, but
-// for the convolutions' and SumF32's sums, which say that their order is
-// theirs. The softmax kernels (SoftmaxF32, LogSoftmaxF32,
-// SoftmaxBackwardF32) have no fallback: they report false, and the caller
-// keeps its own loop.
+// GEMMs (the reduction of received chunks, the SGD and Adam updates;
+// direct convolution, 2×2 max pooling, ReLU, exp, GELU, the recurrent
+// cells, softmax and LayerNorm for the local core), with portable Go
+// fallbacks that round exactly as the vector code does, but for the
+// convolutions' and SumF32's sums, which say that their order is theirs.
+// The row kernels of softmax and LayerNorm (SoftmaxF32, LogSoftmaxF32,
+// SoftmaxBackwardF32, LayerNormF32, LayerNormBackwardF32) have no
+// fallback: they report false, and the caller keeps its own loop. GELU
+// runs sixteen lanes at a time where the CPU has AVX-512, with the AVX2
+// kernel's operations lane for lane, so the same bits.
 package simd
 
 // AddF32 sets dst[i] += src[i] for i < len(dst); src must be at least as

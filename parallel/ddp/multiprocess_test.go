@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,13 +120,26 @@ func killMidBackward(t *testing.T, mode string) {
 			t.Errorf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", r, err, out, serr)
 			continue
 		}
-		want := fmt.Sprintf("BACKWARD-ERROR rank=%d step=3 dead=1 ", r)
-		if !strings.Contains(out, want) {
-			t.Errorf("rank %d's output lacks %q:\n%s", r, want, out)
+		// Rank 1 dies in step 3, so a survivor's failing step is 3 or,
+		// legitimately, 2: rank 1 finishes step 2's collectives from its
+		// own side once its last frames are handed to the transport, but
+		// a survivor may still be in step 2's last all-reduce, waiting
+		// for frames that rank 1 or the other survivor has sent and its
+		// readers have not yet delivered. The group fails when it hears
+		// of the death (rank 1's connection ending, or the other
+		// survivor's notice), and a failed group ends every pending call
+		// (dist.Group's contract, as PyTorch's abort), that one included.
+		// Seen under load: a receive from rank 0 or rank 1 of step 2's
+		// all-reduce withdrawn with "context canceled", the frame still
+		// in flight. Step 1 cannot fail (rank 1 finished step 2, which
+		// needs every survivor's step-2 calls), nor can a survivor get
+		// past step 3 (rank 1 never sends its first layer's bucket).
+		m := regexp.MustCompile(fmt.Sprintf(`BACKWARD-ERROR rank=%d step=([23]) dead=1 ms=(\d+) `, r)).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("rank %d's output lacks \"BACKWARD-ERROR rank=%d step=2|3 dead=1\":\n%s", r, r, out)
 			continue
 		}
-		i := strings.Index(out, " ms=")
-		ms, _ := strconv.Atoi(strings.Fields(out[i+4:])[0])
+		ms, _ := strconv.Atoi(m[2])
 		if ms > 2000 {
 			t.Errorf("rank %d: Backward took %d ms to report the death, want < 2000", r, ms)
 		}

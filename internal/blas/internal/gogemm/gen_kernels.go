@@ -148,60 +148,45 @@ func (g *gen) avx512(mr, nv int, rows bool) {
 	g.p("\tANDL $0x7fffffff, R11")
 	g.p("\tJZ beta0")
 	g.p("\tVBROADCASTSS beta+60(FP), Z%d", zbe)
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			r := i*nv + v
-			g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
-			if v == nv-1 {
-				g.p("\tVMOVUPS.Z %d(DI), K1, Z%d", 64*v, ztmp)
-			} else {
-				g.p("\tVMOVUPS %d(DI), Z%d", 64*v, ztmp)
-			}
-			g.p("\tVFMADD231PS Z%d, Z%d, Z%d", ztmp, zbe, r)
-			if v == nv-1 {
-				g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
-			} else {
-				g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
-			}
+	// The last vector of each row is masked to rem lanes (K1).
+	g.storeTile(mr, nv, func(r, v int, last bool) {
+		g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
+		if last {
+			g.p("\tVMOVUPS.Z %d(DI), K1, Z%d", 64*v, ztmp)
+		} else {
+			g.p("\tVMOVUPS %d(DI), Z%d", 64*v, ztmp)
 		}
-		if i+1 < mr {
-			g.p("\tADDQ R10, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
+		g.p("\tVFMADD231PS Z%d, Z%d, Z%d", ztmp, zbe, r)
+		g.store512(r, v, last)
+	})
 	g.p("beta0:")
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			r := i*nv + v
-			g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
-			if v == nv-1 {
-				g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
-			} else {
-				g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
-			}
-		}
-		if i+1 < mr {
-			g.p("\tADDQ R10, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
+	g.storeTile(mr, nv, func(r, v int, last bool) {
+		g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
+		g.store512(r, v, last)
+	})
 	// C = alpha·acc + bias, the same bias row (at R12) for every row:
 	// the bits of a C filled with bias and beta = 1.
 	g.p("biasadd:")
+	g.storeTile(mr, nv, func(r, v int, last bool) {
+		g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
+		if last {
+			g.p("\tVMOVUPS.Z %d(R12), K1, Z%d", 64*v, ztmp)
+			g.p("\tVADDPS Z%d, Z%d, Z%d", ztmp, r, r)
+		} else {
+			g.p("\tVADDPS %d(R12), Z%d, Z%d", 64*v, r, r)
+		}
+		g.store512(r, v, last)
+	})
+	g.p("")
+}
+
+// storeTile writes an epilogue: for each row i of the tile and vector v,
+// vec(accumulator, v, whether v is the row's last), then DI on to the
+// next row of C (stride R10); then it returns.
+func (g *gen) storeTile(mr, nv int, vec func(r, v int, last bool)) {
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
-			r := i*nv + v
-			g.p("\tVMULPS Z%d, Z%d, Z%d", zal, r, r)
-			if v == nv-1 {
-				g.p("\tVMOVUPS.Z %d(R12), K1, Z%d", 64*v, ztmp)
-				g.p("\tVADDPS Z%d, Z%d, Z%d", ztmp, r, r)
-				g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
-			} else {
-				g.p("\tVADDPS %d(R12), Z%d, Z%d", 64*v, r, r)
-				g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
-			}
+			vec(i*nv+v, v, v == nv-1)
 		}
 		if i+1 < mr {
 			g.p("\tADDQ R10, DI")
@@ -209,7 +194,26 @@ func (g *gen) avx512(mr, nv int, rows bool) {
 	}
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
-	g.p("")
+}
+
+// store512 stores accumulator Zr as vector v of C's row at DI, the last
+// one masked by K1.
+func (g *gen) store512(r, v int, last bool) {
+	if last {
+		g.p("\tVMOVUPS Z%d, K1, %d(DI)", r, 64*v)
+	} else {
+		g.p("\tVMOVUPS Z%d, %d(DI)", r, 64*v)
+	}
+}
+
+// store256 stores accumulator Yacc as vector v of C's row at DI, the last
+// one masked by Y15.
+func (g *gen) store256(acc, v int, last bool) {
+	if last {
+		g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
+	} else {
+		g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
+	}
 }
 
 // aOperand is the memory operand of row i of step u of an unrolled block
@@ -323,65 +327,32 @@ func (g *gen) avx2(mr, nv int, rows bool) {
 	g.p("\tANDL $0x7fffffff, R11")
 	g.p("\tJZ beta0")
 	g.p("\tVBROADCASTSS beta+60(FP), Y12")
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			acc := i*nv + v
-			g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
-			if v == nv-1 {
-				g.p("\tVMASKMOVPS %d(DI), Y15, Y13", 32*v)
-			} else {
-				g.p("\tVMOVUPS %d(DI), Y13", 32*v)
-			}
-			g.p("\tVFMADD231PS Y13, Y12, Y%d", acc)
-			if v == nv-1 {
-				g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
-			} else {
-				g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
-			}
+	g.storeTile(mr, nv, func(acc, v int, last bool) {
+		g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
+		if last {
+			g.p("\tVMASKMOVPS %d(DI), Y15, Y13", 32*v)
+		} else {
+			g.p("\tVMOVUPS %d(DI), Y13", 32*v)
 		}
-		if i+1 < mr {
-			g.p("\tADDQ R10, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
+		g.p("\tVFMADD231PS Y13, Y12, Y%d", acc)
+		g.store256(acc, v, last)
+	})
 	g.p("beta0:")
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			acc := i*nv + v
-			g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
-			if v == nv-1 {
-				g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
-			} else {
-				g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
-			}
-		}
-		if i+1 < mr {
-			g.p("\tADDQ R10, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
+	g.storeTile(mr, nv, func(acc, v int, last bool) {
+		g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
+		g.store256(acc, v, last)
+	})
 	g.p("biasadd:") // as in avx512
-	for i := 0; i < mr; i++ {
-		for v := 0; v < nv; v++ {
-			acc := i*nv + v
-			g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
-			if v == nv-1 {
-				g.p("\tVMASKMOVPS %d(R12), Y15, Y13", 32*v)
-				g.p("\tVADDPS Y13, Y%d, Y%d", acc, acc)
-				g.p("\tVMASKMOVPS Y%d, Y15, %d(DI)", acc, 32*v)
-			} else {
-				g.p("\tVADDPS %d(R12), Y%d, Y%d", 32*v, acc, acc)
-				g.p("\tVMOVUPS Y%d, %d(DI)", acc, 32*v)
-			}
+	g.storeTile(mr, nv, func(acc, v int, last bool) {
+		g.p("\tVMULPS Y14, Y%d, Y%d", acc, acc)
+		if last {
+			g.p("\tVMASKMOVPS %d(R12), Y15, Y13", 32*v)
+			g.p("\tVADDPS Y13, Y%d, Y%d", acc, acc)
+		} else {
+			g.p("\tVADDPS %d(R12), Y%d, Y%d", 32*v, acc, acc)
 		}
-		if i+1 < mr {
-			g.p("\tADDQ R10, DI")
-		}
-	}
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
+		g.store256(acc, v, last)
+	})
 	g.p("")
 }
 

@@ -55,6 +55,15 @@ for name, bits in [("i127", 127), ("absmask", 0x7fffffff), ("signmask", 0x800000
 data.append(f"GLOBL mathz<>(SB), RODATA|NOPTR, ${2 * o}")
 
 
+def hreduce(op):
+    """Y0's eight lanes folded by op (VMAXPS or VADDPS) into X0's lowest;
+    clobbers X1."""
+    s = "\tVEXTRACTF128 $1, Y0, X1\n"
+    for step in ["", "\tVPERMILPS $0x4e, X0, X1\n", "\tVPERMILPS $0xb1, X0, X1\n"]:
+        s += f"{step}\t{op}  X1, X0, X0\n"
+    return s
+
+
 def c(n):
     return f"mathc<>+{off[n]}(SB)"
 
@@ -294,13 +303,7 @@ maxloop:
 \tDECQ    CX
 \tJNZ     maxloop
 maxred:
-\tVEXTRACTF128 $1, Y0, X1
-\tVMAXPS  X1, X0, X0
-\tVPERMILPS $0x4e, X0, X1
-\tVMAXPS  X1, X0, X0
-\tVPERMILPS $0xb1, X0, X1
-\tVMAXPS  X1, X0, X0
-\tVZEROUPPER
+{hreduce('VMAXPS')}\tVZEROUPPER
 \tMOVSS   X0, ret+16(FP)
 \tRET
 
@@ -369,13 +372,7 @@ dotloop:
 \tJNZ     dotloop
 dotred:
 \tVADDPS  Y1, Y0, Y0
-\tVEXTRACTF128 $1, Y0, X1
-\tVADDPS  X1, X0, X0
-\tVPERMILPS $0x4e, X0, X1
-\tVADDPS  X1, X0, X0
-\tVPERMILPS $0xb1, X0, X1
-\tVADDPS  X1, X0, X0
-\tVZEROUPPER
+{hreduce('VADDPS')}\tVZEROUPPER
 \tMOVSS   X0, ret+24(FP)
 \tRET
 

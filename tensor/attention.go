@@ -151,7 +151,7 @@ func rowSpan(r0, n int, causal bool) (r1, cols int) {
 // softmaxRow replaces row by its softmax, computed stably.
 func softmaxRow[T float](row []T) {
 	r32, is32 := any(row).([]float32)
-	if is32 && simd.SoftmaxF32(r32) {
+	if is32 && simd.SoftmaxF32(r32, r32) {
 		return
 	}
 	m := row[0]

@@ -315,11 +315,8 @@ func softmaxRows32(d, s []float32, rows, n int, log bool) {
 		if log && simd.LogSoftmaxF32(dst, src) {
 			continue
 		}
-		if !log {
-			copy(dst, src)
-			if simd.SoftmaxF32(dst) {
-				continue
-			}
+		if !log && simd.SoftmaxF32(dst, src) {
+			continue
 		}
 		m := src[0]
 		for _, v := range src[1:] {

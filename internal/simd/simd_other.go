@@ -62,7 +62,7 @@ func lstmCellBackwardF32(dh, gy, dc, i, f, g, o, tc, cp, di, df, dg, do []float3
 
 func gruCellBackwardF32(dh, gy, r, z, n, hn, hp, dr, dz, dn, dhn []float32) int { return 0 }
 
-func softmaxF32(x []float32) bool { return false }
+func softmaxF32(dst, x []float32) bool { return false }
 
 func softmaxBackwardF32(d, p []float32) bool { return false }
 

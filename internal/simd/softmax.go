@@ -1,12 +1,13 @@
 package simd
 
-// SoftmaxF32 replaces x by its softmax, computed stably: e^(x−max) over
-// their sum, the exponentials by ExpF32's kernel (1 ulp) and their sum in
-// float64 (partial sums, so not the scalar loop's order). It reports
-// false, leaving x as it was, where there is no vector kernel (no AVX2 and
+// SoftmaxF32 sets dst to the softmax of x, computed stably: e^(x−max)
+// over their sum, the exponentials by ExpF32's kernel (1 ulp) and their
+// sum in float64 (partial sums, so not the scalar loop's order). dst and
+// x must be the same length and may be the same slice. It reports false,
+// leaving dst as it was, where there is no vector kernel (no AVX2 and
 // FMA); the caller then computes it its own way. A NaN in x makes every
 // element NaN, as +Inf does (∞−∞), as the scalar formula does.
-func SoftmaxF32(x []float32) bool { return softmaxF32(x) }
+func SoftmaxF32(dst, x []float32) bool { return softmaxF32(dst, x[:len(dst)]) }
 
 // SoftmaxBackwardF32 sets d[i] = p[i]·(d[i] − Σⱼ d[j]·p[j]), in place: the
 // gradient of softmax's input, for its output p and the gradient d of that

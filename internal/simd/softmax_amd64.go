@@ -18,16 +18,15 @@ func dotF32AVX2(a, b *float32, n int) float32
 //go:noescape
 func softmaxBwdF32AVX2(d, p *float32, n int, dot float32)
 
-func softmaxF32(x []float32) bool {
+func softmaxF32(dst, x []float32) bool {
 	if !hasFMA {
 		return false
 	}
-	n := len(x)
-	if n == 0 {
+	if len(x) == 0 {
 		return true
 	}
 	m := maxF32(x)
-	ScaleF32(x, float32(1/expShiftSum(x, x, m)))
+	ScaleF32(dst, float32(1/expShiftSum(dst, x, m)))
 	return true
 }
 

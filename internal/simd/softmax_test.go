@@ -28,7 +28,7 @@ func softmaxRef(x []float32) []float64 {
 // float64, with rows far from zero, wide and constant.
 func TestSoftmaxF32(t *testing.T) {
 	if !hasFMA {
-		if SoftmaxF32([]float32{1, 2}) || SoftmaxBackwardF32([]float32{1}, []float32{1}) {
+		if SoftmaxF32(make([]float32, 2), []float32{1, 2}) || SoftmaxBackwardF32([]float32{1}, []float32{1}) {
 			t.Fatal("SoftmaxF32 reported a kernel without AVX2 and FMA")
 		}
 		t.Skip("no AVX2 and FMA")
@@ -45,7 +45,7 @@ func TestSoftmaxF32(t *testing.T) {
 				x[i] = c.shift + c.span*float32(rng.NormFloat64())
 			}
 			want := softmaxRef(x)
-			if !SoftmaxF32(x) {
+			if !SoftmaxF32(x, x) {
 				t.Fatal("SoftmaxF32 reported no kernel with AVX2 and FMA")
 			}
 			var sum float64
@@ -78,7 +78,7 @@ func TestSoftmaxF32NonFinite(t *testing.T) {
 					x[i] = float32(i % 3)
 				}
 				x[pos] = bad
-				SoftmaxF32(x)
+				SoftmaxF32(x, x)
 				for i, v := range x {
 					if v == v {
 						t.Fatalf("n=%d, %v at %d: [%d] = %v, want NaN", n, bad, pos, i, v)
@@ -87,7 +87,7 @@ func TestSoftmaxF32NonFinite(t *testing.T) {
 			}
 			x := make([]float32, n)
 			x[pos] = float32(math.Inf(-1))
-			SoftmaxF32(x)
+			SoftmaxF32(x, x)
 			if n > 1 && (x[pos] > 3e-39 || math.Abs(float64(x[(pos+1)%n])-1/float64(n-1)) > 1e-6) {
 				t.Fatalf("n=%d, -Inf at %d: %v", n, pos, x)
 			}
@@ -109,7 +109,7 @@ func TestSoftmaxBackwardF32(t *testing.T) {
 			x[i] = float32(rng.NormFloat64())
 			d[i] = float32(rng.NormFloat64())
 		}
-		SoftmaxF32(x)
+		SoftmaxF32(x, x)
 		var dot float64
 		for i := range d {
 			dot += float64(d[i]) * float64(x[i])

@@ -448,25 +448,34 @@ func (a *Adam) update(i int, o AdamOptions) {
 	if o.AMSGrad {
 		vmax = a.stateOf(i, "max_exp_avg_sq", zeros)
 	}
-	if a.decoupled {
-		if o.WeightDecay != 0 {
-			w.Scale(1 - o.LR*o.WeightDecay)
-		}
-	} else if o.WeightDecay != 0 {
-		g = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
+	if a.decoupled && o.WeightDecay != 0 {
+		w.Scale(1 - o.LR*o.WeightDecay)
 	}
+	// The scalar coefficients in float64, as PyTorch computes them from
+	// its Python floats, each rounded to the tensor's precision only when
+	// it is used (1-β₂ rounded from float64, never 1 minus a float32 β₂).
 	t := step.Item()
 	bc1 := 1 - math.Pow(o.Beta1, t)
 	bc2sqrt := math.Sqrt(1 - math.Pow(o.Beta2, t))
 	stepSize := o.LR / bc1
-	if w.DType() == tensor.Float32 && g.IsContiguous() {
+	if w.DType() == tensor.Float32 && g.IsContiguous() && w.IsContiguous() {
 		var mx []float32
 		if vmax != nil {
 			mx = vmax.Float32s()
 		}
-		adam32(w.Float32s(), g.Float32s(), m.Float32s(), v.Float32s(), mx,
-			float32(o.Beta1), float32(o.Beta2), float32(o.Eps), float32(bc2sqrt), float32(stepSize))
+		c := simd.Adam{
+			Beta1: float32(o.Beta1), OneMinusBeta1: float32(1 - o.Beta1),
+			Beta2: float32(o.Beta2), OneMinusBeta2: float32(1 - o.Beta2),
+			Eps: float32(o.Eps), BC2Sqrt: float32(bc2sqrt), StepSize: float32(stepSize),
+		}
+		if !a.decoupled {
+			c.WeightDecay = float32(o.WeightDecay)
+		}
+		simd.AdamF32(w.Float32s(), g.Float32s(), m.Float32s(), v.Float32s(), mx, c)
 		return
+	}
+	if !a.decoupled && o.WeightDecay != 0 {
+		g = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
 	}
 	m.Scale(o.Beta1).AddScaled(m, 1-o.Beta1, g)
 	gg := new(tensor.Tensor).Mul(g, g)
@@ -497,27 +506,6 @@ func sgd32(w, g, buf []float32, lr, momentum, keep, wd float32, nesterov bool) {
 			b = d + momentum*b
 		}
 		w[i] -= lr * b
-	}
-}
-
-func adam32(w, g, m, v, vmax []float32, b1, b2, eps, bc2sqrt, stepSize float32) {
-	if vmax == nil {
-		// The same operations in the same order, eight at a time.
-		simd.AdamF32(w, g, m, v, b1, b2, eps, bc2sqrt, stepSize)
-		return
-	}
-	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
-	for i := range w {
-		gi := g[i]
-		m[i] = m[i]*b1 + (1-b1)*gi
-		v[i] = v[i]*b2 + (1-b2)*gi*gi
-		s := v[i]
-		if vmax != nil {
-			vmax[i] = max(vmax[i], s)
-			s = vmax[i]
-		}
-		denom := float32(math.Sqrt(float64(s)))/bc2sqrt + eps
-		w[i] -= stepSize * m[i] / denom
 	}
 }
 

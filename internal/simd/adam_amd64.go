@@ -1,15 +1,19 @@
 package simd
 
-// adamF32AVX2 updates n floats, n a multiple of 8.
+// adamF32FMA updates n floats, n a multiple of 8; vmax may be nil.
 //
 //go:noescape
-func adamF32AVX2(w, grad, m, v *float32, n int, b1, b2, eps, bc2sqrt, stepSize float32)
+func adamF32FMA(w, grad, m, v, vmax *float32, n int, c *Adam)
 
-func adamF32(w, g, m, v []float32, b1, b2, eps, bc2sqrt, stepSize float32) int {
-	if !hasAVX2 {
+func adamF32(w, g, m, v, vmax []float32, c *Adam) int {
+	if !hasFMA {
 		return 0
 	}
 	n := len(w) &^ 7
-	adamF32AVX2(&w[0], &g[0], &m[0], &v[0], n, b1, b2, eps, bc2sqrt, stepSize)
+	var vm *float32
+	if vmax != nil {
+		vm = &vmax[0]
+	}
+	adamF32FMA(&w[0], &g[0], &m[0], &v[0], vm, n, c)
 	return n
 }

@@ -71,12 +71,38 @@ func TestMultiProcessHelper(t *testing.T) {
 	}
 }
 
+// syncBuffer is a bytes.Buffer that a test may read while a process's
+// output is still being written to it (os/exec copies stderr in a
+// goroutine of its own until Wait returns).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) WriteString(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.WriteString(s)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 // worker is one child process.
 type worker struct {
 	rank   int
 	cmd    *exec.Cmd
-	stdout *bytes.Buffer // all of it, once done
-	stderr bytes.Buffer
+	stdout *syncBuffer // every line so far
+	stderr syncBuffer
 	lines  chan string // stdout lines as they come
 	stdin  io.WriteCloser
 	done   chan error
@@ -104,7 +130,7 @@ func startWorkers(t *testing.T, world int, mode string, extra ...string) []*work
 			"GODIST_HOST=127.0.0.1",
 		)
 		cmd.Env = append(cmd.Env, extra...)
-		w := &worker{rank: r, cmd: cmd, stdout: &bytes.Buffer{}, lines: make(chan string, 1024), done: make(chan error, 1)}
+		w := &worker{rank: r, cmd: cmd, stdout: &syncBuffer{}, lines: make(chan string, 1024), done: make(chan error, 1)}
 		cmd.Stderr = &w.stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -147,13 +173,13 @@ func waitWorkers(ws []*worker, limit time.Duration) []error {
 		select {
 		case err := <-w.done:
 			if err != nil {
-				errs = append(errs, fmt.Errorf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", w.rank, err, w.stdout, w.stderr.String()))
+				errs = append(errs, fmt.Errorf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", w.rank, err, w.stdout.String(), w.stderr.String()))
 			}
 		case <-deadline:
 			for _, w := range ws {
 				w.cmd.Process.Kill()
 			}
-			errs = append(errs, fmt.Errorf("rank %d did not exit within %v\nstdout:\n%s\nstderr:\n%s", w.rank, limit, w.stdout, w.stderr.String()))
+			errs = append(errs, fmt.Errorf("rank %d did not exit within %v\nstdout:\n%s\nstderr:\n%s", w.rank, limit, w.stdout.String(), w.stderr.String()))
 			deadline = time.After(5 * time.Second)
 		}
 	}
@@ -711,45 +737,44 @@ func TestMultiProcessDuplicateRank(t *testing.T) {
 }
 
 // childDieInInit is a worker of TestMultiProcessDieInInit. The victim
-// (GODIST_TEST_VICTIM) watches the job's store from the side and SIGKILLs
-// itself as soon as it has published its address (GODIST_TEST_DIE_AT=addr)
-// its first shared-memory segment (shm), or has mapped rank 0's segment
-// (shm-mapped); the library knows nothing of it. Every other rank reports how its Init ended:
+// (GODIST_TEST_VICTIM) reaches the job's store through a wrapper that
+// SIGKILLs the process as soon as its Init has published its address
+// (GODIST_TEST_DIE_AT=addr), its first shared-memory segment's name
+// (shm), or that it mapped rank 0's segment (shm-mapped): at that point
+// and no later, however slow the machine (a goroutine watching the store
+// from the side could see the key after Init had finished, and missed the
+// point on a busy machine). The library knows nothing of it. Every other
+// rank reports how its Init ended:
 //
 //	INIT-OK ms=<ms>
 //	INIT-FAILED ms=<ms> err=<error text quoted>
 func childDieInInit() error {
 	me, _ := strconv.Atoi(os.Getenv("RANK"))
-	if os.Getenv("GODIST_TEST_VICTIM") == os.Getenv("RANK") {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			tok, _ := hex.DecodeString(os.Getenv("GODIST_TOKEN"))
-			st, err := store.Dial(ctx, os.Getenv("MASTER_ADDR")+":"+os.Getenv("MASTER_PORT"),
-				store.DialOptions{Token: tok, JobID: os.Getenv("GODIST_RUN_ID"), Rank: -1})
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "victim's watch:", err)
-				return
-			}
-			switch os.Getenv("GODIST_TEST_DIE_AT") {
-			case "addr":
-				_, err = transport.RankAddr(ctx, st, "", me)
-			case "shm":
-				_, err = st.Get(ctx, fmt.Sprintf("transport/shm/seg/%d/0", me))
-			case "shm-mapped":
-				_, err = st.Get(ctx, fmt.Sprintf("transport/shm/ok/0/%d", me))
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "victim's watch:", err)
-				return
-			}
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		}()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
+	opts := dist.Options{Rank: -1, Timeout: 20 * time.Second}
+	if os.Getenv("GODIST_TEST_VICTIM") == os.Getenv("RANK") {
+		tok, _ := hex.DecodeString(os.Getenv("GODIST_TOKEN"))
+		st, err := store.Dial(ctx, os.Getenv("MASTER_ADDR")+":"+os.Getenv("MASTER_PORT"),
+			store.DialOptions{Token: tok, JobID: os.Getenv("GODIST_RUN_ID"), Rank: me})
+		if err != nil {
+			return fmt.Errorf("the victim cannot reach the store: %w", err)
+		}
+		k := &killAfter{Store: st}
+		switch at := os.Getenv("GODIST_TEST_DIE_AT"); at {
+		case "addr":
+			k.key = fmt.Sprintf("transport/once/rank/%d", me)
+		case "shm":
+			k.key = fmt.Sprintf("transport/shm/seg/%d/0", me)
+		case "shm-mapped":
+			k.key = fmt.Sprintf("transport/shm/ok/0/%d", me)
+		default:
+			return fmt.Errorf("unknown GODIST_TEST_DIE_AT %q", at)
+		}
+		opts.Store = k
+	}
 	start := time.Now()
-	g, err := dist.Init(ctx, dist.Options{Rank: -1, Timeout: 20 * time.Second})
+	g, err := dist.Init(ctx, opts)
 	if err != nil {
 		fmt.Printf("INIT-FAILED ms=%d err=%q\n", time.Since(start).Milliseconds(), err.Error())
 	} else {
@@ -768,6 +793,36 @@ func childDieInInit() error {
 		return g.Destroy()
 	}
 	return nil
+}
+
+// killAfter is a store through which the process SIGKILLs itself right
+// after it has written key (by Set or CompareAndSet).
+type killAfter struct {
+	store.Store
+	key string
+}
+
+func (k *killAfter) die(key string) {
+	if key == k.key {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; go no further
+	}
+}
+
+func (k *killAfter) Set(ctx context.Context, key string, value []byte) error {
+	err := k.Store.Set(ctx, key, value)
+	if err == nil {
+		k.die(key)
+	}
+	return err
+}
+
+func (k *killAfter) CompareAndSet(ctx context.Context, key string, expected, desired []byte) ([]byte, error) {
+	v, err := k.Store.CompareAndSet(ctx, key, expected, desired)
+	if err == nil {
+		k.die(key)
+	}
+	return v, err
 }
 
 // TestMultiProcessDieInInit (issue 19, items 9 and 10): a rank SIGKILLed
@@ -832,7 +887,7 @@ func TestMultiProcessDieInInit(t *testing.T) {
 				}
 			}
 			if code := ws[victim].cmd.ProcessState.ExitCode(); code != -1 {
-				t.Errorf("%s: the victim was not killed (exit %d): %s%s", name, code, ws[victim].stdout, ws[victim].stderr.String())
+				t.Errorf("%s: the victim was not killed (exit %d): %s%s", name, code, ws[victim].stdout.String(), ws[victim].stderr.String())
 			}
 			for _, w := range ws {
 				left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/godist-%d-*", w.cmd.Process.Pid))

@@ -67,10 +67,6 @@ const (
 
 	// maxBody bounds a frame body: a CAS with two values at the limit.
 	maxBody = 2*MaxValueLen + MaxKeyLen + 64
-	// readChunk is how much a reader allocates ahead of the data that has
-	// arrived, so that a peer that claims a large body and sends little
-	// costs little memory.
-	readChunk = 1 << 20
 	// firstChunk is a frame's first buffer; a body up to it is read
 	// without asking the server's in-flight budget.
 	firstChunk = 64 << 10
@@ -137,12 +133,18 @@ var errFrame = errors.New("store: bad frame")
 // appendFrame appends a whole frame: the header, with the checksum of id,
 // k and body, then body.
 func appendFrame(b []byte, id uint64, k uint8, body []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, protoMagic)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
-	b = binary.BigEndian.AppendUint32(b, frameSum(id, k, body))
-	b = binary.BigEndian.AppendUint64(b, id)
-	b = append(b, k)
-	return append(b, body...)
+	var h [headerLen]byte
+	putHeader(h[:], id, k, body)
+	return append(append(b, h[:]...), body...)
+}
+
+// putHeader writes the header of a frame with this body into h.
+func putHeader(h []byte, id uint64, k uint8, body []byte) {
+	binary.BigEndian.PutUint32(h[0:], protoMagic)
+	binary.BigEndian.PutUint32(h[4:], uint32(len(body)))
+	binary.BigEndian.PutUint32(h[8:], frameSum(id, k, body))
+	binary.BigEndian.PutUint64(h[12:], id)
+	h[20] = k
 }
 
 // frameSum is the checksum of a frame's id, kind or status, and body.
@@ -159,29 +161,39 @@ func appendKey(b []byte, k string) []byte {
 }
 
 // encodeRequest appends r's frame to b. The caller has checked the limits.
+// The body is written in place after the header, so a value is copied
+// once (a 64 MiB Set had been copied into a body and then into a frame).
 func encodeRequest(b []byte, r *request) []byte {
-	var body []byte
+	size := 0
+	for _, k := range r.keys {
+		size += 2 + len(k)
+	}
+	size += 12 + len(r.value) + len(r.desired)
+	b = slices.Grow(b, headerLen+size)
+	start := len(b)
+	b = b[:start+headerLen]
 	switch r.kind {
 	case kindSet:
-		body = appendKey(body, r.keys[0])
-		body = append(body, r.value...)
+		b = appendKey(b, r.keys[0])
+		b = append(b, r.value...)
 	case kindGet, kindDelete:
-		body = appendKey(body, r.keys[0])
+		b = appendKey(b, r.keys[0])
 	case kindAdd:
-		body = appendKey(body, r.keys[0])
-		body = binary.BigEndian.AppendUint64(body, uint64(r.delta))
+		b = appendKey(b, r.keys[0])
+		b = binary.BigEndian.AppendUint64(b, uint64(r.delta))
 	case kindCAS:
-		body = appendKey(body, r.keys[0])
-		body = binary.BigEndian.AppendUint32(body, uint32(len(r.value)))
-		body = append(body, r.value...)
-		body = append(body, r.desired...)
+		b = appendKey(b, r.keys[0])
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.value)))
+		b = append(b, r.value...)
+		b = append(b, r.desired...)
 	case kindWait, kindCheck:
-		body = binary.BigEndian.AppendUint16(body, uint16(len(r.keys)))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r.keys)))
 		for _, k := range r.keys {
-			body = appendKey(body, k)
+			b = appendKey(b, k)
 		}
 	}
-	return appendFrame(b, r.id, uint8(r.kind), body)
+	putHeader(b[start:start+headerLen], r.id, uint8(r.kind), b[start+headerLen:])
+	return b
 }
 
 // encodeResponse appends a response frame to b.
@@ -190,8 +202,8 @@ func encodeResponse(b []byte, id uint64, st status, body []byte) []byte {
 }
 
 // readFrame reads one frame: header, then body. It allocates at most
-// readChunk bytes beyond what the peer has sent, and never more than
-// maxBody. An error here leaves the stream out of step: drop the
+// twice what the peer has sent (firstChunk at first), and never more
+// than maxBody. An error here leaves the stream out of step: drop the
 // connection.
 func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 	return readFrameReserving(r, nil)
@@ -220,11 +232,16 @@ func readFrameReserving(r io.Reader, reserve func(n int) error) (id uint64, k ui
 		}
 	}
 	// Memory follows the data that has arrived: a small first buffer,
-	// doubled as it fills, each step at most readChunk.
+	// doubled as it fills (never more than twice what arrived, so a peer
+	// that claims a large body and sends little costs little memory; and
+	// each byte is copied about once more, where growing by a fixed step
+	// copied a 64 MiB value some 30 times over).
 	body = make([]byte, 0, min(n, firstChunk))
 	for len(body) < n {
 		if len(body) == cap(body) {
-			body = slices.Grow(body, min(n-len(body), max(len(body), firstChunk), readChunk))
+			grown := make([]byte, len(body), min(n, 2*cap(body)))
+			copy(grown, body)
+			body = grown
 		}
 		m, err := r.Read(body[len(body):min(cap(body), n)])
 		body = body[:len(body)+m]

@@ -67,5 +67,11 @@
 // Shutdown(ctx, true) releases this worker's RRefs and then waits, in
 // rounds led by rank 0, until every worker has called it and no worker
 // has calls in flight or being served; Shutdown(ctx, false) stops at
-// once, failing what is pending.
+// once, failing what is pending. The graceful wait is bounded by ctx and
+// by Options.Timeout: a worker that is dead or gone fails it at once,
+// and one that answers nothing for Options.Timeout (stopped, hung, cut
+// off) fails it then; every worker's Shutdown returns a *ShutdownError
+// naming that worker, and every agent stops. A worker that is only slow
+// to reach Shutdown, and answers meanwhile, is waited for as long as ctx
+// allows.
 package rpc

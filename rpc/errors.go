@@ -69,3 +69,32 @@ func (e *WorkerDownError) Error() string {
 }
 
 func (e *WorkerDownError) Unwrap() error { return e.Err }
+
+// ShutdownError is the error of a graceful Shutdown that could not
+// complete: the worker whose Shutdown failed, the worker that kept the
+// job from agreeing it was quiet, and why. Err is a *WorkerDownError
+// when that worker died or left; context.DeadlineExceeded when it
+// answered nothing for Options.Timeout (a stopped or hung process, a
+// partition) or the wait for it outlived a ctx's deadline; or
+// context.Canceled. The agent stops all the same, and every other
+// worker's graceful Shutdown fails too, naming the same worker.
+type ShutdownError struct {
+	Self   string // the worker whose Shutdown failed
+	Worker string // the worker it could not agree with (Self when its own calls kept it busy)
+	Rank   int    // Worker's rank
+	Reason string // what Worker did or did not do, and what to do about it
+	Err    error
+
+	finder     string // the worker that found the failure, when another did
+	finderRank int
+}
+
+func (e *ShutdownError) Error() string {
+	found := ""
+	if e.finder != "" {
+		found = e.finder + " found that "
+	}
+	return fmt.Sprintf("rpc: graceful shutdown of %s failed: %s%s (rank %d) %s: %v", e.Self, found, e.Worker, e.Rank, e.Reason, e.Err)
+}
+
+func (e *ShutdownError) Unwrap() error { return e.Err }

@@ -369,3 +369,138 @@ func TestShutdownFailures(t *testing.T) {
 		}
 	})
 }
+
+// shutdownEach runs a graceful Shutdown with ctx on each of agents at
+// once and returns their errors, failing t if any has not returned
+// within limit.
+func shutdownEach(t *testing.T, ctx context.Context, limit time.Duration, agents ...*rpc.Agent) []error {
+	t.Helper()
+	errs := make([]error, len(agents))
+	done := make(chan int, len(agents))
+	for i, a := range agents {
+		go func() { errs[i] = a.Shutdown(ctx, true); done <- i }()
+	}
+	timeout := time.After(limit)
+	for range agents {
+		select {
+		case <-done:
+		case <-timeout:
+			t.Fatalf("a graceful Shutdown has not returned %v after it began", limit)
+		}
+	}
+	return errs
+}
+
+// wantShutdownError checks that err is a *ShutdownError of self naming
+// worker rank as the one that kept the job from agreeing.
+func wantShutdownError(t *testing.T, err error, self string, rank int) *rpc.ShutdownError {
+	t.Helper()
+	var se *rpc.ShutdownError
+	if !errors.As(err, &se) || se.Self != self || se.Rank != rank || se.Worker != fmt.Sprintf("worker%d", rank) {
+		t.Fatalf("%s: graceful shutdown: %v, want a *rpc.ShutdownError naming worker%d", self, err, rank)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "graceful shutdown of "+self) || !strings.Contains(msg, fmt.Sprintf("worker%d (rank %d)", rank, rank)) {
+		t.Fatalf("%s: the error does not name the operation and the worker: %v", self, err)
+	}
+	return se
+}
+
+// TestShutdownWorkerDeadBefore is issue 27's first case: a worker died
+// before the others called Shutdown with a ctx that never ends. Every
+// living worker's Shutdown fails at once, naming it, with a
+// *WorkerDownError inside.
+func TestShutdownWorkerDeadBefore(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{})
+	c.mesh.Kill(2)
+	time.Sleep(20 * time.Millisecond)
+	errs := shutdownEach(t, context.Background(), 5*time.Second, c.agents[0], c.agents[1])
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+		var wd *rpc.WorkerDownError
+		if !errors.As(err, &wd) || wd.Worker != "worker2" || wd.Rank != 2 {
+			t.Fatalf("worker%d: %v, want a *WorkerDownError for worker2 inside", r, err)
+		}
+		if !strings.Contains(err.Error(), "restart the job") {
+			t.Fatalf("worker%d: the error names no remedy: %v", r, err)
+		}
+	}
+}
+
+// TestShutdownWorkerStopped is issue 27's second case: a worker is
+// stopped (as by SIGSTOP: its connections stay up, it says nothing).
+// The leader's Shutdown, with a ctx that never ends, fails once the
+// worker has answered nothing for Options.Timeout, naming it; the other
+// worker, waiting for a verdict from a leader that is alive, learns it
+// from the leader and fails naming the same worker.
+func TestShutdownWorkerStopped(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: timeout})
+	c.mesh.Partition(2, 0)
+	c.mesh.Partition(2, 1)
+	begin := time.Now()
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1])
+	took := time.Since(begin)
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Options.Timeout") {
+			t.Fatalf("worker%d: %v, want the Options.Timeout's deadline", r, err)
+		}
+	}
+	if !strings.Contains(errs[1].Error(), "worker0 found that worker2") {
+		t.Fatalf("worker1: %v, want it to say that the leader found it", errs[1])
+	}
+	if took < timeout {
+		t.Fatalf("the shutdowns failed after %v, before the worker had been silent for Options.Timeout (%v)", took, timeout)
+	}
+	t.Logf("%v after it began: %v", took, errs[0])
+}
+
+// TestShutdownLeaderStopped: the leader is stopped; every other worker's
+// Shutdown fails once it has answered nothing for Options.Timeout, naming
+// it.
+func TestShutdownLeaderStopped(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: 200 * time.Millisecond})
+	c.mesh.Partition(0, 1)
+	c.mesh.Partition(0, 2)
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[1], c.agents[2])
+	for i, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", i+1), 0)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("worker%d: %v", i+1, err)
+		}
+	}
+}
+
+// TestShutdownWaitsForSlowWorker: a worker that reaches Shutdown long
+// after the others (several times Options.Timeout), but is alive all
+// along, is waited for: the watch on the others fails only the silent.
+func TestShutdownWaitsForSlowWorker(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: 400 * time.Millisecond})
+	errc := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // still working
+		errc <- c.agents[2].Shutdown(context.Background(), true)
+	}()
+	for r, err := range shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1]) {
+		if err != nil {
+			t.Errorf("worker%d: %v", r, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("worker2: %v", err)
+	}
+}
+
+// TestShutdownAfterNotGraceful: a worker that stopped at once
+// (Shutdown(ctx, false)) fails the others' graceful Shutdown naming it,
+// without waiting for Options.Timeout.
+func TestShutdownAfterNotGraceful(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: time.Hour})
+	if err := c.agents[2].Shutdown(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1])
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+	}
+}

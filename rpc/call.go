@@ -106,7 +106,11 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 	e.Ctx = ec
 	if err := e.Encode(args); err != nil {
 		ec.cancelForks()
-		fail(fmt.Errorf("encoding the arguments: %w", err))
+		if werr := a.downFor(dst, err); werr != nil {
+			fail(werr) // an RRef in the arguments cannot go to a dead worker
+		} else {
+			fail(fmt.Errorf("encoding the arguments: %w", err))
+		}
 		return f
 	}
 	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, unsent: ec.cancelForks, complete: func(body []byte, err error) {

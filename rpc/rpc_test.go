@@ -254,6 +254,64 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestCallTimeout: a call that outlives its ctx's deadline, or the
+// agent's Options.Timeout, fails with a *CallError naming the worker and
+// the function that wraps context.DeadlineExceeded; so does a method's
+// call, and ToHere; a canceled ctx's call wraps context.Canceled.
+func TestCallTimeout(t *testing.T) {
+	c := start(t, 2, transport.Faults{}, rpc.Options{Timeout: 50 * time.Millisecond})
+	a := c.agents[0]
+	check := func(what, fn string, err, cause error) {
+		t.Helper()
+		var ce *rpc.CallError
+		if !errors.As(err, &ce) || ce.Worker != "worker1" || ce.Function != fn || !errors.Is(err, cause) {
+			t.Errorf("%s: %v (%T), want a *CallError of %s on worker1 wrapping %v", what, err, err, fn, cause)
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.f.sleep.Call(short, a, "worker1", time.Second)
+	check("ctx's deadline", "sleep", err, context.DeadlineExceeded)
+	_, err = c.f.sleep.Call(context.Background(), a, "worker1", time.Second)
+	check("Options.Timeout", "sleep", err, context.DeadlineExceeded)
+	canceled, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel2)
+	_, err = c.f.sleep.Call(canceled, a, "worker1", time.Second)
+	check("a canceled ctx", "sleep", err, context.Canceled)
+
+	slowGet := func(ctx context.Context, v int, d time.Duration) (int, error) {
+		select {
+		case <-time.After(d):
+			return v, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	slow, err := rpc.RegisterMethod(c.agents[1], "slowGet", slowGet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := c.f.add.Remote(context.Background(), a, "worker1", addArgs{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short2, cancel3 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel3()
+	_, err = slow.Call(short2, a, ref, time.Second)
+	check("a method's call", "slowGet", err, context.DeadlineExceeded)
+	ref.Release()
+
+	late, err := c.f.sleep.Remote(context.Background(), a, "worker1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short3, cancel4 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel4()
+	_, err = late.ToHere(short3)
+	check("ToHere", "ToHere", err, context.DeadlineExceeded)
+	late.Release()
+}
+
 func TestWorkerDeath(t *testing.T) {
 	c := start(t, 3, transport.Faults{}, rpc.Options{})
 	ctx := ctx(t)

@@ -422,11 +422,15 @@ func (r *RRef[T]) ToHere(ctx context.Context) (T, error) {
 	}
 	// Ask the owner once it knows this handle; the request waits there
 	// for the value.
+	owner := a.name(h.owner)
 	if err := h.awaitConfirmed(ctx); err != nil {
+		if !errors.As(err, new(*CallError)) {
+			err = &CallError{Worker: owner, Function: "ToHere", Err: err}
+		}
 		return zero, err
 	}
-	f := start[struct{}, T](ctx, a, a.name(h.owner), head{op: opToHere, name: "ToHere", target: toID(h.id)}, struct{}{})
-	v, err := f.Wait(ctx)
+	f := start[struct{}, T](ctx, a, owner, head{op: opToHere, name: "ToHere", target: toID(h.id)}, struct{}{})
+	v, err := await(ctx, f, owner, "ToHere")
 	if err != nil {
 		// A remote call that failed says why better than the owner.
 		select {

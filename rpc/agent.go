@@ -634,6 +634,12 @@ func (a *Agent) wireErr(ctx context.Context, fn string, err error) error {
 	}
 	var de decodeErr
 	if errors.As(err, &de) {
+		switch {
+		case errors.Is(de.err, ErrTypeMismatch):
+			return &wireError{Kind: errMismatch, Worker: a.self.Name, Function: fn, Message: de.Error()}
+		case isRefusal(de.err):
+			return &wireError{Kind: errRefused, Worker: a.self.Name, Function: fn, Message: a.self.Name + " would not take the arguments: " + de.Error()}
+		}
 		return &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: fn, Message: de.Error()}
 	}
 	if _, ok := err.(*wireError); ok {

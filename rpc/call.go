@@ -163,10 +163,15 @@ func decodeResult[R any](a *Agent, src int, body []byte, x *Exchange) (R, error)
 			err = d.Finish()
 		}
 	}
-	if err != nil {
-		return r, fmt.Errorf("%w: the reply: %v", ErrMalformed, err)
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.Is(err, ErrTypeMismatch):
+		return r, fmt.Errorf("the reply: %w", err)
+	case isRefusal(err):
+		return r, fmt.Errorf("%w: %s would not take the reply: %w", ErrRefused, a.self.Name, err)
 	}
-	return r, nil
+	return r, fmt.Errorf("%w: the reply: %v", ErrMalformed, err)
 }
 
 var encoders = sync.Pool{New: func() any { return new(wire.Encoder) }}

@@ -60,10 +60,12 @@
 // the agent goes on serving), a *WorkerDownError (the connection to the
 // worker dropped: every call pending on it fails at once), a deadline,
 // or one of ErrUnknownFunction, ErrTypeMismatch, ErrTooLarge,
-// ErrUnknownWorker, ErrShutdown (nothing ran for these). A call whose ctx
-// ends first fails with a *CallError wrapping ctx's error
-// (context.DeadlineExceeded); only Future.Wait, whose ctx bounds the wait
-// and not the call, returns ctx's error as it is.
+// ErrUnknownWorker, ErrShutdown (nothing ran for these), ErrMalformed (a
+// request or reply that did not decode) or ErrRefused (one that decoded
+// but that its receiver would not take; for a request, nothing ran). A
+// call whose ctx ends first fails with a *CallError wrapping ctx's error
+// (context.DeadlineExceeded); only Future.Wait, whose ctx bounds the
+// wait and not the call, returns ctx's error as it is.
 //
 // # Shutdown
 //

@@ -3,6 +3,9 @@ package rpc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/godist/godist/rpc/internal/wire"
+	"github.com/godist/godist/rpc/rref"
 )
 
 // The causes a *CallError wraps; test for them with errors.Is.
@@ -20,8 +23,18 @@ var (
 	ErrTooLarge = errors.New("message larger than the receiver accepts")
 	// ErrShutdown: the agent was shut down.
 	ErrShutdown = errors.New("rpc agent shut down")
-	// ErrMalformed: a message did not decode.
+	// ErrMalformed: a message did not decode (its bytes are not a value
+	// of the type both sides agreed on).
 	ErrMalformed = errors.New("malformed message")
+	// ErrRefused: a message decoded, but its receiver would not take what
+	// it says: a policy of the receiver's, such as distautograd's refusal
+	// of a Var that needs gradients arriving outside the context its
+	// gradient would have to flow back through. The error it wraps says
+	// why and what to do. An error of a value's DecodeWire is a refusal
+	// unless it wraps ErrMalformed (or the wire codec's) or
+	// ErrTypeMismatch; one may wrap ErrRefused to say so. For a request,
+	// nothing ran.
+	ErrRefused = errors.New("message refused")
 )
 
 // CallError is the error of one call: the worker and function it named,
@@ -98,3 +111,13 @@ func (e *ShutdownError) Error() string {
 }
 
 func (e *ShutdownError) Unwrap() error { return e.Err }
+
+// isRefusal reports whether err, the error of decoding a value, is its
+// receiver's refusal rather than bytes that did not decode (see
+// ErrRefused).
+func isRefusal(err error) bool {
+	if errors.Is(err, ErrRefused) {
+		return true
+	}
+	return !errors.Is(err, ErrMalformed) && !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, rref.ErrMalformed) && !errors.Is(err, ErrTypeMismatch)
+}

@@ -35,7 +35,8 @@ const (
 
 // protoVersion is this build's RPC protocol; agents of other versions
 // refuse each other at Init. Version 2: graceful shutdown's probes and
-// aborts (shutdownMsg's Kind).
+// aborts (shutdownMsg's Kind), and arguments refused (errRefused) apart
+// from arguments that do not decode.
 const protoVersion = 2
 
 // A request starts with a fixed head, padded to 8 bytes so that the body
@@ -146,15 +147,16 @@ type wireError struct {
 }
 
 const (
-	errRemote   = 1 // the function returned an error
-	errPanic    = 2 // the function panicked
-	errUnknown  = 3 // no such function
-	errMismatch = 4 // type fingerprints differ
-	errTooLarge = 5 // request over the limit
-	errBadArgs  = 6 // arguments did not decode
-	errNoRRef   = 7 // the RRef is not (or no longer) owned there
-	errShutdown = 8 // the callee is shutting down
-	errDeadline = 9 // the call's deadline passed while it ran
+	errRemote   = 1  // the function returned an error
+	errPanic    = 2  // the function panicked
+	errUnknown  = 3  // no such function
+	errMismatch = 4  // type fingerprints differ
+	errTooLarge = 5  // request over the limit
+	errBadArgs  = 6  // arguments did not decode
+	errNoRRef   = 7  // the RRef is not (or no longer) owned there
+	errShutdown = 8  // the callee is shutting down
+	errDeadline = 9  // the call's deadline passed while it ran
+	errRefused  = 10 // the arguments decoded, but the callee refused them
 )
 
 func (w *wireError) err() error {
@@ -171,6 +173,8 @@ func (w *wireError) err() error {
 		return fmt.Errorf("%w: %s", ErrTooLarge, w.Message)
 	case errBadArgs:
 		return fmt.Errorf("%w: %s", ErrMalformed, w.Message)
+	case errRefused:
+		return fmt.Errorf("%w: %s", ErrRefused, w.Message)
 	case errNoRRef:
 		return fmt.Errorf("%w: %s", ErrNoRRef, w.Message)
 	case errShutdown:

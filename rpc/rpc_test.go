@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/rpc"
+	"github.com/godist/godist/rpc/internal/wire"
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
 )
@@ -310,6 +312,71 @@ func TestCallTimeout(t *testing.T) {
 	_, err = late.ToHere(short3)
 	check("ToHere", "ToHere", err, context.DeadlineExceeded)
 	late.Release()
+}
+
+// picky is an argument that refuses odd values as it arrives: a policy
+// of the receiver's, as distautograd's refusal of a Var outside its
+// context is.
+type picky struct{ N uint64 }
+
+func (p *picky) EncodeWire(e *wire.Encoder) error { e.Uvarint(p.N); return nil }
+
+func (p *picky) DecodeWire(d *wire.Decoder) error {
+	n, err := d.Uvarint()
+	if err != nil {
+		return err
+	}
+	if n%2 == 1 {
+		return fmt.Errorf("picky: %d is odd; send even numbers", n)
+	}
+	p.N = n
+	return nil
+}
+
+// brittle is an argument whose bytes never decode.
+type brittle struct{}
+
+func (brittle) MarshalBinary() ([]byte, error) { return []byte{1}, nil }
+func (*brittle) UnmarshalBinary([]byte) error  { return errors.New("brittle: bad bytes") }
+
+// TestRefusedVersusMalformed: an argument or a result that decodes but
+// that its receiver refuses fails with ErrRefused, and one whose bytes do
+// not decode with ErrMalformed; neither runs the function.
+func TestRefusedVersusMalformed(t *testing.T) {
+	var ran atomic.Int64
+	var takePicky rpc.Fn[*picky, int]
+	var givePicky rpc.Fn[uint64, *picky]
+	var takeBrittle rpc.Fn[brittle, int]
+	c := startWith(t, 2, transport.Faults{}, rpc.Options{}, func(_ int, reg *rpc.Registry) {
+		takePicky, _ = rpc.Register(reg, "takePicky", func(_ context.Context, p *picky) (int, error) { ran.Add(1); return int(p.N), nil })
+		givePicky, _ = rpc.Register(reg, "givePicky", func(_ context.Context, n uint64) (*picky, error) { return &picky{n}, nil })
+		takeBrittle, _ = rpc.Register(reg, "takeBrittle", func(context.Context, brittle) (int, error) { ran.Add(1); return 0, nil })
+	})
+	ctx := ctx(t)
+	a := c.agents[0]
+	if n, err := takePicky.Call(ctx, a, "worker1", &picky{4}); err != nil || n != 4 {
+		t.Fatalf("an even argument: %d %v", n, err)
+	}
+	ran.Store(0)
+	refused := func(what string, err error, who string) {
+		t.Helper()
+		var ce *rpc.CallError
+		if !errors.Is(err, rpc.ErrRefused) || errors.Is(err, rpc.ErrMalformed) || !errors.As(err, &ce) ||
+			!strings.Contains(err.Error(), "odd; send even") || !strings.Contains(err.Error(), who+" would not take") {
+			t.Errorf("%s: %v, want ErrRefused by %s", what, err, who)
+		}
+	}
+	_, err := takePicky.Call(ctx, a, "worker1", &picky{3})
+	refused("an odd argument", err, "worker1")
+	_, err = givePicky.Call(ctx, a, "worker1", 5)
+	refused("an odd result", err, "worker0")
+	_, err = takeBrittle.Call(ctx, a, "worker1", brittle{})
+	if !errors.Is(err, rpc.ErrMalformed) || errors.Is(err, rpc.ErrRefused) {
+		t.Errorf("an argument that does not decode: %v, want ErrMalformed", err)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("refused and malformed arguments ran the function %d times", ran.Load())
+	}
 }
 
 func TestWorkerDeath(t *testing.T) {

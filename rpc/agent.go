@@ -35,7 +35,8 @@ type Options struct {
 	// Dist configures the join when Group is nil (the zero value reads
 	// everything from the environment, as under godist run).
 	Dist dist.Options
-	// Timeout bounds each call whose context has no deadline
+	// Timeout bounds each call whose context has no deadline, and how
+	// long a graceful Shutdown waits on a worker that answers nothing
 	// (DefaultTimeout when zero; negative: unbounded).
 	Timeout time.Duration
 	// MaxMessage is the largest request or reply this worker accepts
@@ -86,6 +87,10 @@ type Agent struct {
 	// agent sent and received, for graceful shutdown's agreement.
 	sent, recv atomic.Int64
 	serving    atomic.Int64 // requests being served
+	// heard is when each worker last sent a message of graceful
+	// shutdown's agreement (Unix ns), so that a worker waiting on it
+	// learns that it is still there.
+	heard []atomic.Int64
 
 	rrefs *rrefs
 	// idle hands requests to served goroutines that wait for more work:
@@ -156,6 +161,7 @@ func Init(ctx context.Context, name string, opt Options) (*Agent, error) {
 		self: WorkerInfo{Name: name, ID: rank}, ep: g.Endpoint(), group: g, ownG: own,
 		reg: opt.Functions, timeout: opt.Timeout, limit: opt.MaxMessage, log: log,
 		stopSweep: make(chan struct{}), ready: make(chan struct{}), idle: make(chan request),
+		heard: make([]atomic.Int64, size),
 	}
 	a.serveCtx, a.stopServe = context.WithCancel(context.WithValue(context.Background(), agentKey{}, a))
 	a.mu.pending = map[uint64]*call{}
@@ -628,6 +634,12 @@ func (a *Agent) wireErr(ctx context.Context, fn string, err error) error {
 	}
 	var de decodeErr
 	if errors.As(err, &de) {
+		switch {
+		case errors.Is(de.err, ErrTypeMismatch):
+			return &wireError{Kind: errMismatch, Worker: a.self.Name, Function: fn, Message: de.Error()}
+		case isRefusal(de.err):
+			return &wireError{Kind: errRefused, Worker: a.self.Name, Function: fn, Message: a.self.Name + " would not take the arguments: " + de.Error()}
+		}
 		return &wireError{Kind: errBadArgs, Worker: a.self.Name, Function: fn, Message: de.Error()}
 	}
 	if _, ok := err.(*wireError); ok {
@@ -751,9 +763,18 @@ func (a *Agent) detach() {
 // request's head, to answer it.
 const messageHeadLimit = headSize + maxName
 
-// onMessageClosed answers requests after shutdown.
+// onMessageClosed answers requests after shutdown, and graceful
+// shutdown's probes with an abort: a worker still waiting on this one
+// learns at once that it left.
 func (a *Agent) onMessageClosed(src int, k transport.Key, fp uint64, msg []byte, size int64) {
-	if k.Group != rpcGroup || k.Tag != tagRequest || src == a.self.ID {
+	if k.Group != rpcGroup || src == a.self.ID {
+		return
+	}
+	if k.Tag == tagShutdown {
+		a.answerProbeClosed(src, msg)
+		return
+	}
+	if k.Tag != tagRequest {
 		return
 	}
 	h, _, _ := decodeHead(msg)
@@ -763,6 +784,27 @@ func (a *Agent) onMessageClosed(src int, k transport.Key, fp uint64, msg []byte,
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		a.ep.SendMessage(ctx, src, key(tagReply, k.Seq), 0, append([][]byte{{replyError, 0, 0, 0, 0, 0, 0, 0}}, e.Parts()...)...)
+	}()
+}
+
+// answerProbeClosed answers a probe that reached this agent after it
+// stopped.
+func (a *Agent) answerProbeClosed(src int, msg []byte) {
+	var m shutdownMsg
+	d, err := wire.NewDecoder(msg, nil)
+	if err == nil {
+		err = d.Decode(&m)
+	}
+	if err != nil || m.Kind != shutProbe {
+		return
+	}
+	me := int64(a.self.ID)
+	ab := shutdownMsg{Kind: shutAbort, Culprit: me, Finder: me, Cause: causeDown,
+		Reason: "stopped its RPC agent without agreeing with the others (Shutdown(ctx, false), or its graceful Shutdown failed)", Detail: "its agent stopped"}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		a.sendShutdown(ctx, src, ab)
 	}()
 }
 

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -24,9 +25,31 @@ func (f Fn[A, R]) Name() string { return f.name }
 
 // Call runs the function on worker to and returns its result
 // (rpc_sync). ctx bounds the whole call; without a deadline, the agent's
-// Options.Timeout does.
+// Options.Timeout does. Its error is a *CallError, also when ctx ends
+// first (it wraps ctx's error then).
 func (f Fn[A, R]) Call(ctx context.Context, a *Agent, to string, args A) (R, error) {
-	return f.Go(ctx, a, to, args).Wait(ctx)
+	return await(ctx, f.Go(ctx, a, to, args), to, f.name)
+}
+
+// await waits for the future of a call to fn on worker to. When ctx ends
+// first, the error is a *CallError naming the call that wraps ctx's.
+func await[R any](ctx context.Context, f *Future[R], to, fn string) (R, error) {
+	select {
+	case <-f.done:
+		return f.val, f.err
+	default:
+	}
+	select {
+	case <-f.done:
+		return f.val, f.err
+	case <-ctx.Done():
+		var zero R
+		what := "the caller's ctx ended before the reply"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			what = "no reply within the call's deadline"
+		}
+		return zero, &CallError{Worker: to, Function: fn, Err: fmt.Errorf("%s: %w", what, ctx.Err())}
+	}
 }
 
 // Go starts the function on worker to and returns a future of its result
@@ -47,9 +70,13 @@ func MethodOf[T, A, R any](name string) Method[T, A, R] { return Method[T, A, R]
 func (m Method[T, A, R]) Name() string { return m.name }
 
 // Call runs the method on ref's value at its owner and returns the result
-// (rref.rpc_sync().method(args)).
+// (rref.rpc_sync().method(args)). Its errors are Fn.Call's.
 func (m Method[T, A, R]) Call(ctx context.Context, a *Agent, ref *RRef[T], args A) (R, error) {
-	return m.Go(ctx, a, ref, args).Wait(ctx)
+	to := ""
+	if ref != nil && ref.r != nil {
+		to = a.name(ref.r.owner)
+	}
+	return await(ctx, m.Go(ctx, a, ref, args), to, m.name)
 }
 
 // Go starts the method on ref's value at its owner (rref.rpc_async()).
@@ -106,7 +133,11 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 	e.Ctx = ec
 	if err := e.Encode(args); err != nil {
 		ec.cancelForks()
-		fail(fmt.Errorf("encoding the arguments: %w", err))
+		if werr := a.downFor(dst, err); werr != nil {
+			fail(werr) // an RRef in the arguments cannot go to a dead worker
+		} else {
+			fail(fmt.Errorf("encoding the arguments: %w", err))
+		}
 		return f
 	}
 	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, unsent: ec.cancelForks, complete: func(body []byte, err error) {
@@ -132,10 +163,15 @@ func decodeResult[R any](a *Agent, src int, body []byte, x *Exchange) (R, error)
 			err = d.Finish()
 		}
 	}
-	if err != nil {
-		return r, fmt.Errorf("%w: the reply: %v", ErrMalformed, err)
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.Is(err, ErrTypeMismatch):
+		return r, fmt.Errorf("the reply: %w", err)
+	case isRefusal(err):
+		return r, fmt.Errorf("%w: %s would not take the reply: %w", ErrRefused, a.self.Name, err)
 	}
-	return r, nil
+	return r, fmt.Errorf("%w: the reply: %v", ErrMalformed, err)
 }
 
 var encoders = sync.Pool{New: func() any { return new(wire.Encoder) }}

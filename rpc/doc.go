@@ -60,12 +60,23 @@
 // the agent goes on serving), a *WorkerDownError (the connection to the
 // worker dropped: every call pending on it fails at once), a deadline,
 // or one of ErrUnknownFunction, ErrTypeMismatch, ErrTooLarge,
-// ErrUnknownWorker, ErrShutdown (nothing ran for these).
+// ErrUnknownWorker, ErrShutdown (nothing ran for these), ErrMalformed (a
+// request or reply that did not decode) or ErrRefused (one that decoded
+// but that its receiver would not take; for a request, nothing ran). A
+// call whose ctx ends first fails with a *CallError wrapping ctx's error
+// (context.DeadlineExceeded); only Future.Wait, whose ctx bounds the
+// wait and not the call, returns ctx's error as it is.
 //
 // # Shutdown
 //
 // Shutdown(ctx, true) releases this worker's RRefs and then waits, in
 // rounds led by rank 0, until every worker has called it and no worker
 // has calls in flight or being served; Shutdown(ctx, false) stops at
-// once, failing what is pending.
+// once, failing what is pending. The graceful wait is bounded by ctx and
+// by Options.Timeout: a worker that is dead or gone fails it at once,
+// and one that answers nothing for Options.Timeout (stopped, hung, cut
+// off) fails it then; every worker's Shutdown returns a *ShutdownError
+// naming that worker, and every agent stops. A worker that is only slow
+// to reach Shutdown, and answers meanwhile, is waited for as long as ctx
+// allows.
 package rpc

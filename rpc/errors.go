@@ -3,6 +3,9 @@ package rpc
 import (
 	"errors"
 	"fmt"
+
+	"github.com/godist/godist/rpc/internal/wire"
+	"github.com/godist/godist/rpc/rref"
 )
 
 // The causes a *CallError wraps; test for them with errors.Is.
@@ -20,8 +23,18 @@ var (
 	ErrTooLarge = errors.New("message larger than the receiver accepts")
 	// ErrShutdown: the agent was shut down.
 	ErrShutdown = errors.New("rpc agent shut down")
-	// ErrMalformed: a message did not decode.
+	// ErrMalformed: a message did not decode (its bytes are not a value
+	// of the type both sides agreed on).
 	ErrMalformed = errors.New("malformed message")
+	// ErrRefused: a message decoded, but its receiver would not take what
+	// it says: a policy of the receiver's, such as distautograd's refusal
+	// of a Var that needs gradients arriving outside the context its
+	// gradient would have to flow back through. The error it wraps says
+	// why and what to do. An error of a value's DecodeWire is a refusal
+	// unless it wraps ErrMalformed (or the wire codec's) or
+	// ErrTypeMismatch; one may wrap ErrRefused to say so. For a request,
+	// nothing ran.
+	ErrRefused = errors.New("message refused")
 )
 
 // CallError is the error of one call: the worker and function it named,
@@ -69,3 +82,42 @@ func (e *WorkerDownError) Error() string {
 }
 
 func (e *WorkerDownError) Unwrap() error { return e.Err }
+
+// ShutdownError is the error of a graceful Shutdown that could not
+// complete: the worker whose Shutdown failed, the worker that kept the
+// job from agreeing it was quiet, and why. Err is a *WorkerDownError
+// when that worker died or left; context.DeadlineExceeded when it
+// answered nothing for Options.Timeout (a stopped or hung process, a
+// partition) or the wait for it outlived a ctx's deadline; or
+// context.Canceled. The agent stops all the same, and every other
+// worker's graceful Shutdown fails too, naming the same worker.
+type ShutdownError struct {
+	Self   string // the worker whose Shutdown failed
+	Worker string // the worker it could not agree with (Self when its own calls kept it busy)
+	Rank   int    // Worker's rank
+	Reason string // what Worker did or did not do, and what to do about it
+	Err    error
+
+	finder     string // the worker that found the failure, when another did
+	finderRank int
+}
+
+func (e *ShutdownError) Error() string {
+	found := ""
+	if e.finder != "" {
+		found = e.finder + " found that "
+	}
+	return fmt.Sprintf("rpc: graceful shutdown of %s failed: %s%s (rank %d) %s: %v", e.Self, found, e.Worker, e.Rank, e.Reason, e.Err)
+}
+
+func (e *ShutdownError) Unwrap() error { return e.Err }
+
+// isRefusal reports whether err, the error of decoding a value, is its
+// receiver's refusal rather than bytes that did not decode (see
+// ErrRefused).
+func isRefusal(err error) bool {
+	if errors.Is(err, ErrRefused) {
+		return true
+	}
+	return !errors.Is(err, ErrMalformed) && !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, rref.ErrMalformed) && !errors.Is(err, ErrTypeMismatch)
+}

@@ -49,7 +49,10 @@ func (f *Future[T]) Set(v T, err error) bool {
 	return true
 }
 
-// Wait blocks until the future completes or ctx ends.
+// Wait blocks until the future completes or ctx ends. When ctx ends
+// first it returns ctx's error as it is, and the future stays pending (a
+// call's own deadline fails the future of Go with a *CallError; Fn.Call
+// and Method.Call wrap ctx's error in one).
 func (f *Future[T]) Wait(ctx context.Context) (T, error) {
 	select {
 	case <-f.done:

@@ -76,8 +76,36 @@ func TestMultiProcessGraceful(t *testing.T) {
 	}
 }
 
-// TestRPCWorker is one worker of TestMultiProcess and
-// TestMultiProcessGraceful.
+// TestMultiProcessShutdownPeerGone is issue 27's report, with processes:
+// worker2 is SIGKILLed, or SIGSTOPped, and 300 ms later worker0 and
+// worker1 call a graceful Shutdown with a ctx that never ends. Both must
+// fail naming worker2: at once when it is dead, after Options.Timeout
+// (1 s) when it is stopped.
+func TestMultiProcessShutdownPeerGone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, how := range []string{"killed", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			ps := disttest.StartProcs(t, 3, "TestRPCWorker", "rpc-gone-"+how, workerEnv+"=shutdown-"+how)
+			defer ps[2].Cmd.Process.Kill() // a stopped worker2 never ends by itself
+			errs := disttest.WaitProcs(t, ps[:2], 60*time.Second)
+			ps[2].Cmd.Process.Kill()
+			disttest.WaitProcs(t, ps[2:], 10*time.Second)
+			for r, p := range ps[:2] {
+				out := p.Stdout.String()
+				if errs[r] != nil || !strings.Contains(out, "SHUTDOWN FAILED worker2") {
+					t.Errorf("rank %d: %v\nstdout:\n%s\nstderr:\n%s", r, errs[r], out, p.Stderr.String())
+					continue
+				}
+				t.Logf("rank %d: %s", r, strings.TrimSpace(out))
+			}
+		})
+	}
+}
+
+// TestRPCWorker is one worker of TestMultiProcess,
+// TestMultiProcessGraceful and TestMultiProcessShutdownPeerGone.
 func TestRPCWorker(t *testing.T) {
 	if os.Getenv(workerEnv) == "" {
 		t.Skip("a worker of TestMultiProcess")
@@ -97,7 +125,12 @@ func TestRPCWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := rpc.Init(ctx, "", rpc.Options{Functions: reg})
+	mode := os.Getenv(workerEnv)
+	opt := rpc.Options{Functions: reg}
+	if strings.HasPrefix(mode, "shutdown-") {
+		opt.Timeout = time.Second
+	}
+	a, err := rpc.Init(ctx, "", opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +143,7 @@ func TestRPCWorker(t *testing.T) {
 			t.Fatalf("add on %s: %d %v", name, got, err)
 		}
 	}
-	if os.Getenv(workerEnv) == "graceful" {
+	if mode == "graceful" {
 		// Some work still in flight when the first worker shuts down.
 		if rank == 1 {
 			for i := range 20 {
@@ -129,6 +162,25 @@ func TestRPCWorker(t *testing.T) {
 	// before the others are done with it.
 	if err := a.Group().Barrier(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if how, ok := strings.CutPrefix(mode, "shutdown-"); ok {
+		if rank == 2 {
+			sig := syscall.SIGKILL
+			if how == "stopped" {
+				sig = syscall.SIGSTOP
+			}
+			syscall.Kill(os.Getpid(), sig)
+			select {}
+		}
+		time.Sleep(300 * time.Millisecond)
+		begin := time.Now()
+		err := a.Shutdown(context.Background(), true)
+		var se *rpc.ShutdownError
+		if !errors.As(err, &se) || se.Worker != "worker2" || se.Rank != 2 {
+			t.Fatalf("graceful shutdown with worker2 %s: %v", how, err)
+		}
+		fmt.Printf("SHUTDOWN FAILED %s ms=%d err=%q\n", se.Worker, time.Since(begin).Milliseconds(), err)
+		return
 	}
 	switch rank {
 	case 0:

@@ -34,8 +34,10 @@ const (
 )
 
 // protoVersion is this build's RPC protocol; agents of other versions
-// refuse each other at Init.
-const protoVersion = 1
+// refuse each other at Init. Version 2: graceful shutdown's probes and
+// aborts (shutdownMsg's Kind), and arguments refused (errRefused) apart
+// from arguments that do not decode.
+const protoVersion = 2
 
 // A request starts with a fixed head, padded to 8 bytes so that the body
 // after it (and the tensors in it) stay aligned:
@@ -145,15 +147,16 @@ type wireError struct {
 }
 
 const (
-	errRemote   = 1 // the function returned an error
-	errPanic    = 2 // the function panicked
-	errUnknown  = 3 // no such function
-	errMismatch = 4 // type fingerprints differ
-	errTooLarge = 5 // request over the limit
-	errBadArgs  = 6 // arguments did not decode
-	errNoRRef   = 7 // the RRef is not (or no longer) owned there
-	errShutdown = 8 // the callee is shutting down
-	errDeadline = 9 // the call's deadline passed while it ran
+	errRemote   = 1  // the function returned an error
+	errPanic    = 2  // the function panicked
+	errUnknown  = 3  // no such function
+	errMismatch = 4  // type fingerprints differ
+	errTooLarge = 5  // request over the limit
+	errBadArgs  = 6  // arguments did not decode
+	errNoRRef   = 7  // the RRef is not (or no longer) owned there
+	errShutdown = 8  // the callee is shutting down
+	errDeadline = 9  // the call's deadline passed while it ran
+	errRefused  = 10 // the arguments decoded, but the callee refused them
 )
 
 func (w *wireError) err() error {
@@ -170,6 +173,8 @@ func (w *wireError) err() error {
 		return fmt.Errorf("%w: %s", ErrTooLarge, w.Message)
 	case errBadArgs:
 		return fmt.Errorf("%w: %s", ErrMalformed, w.Message)
+	case errRefused:
+		return fmt.Errorf("%w: %s", ErrRefused, w.Message)
 	case errNoRRef:
 		return fmt.Errorf("%w: %s", ErrNoRRef, w.Message)
 	case errShutdown:
@@ -179,6 +184,41 @@ func (w *wireError) err() error {
 	}
 	return fmt.Errorf("%w: error of kind %d: %s", ErrMalformed, w.Kind, w.Message)
 }
+
+// shutdownMsg is one message of graceful shutdown's agreement
+// (tagShutdown; shutdown.go has the protocol): a report, a verdict, a
+// probe and its answer, or an abort.
+type shutdownMsg struct {
+	Kind       uint8  // one of the shut constants
+	Round      uint64 // report, verdict
+	Idle       bool   // report: nothing pending or being served
+	Sent, Recv int64  // report: the worker's message counts
+	Done       bool   // verdict: the job is quiet
+	// An abort names the worker that kept the agreement from completing
+	// (Culprit, a rank), the worker that found it (Finder), how (Cause),
+	// in words (Reason), and the error underneath (Detail).
+	Culprit int64
+	Finder  int64
+	Cause   uint8
+	Reason  string
+	Detail  string
+}
+
+const (
+	shutReport  = 1 // worker to leader: its state at the end of a round
+	shutVerdict = 2 // leader to every worker: the round's outcome
+	shutProbe   = 3 // a waiting worker to one it waits on: answer
+	shutAck     = 4 // the answer to a probe
+	shutAbort   = 5 // the agreement cannot complete (worker to leader, leader to every worker)
+)
+
+// An abort's causes: what the error underneath was.
+const (
+	causeOther    = 0
+	causeDown     = 1 // the culprit died or left (*WorkerDownError)
+	causeDeadline = 2 // no answer within Options.Timeout, or a ctx's deadline passed
+	causeCanceled = 3 // a ctx was canceled
+)
 
 // hello is what an agent tells every peer when it is ready.
 type hello struct {

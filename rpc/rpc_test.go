@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/rpc"
+	"github.com/godist/godist/rpc/internal/wire"
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
 )
@@ -254,6 +256,129 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestCallTimeout: a call that outlives its ctx's deadline, or the
+// agent's Options.Timeout, fails with a *CallError naming the worker and
+// the function that wraps context.DeadlineExceeded; so does a method's
+// call, and ToHere; a canceled ctx's call wraps context.Canceled.
+func TestCallTimeout(t *testing.T) {
+	c := start(t, 2, transport.Faults{}, rpc.Options{Timeout: 50 * time.Millisecond})
+	a := c.agents[0]
+	check := func(what, fn string, err, cause error) {
+		t.Helper()
+		var ce *rpc.CallError
+		if !errors.As(err, &ce) || ce.Worker != "worker1" || ce.Function != fn || !errors.Is(err, cause) {
+			t.Errorf("%s: %v (%T), want a *CallError of %s on worker1 wrapping %v", what, err, err, fn, cause)
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.f.sleep.Call(short, a, "worker1", time.Second)
+	check("ctx's deadline", "sleep", err, context.DeadlineExceeded)
+	_, err = c.f.sleep.Call(context.Background(), a, "worker1", time.Second)
+	check("Options.Timeout", "sleep", err, context.DeadlineExceeded)
+	canceled, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel2)
+	_, err = c.f.sleep.Call(canceled, a, "worker1", time.Second)
+	check("a canceled ctx", "sleep", err, context.Canceled)
+
+	slowGet := func(ctx context.Context, v int, d time.Duration) (int, error) {
+		select {
+		case <-time.After(d):
+			return v, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	slow, err := rpc.RegisterMethod(c.agents[1], "slowGet", slowGet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := c.f.add.Remote(context.Background(), a, "worker1", addArgs{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short2, cancel3 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel3()
+	_, err = slow.Call(short2, a, ref, time.Second)
+	check("a method's call", "slowGet", err, context.DeadlineExceeded)
+	ref.Release()
+
+	late, err := c.f.sleep.Remote(context.Background(), a, "worker1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short3, cancel4 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel4()
+	_, err = late.ToHere(short3)
+	check("ToHere", "ToHere", err, context.DeadlineExceeded)
+	late.Release()
+}
+
+// picky is an argument that refuses odd values as it arrives: a policy
+// of the receiver's, as distautograd's refusal of a Var outside its
+// context is.
+type picky struct{ N uint64 }
+
+func (p *picky) EncodeWire(e *wire.Encoder) error { e.Uvarint(p.N); return nil }
+
+func (p *picky) DecodeWire(d *wire.Decoder) error {
+	n, err := d.Uvarint()
+	if err != nil {
+		return err
+	}
+	if n%2 == 1 {
+		return fmt.Errorf("picky: %d is odd; send even numbers", n)
+	}
+	p.N = n
+	return nil
+}
+
+// brittle is an argument whose bytes never decode.
+type brittle struct{}
+
+func (brittle) MarshalBinary() ([]byte, error) { return []byte{1}, nil }
+func (*brittle) UnmarshalBinary([]byte) error  { return errors.New("brittle: bad bytes") }
+
+// TestRefusedVersusMalformed: an argument or a result that decodes but
+// that its receiver refuses fails with ErrRefused, and one whose bytes do
+// not decode with ErrMalformed; neither runs the function.
+func TestRefusedVersusMalformed(t *testing.T) {
+	var ran atomic.Int64
+	var takePicky rpc.Fn[*picky, int]
+	var givePicky rpc.Fn[uint64, *picky]
+	var takeBrittle rpc.Fn[brittle, int]
+	c := startWith(t, 2, transport.Faults{}, rpc.Options{}, func(_ int, reg *rpc.Registry) {
+		takePicky, _ = rpc.Register(reg, "takePicky", func(_ context.Context, p *picky) (int, error) { ran.Add(1); return int(p.N), nil })
+		givePicky, _ = rpc.Register(reg, "givePicky", func(_ context.Context, n uint64) (*picky, error) { return &picky{n}, nil })
+		takeBrittle, _ = rpc.Register(reg, "takeBrittle", func(context.Context, brittle) (int, error) { ran.Add(1); return 0, nil })
+	})
+	ctx := ctx(t)
+	a := c.agents[0]
+	if n, err := takePicky.Call(ctx, a, "worker1", &picky{4}); err != nil || n != 4 {
+		t.Fatalf("an even argument: %d %v", n, err)
+	}
+	ran.Store(0)
+	refused := func(what string, err error, who string) {
+		t.Helper()
+		var ce *rpc.CallError
+		if !errors.Is(err, rpc.ErrRefused) || errors.Is(err, rpc.ErrMalformed) || !errors.As(err, &ce) ||
+			!strings.Contains(err.Error(), "odd; send even") || !strings.Contains(err.Error(), who+" would not take") {
+			t.Errorf("%s: %v, want ErrRefused by %s", what, err, who)
+		}
+	}
+	_, err := takePicky.Call(ctx, a, "worker1", &picky{3})
+	refused("an odd argument", err, "worker1")
+	_, err = givePicky.Call(ctx, a, "worker1", 5)
+	refused("an odd result", err, "worker0")
+	_, err = takeBrittle.Call(ctx, a, "worker1", brittle{})
+	if !errors.Is(err, rpc.ErrMalformed) || errors.Is(err, rpc.ErrRefused) {
+		t.Errorf("an argument that does not decode: %v, want ErrMalformed", err)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("refused and malformed arguments ran the function %d times", ran.Load())
+	}
+}
+
 func TestWorkerDeath(t *testing.T) {
 	c := start(t, 3, transport.Faults{}, rpc.Options{})
 	ctx := ctx(t)
@@ -368,4 +493,139 @@ func TestShutdownFailures(t *testing.T) {
 			t.Fatalf("call to a shut-down worker: %v", err)
 		}
 	})
+}
+
+// shutdownEach runs a graceful Shutdown with ctx on each of agents at
+// once and returns their errors, failing t if any has not returned
+// within limit.
+func shutdownEach(t *testing.T, ctx context.Context, limit time.Duration, agents ...*rpc.Agent) []error {
+	t.Helper()
+	errs := make([]error, len(agents))
+	done := make(chan int, len(agents))
+	for i, a := range agents {
+		go func() { errs[i] = a.Shutdown(ctx, true); done <- i }()
+	}
+	timeout := time.After(limit)
+	for range agents {
+		select {
+		case <-done:
+		case <-timeout:
+			t.Fatalf("a graceful Shutdown has not returned %v after it began", limit)
+		}
+	}
+	return errs
+}
+
+// wantShutdownError checks that err is a *ShutdownError of self naming
+// worker rank as the one that kept the job from agreeing.
+func wantShutdownError(t *testing.T, err error, self string, rank int) *rpc.ShutdownError {
+	t.Helper()
+	var se *rpc.ShutdownError
+	if !errors.As(err, &se) || se.Self != self || se.Rank != rank || se.Worker != fmt.Sprintf("worker%d", rank) {
+		t.Fatalf("%s: graceful shutdown: %v, want a *rpc.ShutdownError naming worker%d", self, err, rank)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "graceful shutdown of "+self) || !strings.Contains(msg, fmt.Sprintf("worker%d (rank %d)", rank, rank)) {
+		t.Fatalf("%s: the error does not name the operation and the worker: %v", self, err)
+	}
+	return se
+}
+
+// TestShutdownWorkerDeadBefore is issue 27's first case: a worker died
+// before the others called Shutdown with a ctx that never ends. Every
+// living worker's Shutdown fails at once, naming it, with a
+// *WorkerDownError inside.
+func TestShutdownWorkerDeadBefore(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{})
+	c.mesh.Kill(2)
+	time.Sleep(20 * time.Millisecond)
+	errs := shutdownEach(t, context.Background(), 5*time.Second, c.agents[0], c.agents[1])
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+		var wd *rpc.WorkerDownError
+		if !errors.As(err, &wd) || wd.Worker != "worker2" || wd.Rank != 2 {
+			t.Fatalf("worker%d: %v, want a *WorkerDownError for worker2 inside", r, err)
+		}
+		if !strings.Contains(err.Error(), "restart the job") {
+			t.Fatalf("worker%d: the error names no remedy: %v", r, err)
+		}
+	}
+}
+
+// TestShutdownWorkerStopped is issue 27's second case: a worker is
+// stopped (as by SIGSTOP: its connections stay up, it says nothing).
+// The leader's Shutdown, with a ctx that never ends, fails once the
+// worker has answered nothing for Options.Timeout, naming it; the other
+// worker, waiting for a verdict from a leader that is alive, learns it
+// from the leader and fails naming the same worker.
+func TestShutdownWorkerStopped(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: timeout})
+	c.mesh.Partition(2, 0)
+	c.mesh.Partition(2, 1)
+	begin := time.Now()
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1])
+	took := time.Since(begin)
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Options.Timeout") {
+			t.Fatalf("worker%d: %v, want the Options.Timeout's deadline", r, err)
+		}
+	}
+	if !strings.Contains(errs[1].Error(), "worker0 found that worker2") {
+		t.Fatalf("worker1: %v, want it to say that the leader found it", errs[1])
+	}
+	if took < timeout {
+		t.Fatalf("the shutdowns failed after %v, before the worker had been silent for Options.Timeout (%v)", took, timeout)
+	}
+	t.Logf("%v after it began: %v", took, errs[0])
+}
+
+// TestShutdownLeaderStopped: the leader is stopped; every other worker's
+// Shutdown fails once it has answered nothing for Options.Timeout, naming
+// it.
+func TestShutdownLeaderStopped(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: 200 * time.Millisecond})
+	c.mesh.Partition(0, 1)
+	c.mesh.Partition(0, 2)
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[1], c.agents[2])
+	for i, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", i+1), 0)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("worker%d: %v", i+1, err)
+		}
+	}
+}
+
+// TestShutdownWaitsForSlowWorker: a worker that reaches Shutdown long
+// after the others (several times Options.Timeout), but is alive all
+// along, is waited for: the watch on the others fails only the silent.
+func TestShutdownWaitsForSlowWorker(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: 400 * time.Millisecond})
+	errc := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // still working
+		errc <- c.agents[2].Shutdown(context.Background(), true)
+	}()
+	for r, err := range shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1]) {
+		if err != nil {
+			t.Errorf("worker%d: %v", r, err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("worker2: %v", err)
+	}
+}
+
+// TestShutdownAfterNotGraceful: a worker that stopped at once
+// (Shutdown(ctx, false)) fails the others' graceful Shutdown naming it,
+// without waiting for Options.Timeout.
+func TestShutdownAfterNotGraceful(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{Timeout: time.Hour})
+	if err := c.agents[2].Shutdown(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	errs := shutdownEach(t, context.Background(), 10*time.Second, c.agents[0], c.agents[1])
+	for r, err := range errs {
+		wantShutdownError(t, err, fmt.Sprintf("worker%d", r), 2)
+	}
 }

@@ -292,7 +292,7 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 	id, fork, err := s.t.CreateRemote(rref.WorkerID(dst))
 	if err != nil {
 		s.mu.Unlock()
-		return nil, &CallError{Worker: to, Function: hd.name, Err: err}
+		return nil, &CallError{Worker: to, Function: hd.name, Err: a.peerDown(dst, err)}
 	}
 	h := s.newHandleLocked(dst, id, fork, resFP)
 	s.mu.Unlock()
@@ -305,7 +305,7 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 	if err := e.Encode(args); err != nil {
 		ec.cancelForks()
 		h.fail(fmt.Errorf("encoding the arguments: %w", err))
-		return nil, &CallError{Worker: to, Function: hd.name, Err: err}
+		return nil, &CallError{Worker: to, Function: hd.name, Err: a.peerDown(dst, err)}
 	}
 	a.send(ctx, dst, &hd, argFP, e.Parts(), &call{dst: dst, fn: hd.name, complete: func(_ []byte, err error) {
 		if err != nil {
@@ -323,6 +323,24 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 		close(h.created)
 	}})
 	return wrap[R](h), nil
+}
+
+// downFor is the agent's *WorkerDownError for dst when err is the RRef
+// table's refusal to create or send an RRef to dst because it is down;
+// nil otherwise.
+func (a *Agent) downFor(dst int, err error) error {
+	if errors.Is(err, rref.ErrPeerDown) {
+		return a.downErr(dst)
+	}
+	return nil
+}
+
+// peerDown is downFor's error, or err when there is none.
+func (a *Agent) peerDown(dst int, err error) error {
+	if werr := a.downFor(dst, err); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // fail marks a handle whose remote call was never sent.
@@ -404,11 +422,15 @@ func (r *RRef[T]) ToHere(ctx context.Context) (T, error) {
 	}
 	// Ask the owner once it knows this handle; the request waits there
 	// for the value.
+	owner := a.name(h.owner)
 	if err := h.awaitConfirmed(ctx); err != nil {
+		if !errors.As(err, new(*CallError)) {
+			err = &CallError{Worker: owner, Function: "ToHere", Err: err}
+		}
 		return zero, err
 	}
-	f := start[struct{}, T](ctx, a, a.name(h.owner), head{op: opToHere, name: "ToHere", target: toID(h.id)}, struct{}{})
-	v, err := f.Wait(ctx)
+	f := start[struct{}, T](ctx, a, owner, head{op: opToHere, name: "ToHere", target: toID(h.id)}, struct{}{})
+	v, err := await(ctx, f, owner, "ToHere")
 	if err != nil {
 		// A remote call that failed says why better than the owner.
 		select {

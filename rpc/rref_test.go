@@ -295,6 +295,41 @@ func TestRRefOwnerDies(t *testing.T) {
 	x.Release()
 }
 
+// TestRemoteToDeadWorker: Remote to a worker that is down, a method's
+// Remote on a value it owned, and a call carrying an RRef to it fail with
+// a *CallError naming the call that wraps the *WorkerDownError, as every
+// other call to a dead worker does (not the RRef table's "peer is down").
+func TestRemoteToDeadWorker(t *testing.T) {
+	c, f := startRRefs(t, 3, transport.Faults{})
+	ctx := ctx(t)
+	a := c.agents[0]
+	ctr, err := f.newCounter.Remote(ctx, a, "worker2", "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.add.Call(ctx, a, ctr, 1); err != nil {
+		t.Fatal(err)
+	}
+	x := rpc.NewRRef(a, tensor.FromFloat32([]float32{1, 2}, 2))
+	c.mesh.Kill(2)
+	check := func(what, fn string, err error) {
+		t.Helper()
+		var wd *rpc.WorkerDownError
+		var ce *rpc.CallError
+		if !errors.As(err, &wd) || wd.Worker != "worker2" || wd.Rank != 2 || !errors.As(err, &ce) || ce.Worker != "worker2" || ce.Function != fn {
+			t.Errorf("%s: %v, want a *CallError of %s on worker2 wrapping a *WorkerDownError", what, err, fn)
+		}
+	}
+	_, err = f.makeT.Remote(ctx, a, "worker2", 3)
+	check("Remote to a dead worker", "makeT", err)
+	_, err = f.add.Remote(ctx, a, ctr, 1)
+	check("a method's Remote on a dead owner's value", "counter.add", err)
+	_, err = f.sumRef.Call(ctx, a, "worker2", x)
+	check("a call with an RRef argument to a dead worker", "sumRef", err)
+	x.Release()
+	ctr.Release()
+}
+
 // TestShutdownReleasesRRefs: a graceful shutdown with handles still held
 // releases them, and every table ends empty.
 func TestShutdownReleasesRRefs(t *testing.T) {

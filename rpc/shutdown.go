@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/godist/godist/transport"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/godist/godist/rpc/internal/wire"
+	"github.com/godist/godist/transport"
 )
 
 // Graceful shutdown is an agreement among all workers that no worker has
@@ -19,23 +22,25 @@ import (
 // are equal (nothing in flight), and they equal the previous round's
 // (nothing happened in between). Until then workers keep serving, so a
 // worker still calling others is answered.
-
-// shutdownMsg is a report (worker to leader) or a verdict (leader to
-// workers).
-type shutdownMsg struct {
-	Verdict    bool
-	Round      uint64
-	Idle       bool
-	Sent, Recv int64
-	Done       bool
-}
+//
+// A worker waiting in the agreement watches the workers it waits on: the
+// leader every other worker, the others the leader. It probes each of
+// them every quarter of Options.Timeout (at most every second), and any
+// message of the agreement from a worker (a report, a verdict, a probe,
+// an answer) shows that it is there. A worker that is down, or that has
+// sent nothing for Options.Timeout (a stopped or hung process, a
+// partition), fails the agreement; so does a ctx that ends. The worker
+// that finds the failure sends an abort naming the culprit to the
+// leader, and the leader sends one to every worker, so that every
+// worker's Shutdown returns naming the same worker rather than waiting
+// for a verdict that will not come. A worker that is still working
+// before its Shutdown answers probes, and is waited for.
 
 type shutdownState struct {
-	round    uint64
 	reports  map[uint64][]*shutdownMsg // the leader's, by round
 	prev     [2]int64                  // the leader's last round's sums
 	verdicts chan shutdownMsg          // a worker's
-	failed   chan error                // a worker died during shutdown
+	failed   chan *ShutdownError       // the agreement cannot complete (the first reason)
 	done     bool                      // the job is quiet (a.mu guards it)
 }
 
@@ -43,7 +48,7 @@ const leader = 0
 
 func (a *Agent) shutdownStateLocked() *shutdownState {
 	if a.mu.shutdown == nil {
-		a.mu.shutdown = &shutdownState{reports: map[uint64][]*shutdownMsg{}, verdicts: make(chan shutdownMsg, 4), failed: make(chan error, 1)}
+		a.mu.shutdown = &shutdownState{reports: map[uint64][]*shutdownMsg{}, verdicts: make(chan shutdownMsg, 4), failed: make(chan *ShutdownError, 1)}
 	}
 	return a.mu.shutdown
 }
@@ -51,9 +56,20 @@ func (a *Agent) shutdownStateLocked() *shutdownState {
 // Shutdown stops the agent (rpc.shutdown). Graceful waits until every
 // worker has called Shutdown and no worker has calls in flight or being
 // served (each worker's outstanding RRefs are released first), then
-// stops; ctx bounds the wait, and when it ends, or a worker dies, the
-// agent stops anyway and says why. Not graceful stops at once: pending
-// calls fail with ErrShutdown and running handlers' contexts end.
+// stops. Not graceful stops at once: pending calls fail with ErrShutdown
+// and running handlers' contexts end.
+//
+// A graceful Shutdown's wait is bounded by ctx and by Options.Timeout: a
+// worker that died or left fails it at once; one that answers nothing
+// for Options.Timeout while this one waits on it (a stopped or hung
+// process, a partition) fails it then; so does a ctx that ends first
+// (Options.Timeout negative: only ctx bounds the wait). The error is then
+// a *ShutdownError naming the worker that kept the job from agreeing and
+// the remedy (it wraps a *WorkerDownError for a worker that is gone),
+// every other worker's graceful Shutdown fails naming the same worker,
+// and the agent stops anyway. A worker that is only slow to reach
+// Shutdown (still working, and answering) is waited for as long as ctx
+// allows: give ctx a deadline when that should not be for ever.
 //
 // When the agent joined the job itself (Options.Group nil), Shutdown
 // leaves it; otherwise the group stays usable.
@@ -69,48 +85,50 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 	var err error
 	if graceful {
 		a.rrefs.releaseAll()
-		err = a.agree(ctx, st)
+		if serr := a.agree(ctx, st); serr != nil {
+			a.abort(serr)
+			err = serr
+		}
 	}
 	a.close()
 	return err
 }
 
 // agree runs the rounds until the leader says the job is quiet.
-func (a *Agent) agree(ctx context.Context, st *shutdownState) error {
+func (a *Agent) agree(ctx context.Context, st *shutdownState) *ShutdownError {
+	if e := a.goneBefore(); e != nil {
+		return e
+	}
+	w := a.watchPeers()
+	tick := time.NewTicker(w.every)
+	defer tick.Stop()
 	for round := uint64(1); ; round++ {
 		// Wait until this worker is idle.
 		for a.serving.Load() > 0 || a.pendingCount() > 0 {
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("rpc: graceful shutdown of %s: still busy (%d calls pending: %v; %d being served): %w", a.self.Name, a.pendingCount(), a.pendingCalls(), a.serving.Load(), ctx.Err())
-			case err := <-st.failed:
-				return err
+				return a.shutdownErr(a.self.ID, fmt.Sprintf("was still busy when ctx ended (%d calls pending: %v; %d being served): let its calls finish before Shutdown, or give ctx a later deadline", a.pendingCount(), a.pendingCalls(), a.serving.Load()), ctx.Err())
+			case e := <-st.failed:
+				return e
+			case now := <-tick.C:
+				if e := w.check(now); e != nil {
+					return e
+				}
 			case <-time.After(200 * time.Microsecond):
 			}
 		}
-		rep := shutdownMsg{Round: round, Idle: true, Sent: a.sent.Load(), Recv: a.recv.Load()}
+		rep := shutdownMsg{Kind: shutReport, Round: round, Idle: true, Sent: a.sent.Load(), Recv: a.recv.Load()}
 		if err := a.sendShutdown(ctx, leader, rep); err != nil {
-			return fmt.Errorf("rpc: graceful shutdown of %s: reporting to the leader %s: %w", a.self.Name, a.name(leader), err)
-		}
-		var v shutdownMsg
-		for {
-			select {
-			case v = <-st.verdicts:
-			case <-ctx.Done():
-				return fmt.Errorf("rpc: graceful shutdown of %s: the workers did not all reach Shutdown (round %d): %w", a.self.Name, round, ctx.Err())
-			case err := <-st.failed:
-				// A verdict that came with the failure wins.
-				select {
-				case v = <-st.verdicts:
-				default:
-					return err
-				}
+			if werr := a.downErr(leader); werr != nil {
+				err = werr
 			}
-			if v.Round == round {
-				break
-			}
+			return a.shutdownErr(leader, fmt.Sprintf("could not be sent this worker's report (round %d)", round), err)
 		}
-		if v.Done {
+		done, e := a.awaitVerdict(ctx, st, round, w, tick)
+		if e != nil {
+			return e
+		}
+		if done {
 			return nil
 		}
 		select {
@@ -118,6 +136,231 @@ func (a *Agent) agree(ctx context.Context, st *shutdownState) error {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// awaitVerdict waits for the leader's verdict on round: whether the job
+// is quiet, or why the agreement failed.
+func (a *Agent) awaitVerdict(ctx context.Context, st *shutdownState, round uint64, w *peerWatch, tick *time.Ticker) (bool, *ShutdownError) {
+	for {
+		var e *ShutdownError
+		select {
+		case v := <-st.verdicts:
+			if v.Round != round {
+				continue
+			}
+			return v.Done, nil
+		case e = <-st.failed:
+		case <-ctx.Done():
+			e = a.lateErr(ctx, st, round)
+		case now := <-tick.C:
+			if e = w.check(now); e == nil {
+				continue
+			}
+		}
+		// A quiet verdict that came with the failure wins: the job agreed,
+		// and the failure is a worker leaving after it.
+		if a.quiet(st) {
+			return true, nil
+		}
+		return false, e
+	}
+}
+
+func (a *Agent) quiet(st *shutdownState) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return st.done
+}
+
+// goneBefore fails the agreement at once when a worker went down before
+// this worker's Shutdown: it cannot take part.
+func (a *Agent) goneBefore() *ShutdownError {
+	a.mu.Lock()
+	ranks := make([]int, 0, len(a.mu.down))
+	for r := range a.mu.down {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	var werr error
+	if len(ranks) > 0 {
+		werr = a.mu.down[ranks[0]]
+	}
+	a.mu.Unlock()
+	if werr == nil {
+		return nil
+	}
+	return a.goneErr(ranks[0], werr)
+}
+
+func (a *Agent) goneErr(r int, werr error) *ShutdownError {
+	return a.shutdownErr(r, "died or left before every worker agreed that the job was quiet", werr)
+}
+
+// lateErr says who this worker was still waiting for in round when ctx
+// ended.
+func (a *Agent) lateErr(ctx context.Context, st *shutdownState, round uint64) *ShutdownError {
+	if a.self.ID != leader {
+		return a.shutdownErr(leader, fmt.Sprintf("gave no verdict for round %d before ctx ended (the workers did not all reach Shutdown, or the leader still waits for one): call Shutdown on every worker, with a ctx whose deadline the slowest makes", round), ctx.Err())
+	}
+	a.mu.Lock()
+	reps := st.reports[round]
+	var missing []int
+	for r := range a.ep.Size() {
+		if r != a.self.ID && (len(reps) == 0 || reps[r] == nil) {
+			missing = append(missing, r)
+		}
+	}
+	a.mu.Unlock()
+	if len(missing) == 0 {
+		return a.shutdownErr(a.self.ID, fmt.Sprintf("had every report of round %d but no verdict when ctx ended", round), ctx.Err())
+	}
+	also := ""
+	if len(missing) > 1 {
+		also = fmt.Sprintf(" (nor had %s)", a.names(missing[1:]))
+	}
+	return a.shutdownErr(missing[0], fmt.Sprintf("had not reported in round %d when ctx ended%s: the workers did not all reach Shutdown, or had calls in flight; call Shutdown on every worker, with a ctx whose deadline the slowest makes", round, also), ctx.Err())
+}
+
+func (a *Agent) names(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = fmt.Sprintf("%s (rank %d)", a.name(r), r)
+	}
+	return strings.Join(s, ", ")
+}
+
+func (a *Agent) shutdownErr(r int, reason string, err error) *ShutdownError {
+	return &ShutdownError{Self: a.self.Name, Worker: a.name(r), Rank: r, Reason: reason, Err: err}
+}
+
+// peerWatch is a waiting worker's watch on the workers it waits on.
+type peerWatch struct {
+	a     *Agent
+	peers []int
+	since time.Time     // the wait began
+	limit time.Duration // Options.Timeout; <= 0: none
+	every time.Duration // between probes
+}
+
+func (a *Agent) watchPeers() *peerWatch {
+	w := &peerWatch{a: a, since: time.Now(), limit: a.timeout, every: time.Second}
+	if w.limit > 0 {
+		w.every = min(max(w.limit/4, time.Millisecond), time.Second)
+	}
+	switch {
+	case a.self.ID == leader:
+		for r := range a.ep.Size() {
+			if r != leader {
+				w.peers = append(w.peers, r)
+			}
+		}
+	case a.ep.Size() > 1:
+		w.peers = []int{leader}
+	}
+	return w
+}
+
+// check fails the wait when a watched worker has sent nothing for the
+// limit, and probes the others.
+func (w *peerWatch) check(now time.Time) *ShutdownError {
+	if w.limit <= 0 {
+		return nil
+	}
+	a := w.a
+	var silent []int
+	for _, r := range w.peers {
+		last := time.Unix(0, a.heard[r].Load())
+		if last.Before(w.since) {
+			last = w.since
+		}
+		if now.Sub(last) > w.limit {
+			silent = append(silent, r)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.every)
+		a.sendShutdown(ctx, r, shutdownMsg{Kind: shutProbe})
+		cancel()
+	}
+	if len(silent) == 0 {
+		return nil
+	}
+	also := ""
+	if len(silent) > 1 {
+		also = fmt.Sprintf("; so did %s", a.names(silent[1:]))
+	}
+	return a.shutdownErr(silent[0], fmt.Sprintf("answered nothing for %v, the Options.Timeout of %s%s: it is stopped (SIGSTOP, a debugger), hung, or cut off; resume or kill it, and raise Options.Timeout if it is only slow", w.limit, a.self.Name, also), context.DeadlineExceeded)
+}
+
+// abort tells the others that the agreement failed, and why: the leader
+// tells every worker, a worker the leader (unless the failure came from
+// it). Each send is bounded, and they go out together.
+func (a *Agent) abort(e *ShutdownError) {
+	finder := a.self.ID
+	if e.finder != "" {
+		finder = e.finderRank
+	}
+	m := shutdownMsg{Kind: shutAbort, Culprit: int64(e.Rank), Finder: int64(finder), Reason: e.Reason}
+	var wd *WorkerDownError
+	switch {
+	case errors.As(e.Err, &wd):
+		m.Cause = causeDown
+		if wd.Err != nil {
+			m.Detail = wd.Err.Error()
+		}
+	case errors.Is(e.Err, context.DeadlineExceeded):
+		m.Cause = causeDeadline
+	case errors.Is(e.Err, context.Canceled):
+		m.Cause = causeCanceled
+	case e.Err != nil:
+		m.Detail = e.Err.Error()
+	}
+	var to []int
+	switch {
+	case a.self.ID == leader:
+		for r := range a.ep.Size() {
+			to = append(to, r)
+		}
+	case finder != leader:
+		to = []int{leader}
+	}
+	var wg sync.WaitGroup
+	for _, r := range to {
+		if r == a.self.ID || r == e.Rank || r == finder || a.downErr(r) != nil {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), min(a.replyTimeout(), time.Second))
+			defer cancel()
+			if err := a.sendShutdown(ctx, r, m); err != nil {
+				a.log.Warn("rpc: shutdown abort not sent", "to", r, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// abortErr is the failure an abort from src says.
+func (a *Agent) abortErr(src int, m shutdownMsg) *ShutdownError {
+	r, f := int(m.Culprit), int(m.Finder)
+	var err error
+	switch m.Cause {
+	case causeDown:
+		err = &WorkerDownError{Worker: a.name(r), Rank: r, Err: errors.New(m.Detail)}
+	case causeDeadline:
+		err = context.DeadlineExceeded
+	case causeCanceled:
+		err = context.Canceled
+	default:
+		err = errors.New(m.Detail)
+	}
+	e := a.shutdownErr(r, m.Reason, err)
+	if f < 0 || f >= a.ep.Size() {
+		f = src
+	}
+	if f != r {
+		e.finder, e.finderRank = a.name(f), f
+	}
+	return e
 }
 
 func (a *Agent) pendingCount() int {
@@ -150,29 +393,63 @@ func (a *Agent) onShutdown(src int, msg []byte) {
 		a.log.Warn("rpc: bad shutdown message", "from", src, "err", err)
 		return
 	}
+	if src >= 0 && src < len(a.heard) {
+		a.heard[src].Store(time.Now().UnixNano())
+	}
 	a.handleShutdown(src, m)
 }
 
-// handleShutdown takes a report (at the leader) or a verdict.
+// handleShutdown takes a report (at the leader), a verdict, a probe, or
+// an abort. It runs on a connection's reader and must not block.
 func (a *Agent) handleShutdown(src int, m shutdownMsg) {
-	if m.Verdict {
-		if src != leader {
-			return
+	switch m.Kind {
+	case shutVerdict:
+		a.onVerdict(src, m)
+	case shutReport:
+		a.onReport(src, m)
+	case shutProbe:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), a.replyTimeout())
+			defer cancel()
+			a.sendShutdown(ctx, src, shutdownMsg{Kind: shutAck})
+		}()
+	case shutAbort:
+		if src != leader && a.self.ID != leader {
+			return // only the leader tells workers
 		}
 		a.mu.Lock()
-		st := a.mu.shutdown
-		if st != nil && m.Done {
-			st.done = true
-		}
+		st := a.shutdownStateLocked() // an abort before this worker's Shutdown fails it at once
+		done := st.done
 		a.mu.Unlock()
-		if st != nil {
-			select {
-			case st.verdicts <- m:
-			default:
-			}
+		if done {
+			return
 		}
+		select {
+		case st.failed <- a.abortErr(src, m):
+		default:
+		}
+	}
+}
+
+func (a *Agent) onVerdict(src int, m shutdownMsg) {
+	if src != leader {
 		return
 	}
+	a.mu.Lock()
+	st := a.mu.shutdown
+	if st != nil && m.Done {
+		st.done = true
+	}
+	a.mu.Unlock()
+	if st != nil {
+		select {
+		case st.verdicts <- m:
+		default:
+		}
+	}
+}
+
+func (a *Agent) onReport(src int, m shutdownMsg) {
 	if a.self.ID != leader {
 		return
 	}
@@ -213,7 +490,7 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 	st.prev = [2]int64{sent, recv}
 	st.done = st.done || done
 	a.mu.Unlock()
-	v := shutdownMsg{Verdict: true, Round: m.Round, Done: done}
+	v := shutdownMsg{Kind: shutVerdict, Round: m.Round, Done: done}
 	// The others first, this worker last: once the leader returns from
 	// Shutdown it may close its connections, and each worker must have its
 	// verdict before that (one connection delivers in order).
@@ -234,7 +511,8 @@ func (a *Agent) handleShutdown(src int, m shutdownMsg) {
 // clean close of any worker before this one has its verdict means the
 // job is quiet only if the leader says so; the wait goes on for it. A
 // clean close of the leader itself before its verdict arrived, or any
-// crash, fails the shutdown.
+// crash, fails the shutdown. (A worker that went down before this one's
+// Shutdown fails it as it begins: goneBefore.)
 func (a *Agent) shutdownPeerDown(r int, err error) {
 	a.mu.Lock()
 	st := a.mu.shutdown
@@ -248,7 +526,7 @@ func (a *Agent) shutdownPeerDown(r int, err error) {
 		return
 	}
 	select {
-	case st.failed <- fmt.Errorf("rpc: graceful shutdown of %s: %w", a.self.Name, err):
+	case st.failed <- a.goneErr(r, err):
 	default:
 	}
 }

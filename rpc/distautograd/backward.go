@@ -117,16 +117,21 @@ func (c *dctx) peerList() []int {
 // start begins this worker's pass if it has not begun: roots (with
 // gradients of ones) on the worker that called Backward, none elsewhere.
 func (c *dctx) start(roots []*autograd.Var) error {
-	c.mu.Lock()
-	if err := c.startLocked(roots); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	out := c.progressLocked()
-	err := c.mu.err
-	c.mu.Unlock()
+	out, err := c.begin(roots)
 	c.send(out)
 	return err
+}
+
+// begin is start's part under the lock (let go by a defer, as in
+// accept): it returns the gradients to send and the pass's error.
+func (c *dctx) begin(roots []*autograd.Var) ([]gradOut, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.startLocked(roots); err != nil {
+		return nil, err
+	}
+	out := c.progressLocked()
+	return out, c.mu.err
 }
 
 func (c *dctx) startLocked(roots []*autograd.Var) error {
@@ -154,24 +159,30 @@ func (c *dctx) startLocked(roots []*autograd.Var) error {
 
 // deliver feeds a gradient from a receiver into the pass (starting it).
 func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
-	c.mu.Lock()
-	if err := c.startLocked(nil); err != nil {
-		c.mu.Unlock()
+	out, err := c.accept(msg, g)
+	if err != nil {
 		return err
 	}
-	if c.mu.err != nil {
-		err := c.mu.err
-		c.mu.Unlock()
-		return err
-	}
-	if err := c.mu.pass.deliver(msg, g); err != nil {
-		c.mu.Unlock()
-		return err
-	}
-	out := c.progressLocked()
-	c.mu.Unlock()
 	c.send(out)
 	return nil
+}
+
+// accept is deliver's part under the lock: it returns the gradients to
+// send. The lock is let go by a defer, so that a panic in a node's
+// backward (the agent recovers it) cannot leave the context locked.
+func (c *dctx) accept(msg uint64, g *tensor.Tensor) ([]gradOut, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.startLocked(nil); err != nil {
+		return nil, err
+	}
+	if c.mu.err != nil {
+		return nil, c.mu.err
+	}
+	if err := c.mu.pass.deliver(msg, g); err != nil {
+		return nil, err
+	}
+	return c.progressLocked(), nil
 }
 
 // progressLocked runs what is ready, keeps the leaves' gradients, and

@@ -174,8 +174,8 @@ func (p *pass) deliver(msg uint64, g *tensor.Tensor) error {
 	if !p.waiting[msg] {
 		return fmt.Errorf("distautograd: a second gradient for message %d", msg)
 	}
-	if g != nil && !tensor.SameShape(g, n.Inputs()[0].Value()) {
-		return fmt.Errorf("distautograd: a gradient of shape %v for message %d, whose Var has shape %v", g.Shape(), msg, n.Inputs()[0].Shape())
+	if v := n.Inputs()[0]; g != nil && (!tensor.SameShape(g, v.Value()) || g.DType() != v.DType()) {
+		return fmt.Errorf("distautograd: a gradient of dtype %v and shape %v for message %d, whose Var has dtype %v and shape %v; refused (the peer that sent it computed its backward in another dtype or shape)", g.DType(), g.Shape(), msg, v.DType(), v.Shape())
 	}
 	delete(p.waiting, msg)
 	p.grads[n] = []contrib{{rootSeq, g}}

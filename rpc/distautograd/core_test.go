@@ -1,6 +1,7 @@
 package distautograd
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/godist/godist/autograd"
@@ -125,5 +126,30 @@ func TestPassFreedGraph(t *testing.T) {
 	runSim(t, ws, y)
 	if _, err := newPass([]*autograd.Var{y}, []*tensor.Tensor{tensor.Scalar(1)}, ws[0].sends, ws[0].recvs); err == nil {
 		t.Fatal("a second pass over a freed graph did not fail")
+	}
+}
+
+// TestPassRefusesMismatchedGradient: a send node's gradient must have its
+// Var's dtype and shape; one that does not is refused without being
+// counted, so the right one is still taken.
+func TestPassRefusesMismatchedGradient(t *testing.T) {
+	v := autograd.Param(tensor.FromFloat32([]float32{1, 2, 3, 4}, 2, 2))
+	p, err := newPass(nil, nil, map[uint64]autograd.Node{7: recordSend(v)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*tensor.Tensor{tensor.Full(tensor.Float64, 1, 2, 2), tensor.Full(tensor.Float32, 1, 4)} {
+		if err := p.deliver(7, g); err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("a %v%v gradient for a float32[2 2] Var: %v", g.DType(), g.Shape(), err)
+		}
+	}
+	if err := p.deliver(7, tensor.Full(tensor.Float32, 1, 2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.run(); err != nil {
+		t.Fatal(err)
+	}
+	if g := p.takeLeaves()[v]; g == nil || g.DType() != tensor.Float32 || !p.finished() {
+		t.Fatalf("the leaf's gradient %v, finished %v", g, p.finished())
 	}
 }

@@ -29,8 +29,8 @@
 // wrap such arguments in a Var (Wrap(autograd.Const(t))) when the callee's
 // parameters need gradients, for a call whose arguments hold no Var does
 // not carry the context (PyTorch records every call made in a context),
-// and a result that needs gradients is then refused with an error naming
-// this remedy. Outside a context a Var travels
+// and a result that needs gradients is then refused (rpc.ErrRefused)
+// with an error naming this remedy. Outside a context a Var travels
 // as a plain leaf that keeps its RequiresGrad flag.
 //
 // A context id is the creating worker's rank in the top 16 bits and a

@@ -2,6 +2,7 @@ package distautograd_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -92,6 +93,10 @@ func TestLostGradientRefused(t *testing.T) {
 	_, err = lookup.Call(ctx, a, "worker1", []int64{4, 0})
 	if err == nil || !strings.Contains(err.Error(), "Wrap") {
 		t.Fatalf("a gradient that could not flow back: %v", err)
+	}
+	// A refusal, not bytes that did not decode.
+	if !errors.Is(err, rpc.ErrRefused) || errors.Is(err, rpc.ErrMalformed) || strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("the refusal is labelled %v", err)
 	}
 	// Outside a context the same call is fine: nothing is recorded.
 	if _, err := lookup.Call(testCtx(t), a, "worker1", []int64{4, 0}); err != nil {

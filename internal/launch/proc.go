@@ -95,6 +95,11 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
+// Frozen reports whether the worker's process is stopped (SIGSTOP, a
+// debugger): it neither runs nor acts on any signal but SIGKILL and
+// SIGCONT. Only Linux tells; elsewhere it is false.
+func (p *Proc) Frozen() bool { return frozen(p.cmd.Process.Pid) }
+
 // Kill sends SIGKILL (see Signal).
 func (p *Proc) Kill() error { return p.Signal(syscall.SIGKILL) }
 

@@ -35,5 +35,8 @@ func signalGroup(pid int, sig syscall.Signal) error {
 	return p.Signal(sig)
 }
 
+// frozen: a stopped process cannot be told elsewhere.
+func frozen(int) bool { return false }
+
 // SignalName returns a signal's name.
 func SignalName(s syscall.Signal) string { return s.String() }

@@ -64,3 +64,31 @@ func TestStartExit(t *testing.T) {
 		t.Error("RANK=9 was inherited")
 	}
 }
+
+// TestFrozen: a worker stopped by SIGSTOP is frozen until SIGCONT.
+func TestFrozen(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux tells a stopped process")
+	}
+	exits := make(chan Exit, 1)
+	p, err := Start(0, Command{Path: "/bin/sleep", Args: []string{"30"}, OwnGroup: true}, exits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Kill(); <-exits }()
+	if p.Frozen() {
+		t.Fatal("a running worker is frozen")
+	}
+	p.Signal(syscall.SIGSTOP)
+	for deadline := time.Now().Add(10 * time.Second); !p.Frozen(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a worker stopped by SIGSTOP is not frozen")
+		}
+	}
+	p.Signal(syscall.SIGCONT)
+	for deadline := time.Now().Add(10 * time.Second); p.Frozen(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a worker is frozen after SIGCONT")
+		}
+	}
+}

@@ -37,6 +37,8 @@ type world struct {
 	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
 	yield      bool   // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
 	stopStatus func() // stops the status publisher (status.go)
+	// statusEvery is how often the publisher runs (0: it does not).
+	statusEvery time.Duration
 
 	mu struct {
 		sync.Mutex

@@ -296,6 +296,7 @@ func (w *world) publishStatus(ctx context.Context, every time.Duration, started 
 			sctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 			if err := w.store.Set(sctx, key, st.Encode()); err == nil {
 				lastPub = now
+				w.statusOK.Store(time.Now().UnixNano())
 			}
 			cancel()
 		}

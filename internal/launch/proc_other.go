@@ -17,6 +17,9 @@ func procAttr(bool) *syscall.SysProcAttr { return nil }
 // gated: no gate (nor watchdog) elsewhere.
 func gated(*exec.Cmd) (*gate, error) { return nil, nil }
 
+// groupAlive: no process groups elsewhere.
+func groupAlive(int) bool { return false }
+
 // watchGroup: no watchdog elsewhere.
 func watchGroup(int, time.Duration) {}
 

@@ -152,7 +152,7 @@ func (r *Report) String() string {
 			if o.Recorded != nil {
 				fmt.Fprintf(&b, " (%s)", recorded(o.Recorded))
 			}
-			if !o.StoppedAt.IsZero() && !o.Sent {
+			if !o.StoppedAt.IsZero() && !o.Sent && !o.Time.Before(o.StoppedAt) {
 				b.WriteString(", after the launcher stopped it")
 			}
 			b.WriteString("\n")

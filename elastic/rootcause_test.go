@@ -77,7 +77,7 @@ esac`
 			t.Errorf("rank 2 at %v, want the time of rank 0's report of it, %v", root.Time, f.Time)
 		}
 	}
-	for _, s := range []string{"rank 1 (local rank 1) on hostA", "signal SIGTERM (15) from the launcher", "(peer_lost: rank 1)"} {
+	for _, s := range []string{"rank 1 (local rank 1) on hostA", "signal SIGTERM (15) from the launcher", "(peer_lost: rank 1), after the launcher stopped it\n"} {
 		if !strings.Contains(rep, s) {
 			t.Errorf("the report lacks %q:\n%s", s, rep)
 		}

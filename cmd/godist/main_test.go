@@ -23,6 +23,8 @@ func TestMain(m *testing.M) {
 	case w == "" || len(os.Args) > 1:
 	case w == "hold-shm":
 		os.Exit(holdShmWorker())
+	case w == "stop-rank0":
+		os.Exit(stopRank0Worker())
 	default:
 		os.Exit(2)
 	}

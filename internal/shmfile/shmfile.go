@@ -20,8 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Dir is where the files go.
@@ -30,7 +28,7 @@ const Dir = "/dev/shm"
 // Prefix is how the names of this process's files begin:
 // "godist-PID-PGID-".
 func Prefix() string {
-	return "godist-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(unix.Getpgrp()) + "-"
+	return "godist-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(pgrp()) + "-"
 }
 
 // Create creates a file of size bytes in Dir, mode 0600, named Prefix, a

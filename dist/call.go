@@ -167,6 +167,10 @@ type TimeoutError struct {
 	// wait for, and say why it does not answer (see WaitChain).
 	Chain []int
 	Cause string
+	// StoreSilent: the job's store did not answer, so the records could
+	// not be read (all of them); the last of Chain is the rank that
+	// serves the store, which every rank waits on.
+	StoreSilent bool
 
 	call callID // the call that timed out, which reports this error itself
 }
@@ -176,8 +180,12 @@ func (e *TimeoutError) Error() string {
 	if len(e.Waiting) > 0 {
 		s += fmt.Sprintf(" waiting on ranks %v", e.Waiting)
 	}
-	if len(e.Chain) > 1 {
-		s += fmt.Sprintf(", which waits on %s in turn", joinRanks(e.Chain[1:]))
+	followed := e.Chain
+	if e.StoreSilent && len(followed) > 0 {
+		followed = followed[:len(followed)-1] // the store's host, not a wait
+	}
+	if len(followed) > 1 {
+		s += fmt.Sprintf(", which waits on %s in turn", joinRanks(followed[1:]))
 	}
 	if e.Cause != "" {
 		return s + "; " + e.Cause

@@ -37,6 +37,14 @@ type world struct {
 	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
 	yield      bool   // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
 	stopStatus func() // stops the status publisher (status.go)
+	// statusEvery is how often the publisher runs (0: it does not), and
+	// statusOK when it last published (Unix nanoseconds): a store that
+	// has taken nothing for a while does not answer (waitchain.go).
+	statusEvery time.Duration
+	statusOK    atomic.Int64
+	// storeHost is the rank that serves the store (rank 0 under env://
+	// and tcp://), or -1 (etcd://, file://, a store of the caller's).
+	storeHost int
 
 	mu struct {
 		sync.Mutex
@@ -45,7 +53,7 @@ type world struct {
 }
 
 func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {
-	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries}
+	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries, storeHost: -1}
 	w.mu.groups = map[uint32]*Group{}
 	registerWorld(w)
 	ep.SetHandlers(transport.Handlers{Control: w.onControl, PeerDown: w.onPeerDown, Unexpected: w.onUnexpected})

@@ -406,6 +406,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	w := newWorld(rank, size, ep, st, "tcp")
 	w.closers = closers
 	w.host = host
+	if servedTCP {
+		w.storeHost = 0
+	}
 	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
 	w.yield = opt.LocalWorldSize > runtime.NumCPU()
 	switch {

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -898,6 +899,50 @@ func TestMultiProcessDieInInit(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestMultiProcessTimeoutNamesStoppedStoreHost (issue 27, item 5): three
+// ranks loop all_reduce and rank 0, which serves the job's store, is
+// stopped (SIGSTOP). No status record can be read then; each survivor's
+// TimeoutError says that the store's host, rank 0, stopped responding,
+// and its chain ends there (its error file blames rank 0). Before, the
+// survivors named the peer their call was blocked on, a live neighbour
+// for one of them, and said nothing of the store.
+func TestMultiProcessTimeoutNamesStoppedStoreHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ws := startWorkers(t, 3, "loop-until-timeout", "GODIST_TIMEOUT=7s")
+	for _, w := range ws {
+		select {
+		case l, ok := <-w.lines:
+			if !ok || l != "LOOPING" {
+				t.Fatalf("rank %d: %q instead of LOOPING; stderr:\n%s", w.rank, l, w.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rank %d did not start looping", w.rank)
+		}
+	}
+	if err := ws[0].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer ws[0].cmd.Process.Kill()
+	for _, w := range ws[1:] {
+		select {
+		case err := <-w.done:
+			out := w.stdout.String()
+			if err != nil || !strings.Contains(out, "TIMEOUT") {
+				t.Fatalf("rank %d: %v\n%s\n%s", w.rank, err, out, w.stderr.String())
+			}
+			if !strings.Contains(out, "the job's store, which rank 0 serves, does not answer: rank 0 stopped responding") ||
+				!regexp.MustCompile(`chain=\[(\d )*0\]`).MatchString(out) {
+				t.Errorf("rank %d's timeout does not name rank 0, the stopped store host:\n%s", w.rank, out)
+			}
+			t.Logf("rank %d: %s", w.rank, strings.TrimSpace(out))
+		case <-time.After(40 * time.Second):
+			t.Fatalf("rank %d did not time out", w.rank)
 		}
 	}
 }

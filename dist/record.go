@@ -25,15 +25,16 @@ const ErrorFileEnv = launch.ErrorFileEnv
 //	}
 //
 // It writes a small JSON file (rank, message, kind, the peer the error
-// blames, a timestamp; torchelastic reads it too) where GODIST_ERROR_FILE
+// blames, the time to the nanosecond, by which the launcher orders the
+// failures of a host; torchelastic reads it too) where GODIST_ERROR_FILE
 // (or TORCHELASTIC_ERROR_FILE) says, atomically, replacing an earlier
 // record. The kind comes from dist's typed errors, found with errors.As:
 // *RankError is "peer_lost" and blames the rank that is gone;
 // *AbortError is "aborted" and blames the rank that failed the group;
 // *TimeoutError is "timeout" and blames the rank it waited on, when there
-// was one; *DesyncError is "desync", naming the other rank but blaming
-// neither; anything else
-// is "other". It does nothing, and returns nil, when err is nil or no
+// was one (or the rank its wait chain ends at: one that stopped, or the
+// store's host when the store did not answer); *DesyncError is "desync",
+// naming the other rank but blaming neither; anything else is "other". It does nothing, and returns nil, when err is nil or no
 // launcher asked for a file; otherwise it returns the writing's error.
 func RecordError(err error) error {
 	if err == nil {

@@ -183,7 +183,7 @@ func Spawn(n int, fn func(rank int) error) error {
 				continue
 			}
 			failures = append(failures, &SpawnError{Rank: e.ID, PID: e.PID, ExitCode: e.Code, Signal: e.Signal, Err: e.Err, Stderr: tails[e.ID].String()})
-			f := launch.Failed{Rank: e.ID, Signaled: e.Signal != 0}
+			f := launch.Failed{Rank: e.ID, Signaled: e.Signal != 0, Exited: e.Time}
 			if path := errorFile(e.ID); path != "" {
 				f.Record, _ = launch.ReadRecord(path) // none, or unreadable: decided by exit status
 			}

@@ -18,9 +18,10 @@ import (
 // when, and the peer it waits on, or that it is idle and since when.
 // godist top reads them. A rank publishes every StatusInterval while its
 // status changes or a call has been in flight that long, and every
-// StatusHeartbeat otherwise; so a record older than two heartbeats
-// belongs to a rank that stopped (SIGSTOP, a hang outside Go, a lost
-// host), and the ranks that wait on it say so in their records.
+// StatusHeartbeat otherwise; so a record of a call in flight older than
+// two intervals and a second, or any other record older than two
+// heartbeats, belongs to a rank that stopped (SIGSTOP, a hang outside Go,
+// a lost host), and the ranks that wait on it say so in their records.
 
 // DefaultStatusInterval is Options.StatusInterval's default.
 const DefaultStatusInterval = 500 * time.Millisecond
@@ -69,23 +70,43 @@ type RankStatus struct {
 	InFlight  int    `json:"in_flight"` // calls in flight, all groups
 	Calls     uint64 `json:"calls"`     // calls begun so far, all groups
 	Error     string `json:"error,omitempty"`
-	// Updated is when the record was published, by the rank's clock, and
-	// HeartbeatMS the longest it goes without publishing while it runs.
+	// Updated is when the record was published, by the rank's clock;
+	// HeartbeatMS the longest it goes without publishing while it runs,
+	// and IntervalMS how often it publishes while a call is in flight (0
+	// in an older record: DefaultStatusInterval).
 	Updated     time.Time `json:"updated"`
 	HeartbeatMS int64     `json:"heartbeat_ms"`
+	IntervalMS  int64     `json:"interval_ms,omitempty"`
 }
 
-// Stale reports whether the record, read at now, is older than two
-// heartbeats: its rank stopped publishing while it should not have.
+// Stale reports whether the record, read at now, is older than its rank
+// would have let it grow, had it run: two intervals and a second for a
+// call in flight (running or waiting: it publishes every interval then),
+// two heartbeats otherwise (StaleAfter). Its rank stopped publishing
+// while it should not have, and what the record says of the rank's call
+// and of the peer it waits on is no longer so: a stopped rank's record
+// says that it waits on a peer that is itself waiting, which is no cycle.
 func (s *RankStatus) Stale(now time.Time) bool {
 	if s.State == StatusExited {
 		return false
 	}
+	return now.Sub(s.Updated) > s.StaleAfter()
+}
+
+// StaleAfter is the age past which the record is stale (see Stale).
+func (s *RankStatus) StaleAfter() time.Duration {
 	hb := time.Duration(s.HeartbeatMS) * time.Millisecond
 	if hb <= 0 {
 		hb = StatusHeartbeat
 	}
-	return now.Sub(s.Updated) > 2*hb
+	if s.State != StatusRunning && s.State != StatusWaiting {
+		return 2 * hb
+	}
+	every := time.Duration(s.IntervalMS) * time.Millisecond
+	if every <= 0 {
+		every = DefaultStatusInterval
+	}
+	return min(2*hb, 2*every+time.Second)
 }
 
 // Encode returns s as it is stored.
@@ -134,6 +155,8 @@ func DecodeRankStatus(b []byte) (RankStatus, error) {
 		return bad("in_flight", s.InFlight)
 	case s.HeartbeatMS < 0 || s.HeartbeatMS > int64(time.Hour/time.Millisecond):
 		return bad("heartbeat_ms", s.HeartbeatMS)
+	case s.IntervalMS < 0 || s.IntervalMS > int64(time.Hour/time.Millisecond):
+		return bad("interval_ms", s.IntervalMS)
 	}
 	switch s.State {
 	case StatusIdle, StatusRunning, StatusWaiting, StatusFailed, StatusExited:
@@ -168,7 +191,8 @@ func truncate(s string, n int) string {
 // when it joined the job.
 func (w *world) status(started time.Time) RankStatus {
 	st := RankStatus{Rank: w.rank, WorldSize: w.size, Host: truncate(w.host, maxStatusStr), PID: os.Getpid(),
-		State: StatusIdle, WaitingOn: -1, Since: started, HeartbeatMS: int64(StatusHeartbeat / time.Millisecond)}
+		State: StatusIdle, WaitingOn: -1, Since: started, HeartbeatMS: int64(StatusHeartbeat / time.Millisecond),
+		IntervalMS: w.statusEvery.Milliseconds()}
 	var (
 		oldest   *callRec
 		oldestID callID
@@ -234,6 +258,7 @@ func (w *world) startStatus(every time.Duration) {
 	if w.store == nil {
 		return
 	}
+	w.statusEvery = every
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	started := time.Now()
@@ -271,6 +296,7 @@ func (w *world) publishStatus(ctx context.Context, every time.Duration, started 
 			sctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
 			if err := w.store.Set(sctx, key, st.Encode()); err == nil {
 				lastPub = now
+				w.statusOK.Store(time.Now().UnixNano())
 			}
 			cancel()
 		}

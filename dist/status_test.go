@@ -13,7 +13,7 @@ import (
 func TestRankStatusRoundTrip(t *testing.T) {
 	now := time.Unix(1700000000, 123456789).UTC()
 	s := RankStatus{Rank: 2, WorldSize: 3, Host: "10.0.0.2", PID: 42, State: StatusWaiting, Group: 0, Op: "all_reduce",
-		Seq: 1043, Bytes: 8, Since: now.Add(-5 * time.Second), WaitingOn: 1, InFlight: 1, Calls: 1043, Updated: now, HeartbeatMS: 2000}
+		Seq: 1043, Bytes: 8, Since: now.Add(-5 * time.Second), WaitingOn: 1, InFlight: 1, Calls: 1043, Updated: now, HeartbeatMS: 2000, IntervalMS: 500}
 	b := s.Encode()
 	if len(b) > MaxStatusLen {
 		t.Fatalf("%d bytes", len(b))
@@ -22,11 +22,24 @@ func TestRankStatusRoundTrip(t *testing.T) {
 	if err != nil || got != s {
 		t.Fatalf("round trip: %+v, %v\nwant %+v", got, err, s)
 	}
+	// Waiting, it publishes every interval (500 ms by default): stale
+	// after two and a second.
+	if got.Stale(now.Add(2 * time.Second)) {
+		t.Errorf("waiting: stale after 2s with a 500ms interval")
+	}
+	if !got.Stale(now.Add(2*time.Second + time.Millisecond)) {
+		t.Errorf("waiting: not stale after two intervals and a second")
+	}
+	got.IntervalMS = 5000 // but never beyond two heartbeats
+	if got.Stale(now.Add(4*time.Second)) || !got.Stale(now.Add(4*time.Second+time.Millisecond)) {
+		t.Errorf("waiting, with a 5s interval: not stale after two heartbeats")
+	}
+	got.State = StatusIdle
 	if got.Stale(now.Add(4 * time.Second)) {
-		t.Errorf("stale after 4s with a 2s heartbeat")
+		t.Errorf("idle: stale after 4s with a 2s heartbeat")
 	}
 	if !got.Stale(now.Add(4*time.Second + time.Millisecond)) {
-		t.Errorf("not stale after two heartbeats")
+		t.Errorf("idle: not stale after two heartbeats")
 	}
 	got.State = StatusExited
 	if got.Stale(now.Add(time.Hour)) {
@@ -52,6 +65,7 @@ func TestDecodeRankStatusBounds(t *testing.T) {
 		{"long host", strings.Replace(ok, `"host":"h"`, `"host":"`+strings.Repeat("h", 300)+`"`, 1)},
 		{"negative bytes", strings.Replace(ok, `"pid":1`, `"pid":1,"bytes":-5`, 1)},
 		{"bad heartbeat", strings.Replace(ok, `"heartbeat_ms":2000`, `"heartbeat_ms":-1`, 1)},
+		{"bad interval", strings.Replace(ok, `"heartbeat_ms":2000`, `"heartbeat_ms":2000,"interval_ms":-1`, 1)},
 		{"trailing data", ok + `{}`},
 		{"not json", `rank=1`},
 		{"wrong type", strings.Replace(ok, `"pid":1`, `"pid":"1"`, 1)},

@@ -32,6 +32,14 @@ func TestWaitChain(t *testing.T) {
 		{"no records", nil, 5, []int{5}, ""},
 		{"through a rank that timed out and left", []dist.RankStatus{rec(2, dist.StatusWaiting, 0, fresh), rec(0, dist.StatusExited, 1, fresh), rec(1, dist.StatusWaiting, 2, old)}, 2, []int{2, 0, 1}, "rank 1 (h, pid 101) has not reported"},
 		{"left without a timeout", []dist.RankStatus{rec(0, dist.StatusExited, -1, fresh)}, 0, []int{0}, "rank 0 left the job"},
+		// Issue 27, item 5: rank 0 stopped 3 s ago, waiting on rank 1; its
+		// record, younger than two heartbeats, was read as a cycle
+		// ("ranks 1, 2, 0 wait on each other"). A rank whose call is in
+		// flight publishes every interval: the record is stale.
+		{"a stopped rank's record is no cycle", []dist.RankStatus{rec(1, dist.StatusWaiting, 2, fresh), rec(2, dist.StatusWaiting, 0, fresh),
+			rec(0, dist.StatusWaiting, 1, now.Add(-3*time.Second))}, 1, []int{1, 2, 0}, "rank 0 (h, pid 100) has not reported for 3s"},
+		{"nor running", []dist.RankStatus{rec(3, dist.StatusRunning, -1, now.Add(-3*time.Second))}, 3, []int{3}, "rank 3 (h, pid 103) has not reported for 3s"},
+		{"idle that long is no news", []dist.RankStatus{rec(3, dist.StatusIdle, -1, now.Add(-3*time.Second))}, 3, []int{3}, "rank 3 is idle"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			byRank := map[int]dist.RankStatus{}

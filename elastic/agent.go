@@ -102,6 +102,11 @@ type worker struct {
 	files           []*os.File
 	errorFile       string // where it records its failure; "" for nowhere
 	exited          bool   // its exit was seen; owned by attempt's loop
+	// stoppedAt is when the agent first signalled it, still running, to
+	// stop the group; frozen, that its process was stopped (SIGSTOP)
+	// then. Owned by attempt's loop.
+	stoppedAt time.Time
+	frozen    bool
 }
 
 // outcome of one attempt.
@@ -161,7 +166,7 @@ func (a *Agent) Run(ctx context.Context) Result {
 		case interrupted:
 			code := 128 + int(res.sig)
 			for _, f := range res.failures {
-				if s := f.Status(); s != 0 {
+				if s := f.Status(); s != 0 && !f.Sent {
 					code = s
 					break
 				}
@@ -178,7 +183,8 @@ func (a *Agent) Run(ctx context.Context) Result {
 				sp.Logf("%v; restarting the worker group (restart %d of %d)", first, restarts, sp.MaxRestarts)
 				continue
 			}
-			rep := &Report{Program: sp.Program, Restarts: restarts, MaxRestarts: sp.MaxRestarts, Failures: res.failures}
+			rep := &Report{Program: sp.Program, Restarts: restarts, MaxRestarts: sp.MaxRestarts, Failures: res.failures,
+				Rank0Store: sp.InitMethod == nil}
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			a.Rendezvous.Fail(fctx, fmt.Sprintf("on node %s: %v (after %d restarts)", sp.Host, first, restarts))
 			cancel()
@@ -344,10 +350,18 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 	sent := map[syscall.Signal]bool{} // signals the agent sent the group
 	kill := func(sig syscall.Signal) {
 		sent[sig] = true
+		now := time.Now()
 		for _, w := range workers {
-			if !w.exited {
-				w.proc.Signal(sig) // an error means it has exited
+			if w.exited {
+				continue
 			}
+			if w.stoppedAt.IsZero() {
+				// What the launcher does from now on causes what the
+				// worker does next, unless it had failed before; and a
+				// worker found stopped had stopped responding on its own.
+				w.stoppedAt, w.frozen = now, w.proc.Frozen()
+			}
+			w.proc.Signal(sig) // an error means it has exited
 		}
 	}
 	var grace <-chan time.Time
@@ -387,14 +401,16 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 				continue
 			}
 			f := a.failure(sp, rd, w, e)
+			f.Sent = f.Signal != 0 && sent[f.Signal]
 			switch {
 			case !stopping:
 				res.outcome = failed
 				res.failures = append(res.failures, f)
 				stop(syscall.SIGTERM)
-			case f.Signal != 0 && sent[f.Signal]:
-				// Stopped by the agent.
 			case res.outcome == failed || res.outcome == interrupted:
+				// Those the agent stopped too: a survivor's report of one
+				// of them is a consequence, not a cause, and one found
+				// stopped (SIGSTOP) may be the cause.
 				res.failures = append(res.failures, f)
 			}
 		case <-tick.C:
@@ -525,7 +541,8 @@ func (a *Agent) errorDir(sp *Spec) string {
 // left, if any.
 func (a *Agent) failure(sp *Spec, rd Round, w *worker, e launch.Exit) Failure {
 	f := Failure{Rank: w.rank, LocalRank: w.localRank, NodeRank: rd.NodeRank, Role: sp.Role, Host: sp.Host,
-		PID: e.PID, ExitCode: e.Code, Signal: e.Signal, Time: e.Time, Stderr: w.tail.get()}
+		PID: e.PID, ExitCode: e.Code, Signal: e.Signal, Time: e.Time, Exited: e.Time, Stderr: w.tail.get(),
+		StoppedAt: w.stoppedAt, Frozen: w.frozen}
 	if f.ExitCode == 0 && f.Signal == 0 { // Wait failed for another reason (pipes)
 		f.ExitCode = 1
 		f.Stderr = append(f.Stderr, "godist run: "+e.Err.Error())

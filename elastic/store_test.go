@@ -285,7 +285,8 @@ func TestRootCauseFirst(t *testing.T) {
 // (it lost it); rank 1 fails 300 ms later with an error of its own. The
 // file makes rank 1 the root cause, and the launcher's exit status its
 // 3, though rank 0 was reaped first; without a file, rank 0 would be.
-// Each worker gets its own file, under both variable names.
+// Rank 1's failure happened no later than rank 0's report of it. Each
+// worker gets its own file, under both variable names.
 func TestAgentErrorFile(t *testing.T) {
 	var out, errb lockedWriter
 	out.w, errb.w = &bytes.Buffer{}, &bytes.Buffer{}
@@ -312,7 +313,7 @@ exit 3`
 	}
 	root, other := res.Report.Failures[0], res.Report.Failures[1]
 	if root.Rank != 1 || root.Recorded == nil || root.Recorded.Message != "bad batch\nat step 3" ||
-		other.Rank != 0 || other.Recorded == nil || other.Recorded.Blames() != 1 || !other.Time.Before(root.Time) {
+		other.Rank != 0 || other.Recorded == nil || other.Recorded.Blames() != 1 || !other.Time.Equal(root.Time) {
 		t.Fatalf("failures %+v", res.Report.Failures)
 	}
 	rep := res.Report.String()

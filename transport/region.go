@@ -13,7 +13,9 @@ import (
 // A region is a file in /dev/shm (mode 0600, random name) that the peers
 // map read-write; its name travels among a group's members (dist's
 // NewSharedTensor), and the file is unlinked as soon as they have mapped
-// it. dist's shared-memory all-reduce reads the members' inputs straight
+// it. A rank killed before that leaves its file to its launcher, which
+// removes the files of the workers it started once they end (the name
+// carries the creator's pid and process group, see shmfile). dist's shared-memory all-reduce reads the members' inputs straight
 // out of each other's regions and writes its results into them.
 //
 // (A send whose payload lay in a region once went by reference too, the

@@ -2,8 +2,6 @@ package transport
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/godist/godist/internal/futex"
+	"github.com/godist/godist/internal/shmfile"
 
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport/internal/shmring"
@@ -36,7 +35,9 @@ import (
 // (authenticated) store, and unlinked as soon as the receiver has mapped
 // it: nothing is left behind, and only the job's processes hold it. When
 // a rank dies before its segment is unlinked, the survivors remove it
-// (the name carries the creator's published key, see setupShm).
+// (the name carries the creator's published key, see setupShm); when the
+// survivors die too (a launcher stops them), the launcher does (the name
+// carries the creator's pid and process group, see shmfile).
 const (
 	shmSlots     = 4
 	shmSlotSize  = 4 << 20
@@ -383,27 +384,14 @@ func createSeg(tag string, from, to int) (*os.File, error) {
 }
 
 // shmPrefix is how the names of this process's files in /dev/shm begin:
-// "godist-" and the process id, so that a file left by a process that was
-// killed before it could unlink it names its owner.
-func shmPrefix() string { return "godist-" + strconv.Itoa(os.Getpid()) + "-" }
+// "godist-", the process id and its process group's (shmfile.Prefix), so
+// that a file left by a process that was killed before it could unlink it
+// names its owner, and the launcher that started it removes it.
+func shmPrefix() string { return shmfile.Prefix() }
 
 // createFile creates a file of size bytes in /dev/shm, mode 0600, under a
 // name of shmPrefix, a random part and tag.
-func createFile(tag string, size int64) (*os.File, error) {
-	var b [8]byte
-	rand.Read(b[:])
-	name := filepath.Join("/dev/shm", shmPrefix()+hex.EncodeToString(b[:])+"-"+tag)
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		os.Remove(name)
-		return nil, err
-	}
-	return f, nil
-}
+func createFile(tag string, size int64) (*os.File, error) { return shmfile.Create(tag, size) }
 
 // copyParts copies the parts into a slot (dst) back to back, in blocks
 // under 1 MiB: the runtime's copy switches to non-temporal stores at 1

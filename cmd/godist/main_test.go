@@ -14,8 +14,20 @@ import (
 
 // TestMain lets the test binary act as godist: the end-to-end test runs it
 // with GODIST_TEST_AS_MAIN=1, and godist bench re-executes it (the
-// environment is inherited) for each rank.
+// environment is inherited) for each rank; and as a worker of a godist
+// run, with GODIST_TEST_AS_WORKER set.
 func TestMain(m *testing.M) {
+	// A worker of a godist run above (the launcher, this binary too, has
+	// the variable, and arguments).
+	switch w := os.Getenv(workerEnv); {
+	case w == "" || len(os.Args) > 1:
+	case w == "hold-shm":
+		os.Exit(holdShmWorker())
+	case w == "stop-rank0":
+		os.Exit(stopRank0Worker())
+	default:
+		os.Exit(2)
+	}
 	if os.Getenv("GODIST_TEST_AS_MAIN") == "1" {
 		os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 	}

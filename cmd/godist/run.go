@@ -62,9 +62,11 @@ OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1, GOMAXPROCS=CPUs/workers, and
 GOGC=200 with GOMEMLIMIT=half the node's memory/workers, unless set. When a worker fails,
 the group is stopped and restarted (up to --max-restarts) after a new
 rendezvous; when the job fails for good, a root-cause report names the
-first failure that its error file does not show to be a consequence of
-another (a lost peer): its rank, host, pid, exit code or signal, what it
-recorded, and its last lines of stderr. SIGINT and SIGTERM are forwarded to the workers.
+first failure (by the times in the error files, not the order in which
+the launcher reaped the workers) that its error file does not show to be
+a consequence of another (a lost peer, or one the launcher stopped), or a
+worker the launcher found stopped (SIGSTOP): its rank, host, pid, exit
+code or signal, what it recorded, and its last lines of stderr. SIGINT and SIGTERM are forwarded to the workers.
 Workers also get GODIST_FLIGHT_SIGNAL=1 unless it is set: a worker's
 dist.Init then writes its flight record (its last calls) beside its error
 file on SIGUSR1. godist top --store <the workers' master, as logged>

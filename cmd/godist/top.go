@@ -38,7 +38,8 @@ func topRun(args []string, getenv func(string) string, stdout, stderr io.Writer)
 Shows, for every rank of a running job, the call it is in (operation,
 sequence number, size), for how long, and which peer it waits on, from
 the status records the ranks publish to the job's store. A rank whose
-record is older than two heartbeats is STALE: stopped (SIGSTOP, a
+record is older than it lets one grow (two heartbeats; two intervals and
+a second while a call is in flight) is STALE: stopped (SIGSTOP, a
 debugger), hung outside Go, or on a host that is gone; the summary names
 it and the ranks that wait on it, directly or through others.
 

@@ -5,7 +5,7 @@
 // worker and describing how it ended ([Start], [Exit]); free ports and
 // tokens; and the error file through which a failed worker tells its
 // launcher why it failed ([Record], [WriteRecord], [ReadRecord],
-// [RootCause]).
+// [RootCause], [Order]).
 //
 // A launcher does, in short:
 //

@@ -48,10 +48,15 @@ const (
 // Record is the error file's content, one JSON object:
 //
 //	{"version":1,"rank":0,"pid":4242,"kind":"peer_lost","peer":1,
-//	 "message":"dist: all_reduce failed: rank 1 is gone: ...","timestamp":1767225600}
+//	 "message":"dist: all_reduce failed: rank 1 is gone: ...","timestamp":1767225600,
+//	 "time_ns":1767225600123456789}
 //
 // message and timestamp (Unix seconds) are torchelastic's, so that
-// torchrun reads a godist worker's file too. ReadRecord also reads
+// torchrun reads a godist worker's file too. time_ns is the same moment
+// to the nanosecond, by the worker's clock: the launcher orders the
+// failures of one host by it ([RootCause]), where seconds would not tell
+// apart failures milliseconds apart, and the order in which it reaps the
+// workers is not the order in which they failed. ReadRecord also reads
 // torchelastic's own form, {"message": {"message": ..., "extraInfo":
 // {"timestamp": "..."}}}, as kind other.
 type Record struct {
@@ -62,6 +67,19 @@ type Record struct {
 	Peer    int    `json:"peer"` // the global rank it blames; -1 none
 	Message string `json:"message"`
 	Time    int64  `json:"timestamp"` // Unix seconds
+	// TimeNS is when the worker saw its failure, in Unix nanoseconds; 0
+	// in a file that does not say (torchelastic's, an older godist's).
+	TimeNS int64 `json:"time_ns,omitempty"`
+}
+
+// When returns when the worker saw its failure, to the nanosecond, or the
+// zero time when its file does not say (Time alone, in seconds, is too
+// coarse to order failures by).
+func (r *Record) When() time.Time {
+	if r == nil || r.TimeNS <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, r.TimeNS)
 }
 
 // RecordVersion is the Version WriteRecord writes.
@@ -91,11 +109,15 @@ func (r *Record) Blames() int {
 // WriteRecord writes r to path atomically (a temporary file beside it,
 // renamed over it), so that the launcher never reads half of one; a
 // second record replaces the first. The directory must exist. It sets
-// Version, fills Time when zero and cuts Message to MaxMessage.
+// Version, fills TimeNS (with the time now) and Time (with TimeNS's
+// second) when zero, and cuts Message to MaxMessage.
 func WriteRecord(path string, r Record) error {
 	r.Version = RecordVersion
+	if r.TimeNS == 0 {
+		r.TimeNS = time.Now().UnixNano()
+	}
 	if r.Time == 0 {
-		r.Time = time.Now().Unix()
+		r.Time = r.TimeNS / int64(time.Second)
 	}
 	r.Message = cut(r.Message, MaxMessage)
 	b, err := json.Marshal(r)
@@ -156,6 +178,7 @@ func ParseRecord(b []byte) (*Record, error) {
 		Peer    *int            `json:"peer"`
 		Message json.RawMessage `json:"message"`
 		Time    json.Number     `json:"timestamp"`
+		TimeNS  json.Number     `json:"time_ns"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("error file: %w", err)
@@ -173,6 +196,9 @@ func ParseRecord(b []byte) (*Record, error) {
 		r.Kind = Other
 	}
 	r.Time, _ = raw.Time.Int64()
+	if ns, err := raw.TimeNS.Int64(); err == nil && ns > 0 {
+		r.TimeNS = ns
+	}
 	msg := bytes.TrimSpace(raw.Message)
 	switch {
 	case len(msg) == 0 || bytes.Equal(msg, []byte("null")):
@@ -212,35 +238,4 @@ func cut(s string, n int) string {
 		i--
 	}
 	return s[:i] + mark
-}
-
-// Failed is what RootCause needs to know of a worker that failed.
-type Failed struct {
-	Rank     int     // global rank
-	Signaled bool    // a signal killed it (one the launcher did not send)
-	Record   *Record // its error file; nil when it left none (or one that could not be read)
-}
-
-// RootCause returns the index in fs, the failures in the order they
-// happened, of the likely root cause: the first that is not a
-// consequence of another's, or 0 when all are. A failure is a
-// consequence when its worker recorded that it lost, or was failed by,
-// or timed out waiting on a peer (Record.Blames) that is among fs too,
-// and no signal killed it. With no error files, that is the first
-// failure: the exit status alone cannot tell a cause from a consequence,
-// and workers' stderr is not parsed for it. It returns -1 for no failure.
-func RootCause(fs []Failed) int {
-	if len(fs) == 0 {
-		return -1
-	}
-	failed := make(map[int]bool, len(fs))
-	for _, f := range fs {
-		failed[f.Rank] = true
-	}
-	for i, f := range fs {
-		if p := f.Record.Blames(); f.Signaled || p < 0 || !failed[p] {
-			return i
-		}
-	}
-	return 0
 }

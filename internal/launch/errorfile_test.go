@@ -8,12 +8,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "error.json")
-	in := Record{Rank: 2, PID: 77, Kind: PeerLost, Peer: 1, Message: "dist: all_reduce failed: rank 1 is gone", Time: 1767225600}
+	in := Record{Rank: 2, PID: 77, Kind: PeerLost, Peer: 1, Message: "dist: all_reduce failed: rank 1 is gone", Time: 1767225600, TimeNS: 1767225600123456789}
 	if err := WriteRecord(path, in); err != nil {
 		t.Fatal(err)
 	}
@@ -26,8 +27,11 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := WriteRecord(path, Record{Rank: 2, Kind: Other, Peer: -1, Message: strings.Repeat("é", MaxMessage)}); err != nil {
 		t.Fatal(err)
 	}
+	before := time.Now()
 	got, err = ReadRecord(path)
-	if err != nil || got.Kind != Other || got.Time == 0 || len(got.Message) > MaxMessage || !utf8.ValidString(got.Message) ||
+	// The time of the failure to the nanosecond, and the same second.
+	if err != nil || got.Kind != Other || got.TimeNS == 0 || got.Time != got.TimeNS/int64(time.Second) ||
+		got.When().Sub(before) > time.Minute || before.Sub(got.When()) > time.Minute || len(got.Message) > MaxMessage || !utf8.ValidString(got.Message) ||
 		!strings.HasSuffix(got.Message, " [...]") {
 		t.Fatalf("second record: %+v, %v", got, err)
 	}
@@ -48,8 +52,11 @@ func TestParseRecord(t *testing.T) {
 		in   string
 		want *Record // nil: an error
 	}{
-		{"ours", `{"version":1,"rank":0,"pid":9,"kind":"timeout","peer":3,"message":"m","timestamp":5}`,
-			&Record{Version: 1, Rank: 0, PID: 9, Kind: Timeout, Peer: 3, Message: "m", Time: 5}},
+		{"ours", `{"version":1,"rank":0,"pid":9,"kind":"timeout","peer":3,"message":"m","timestamp":5,"time_ns":5000000007}`,
+			&Record{Version: 1, Rank: 0, PID: 9, Kind: Timeout, Peer: 3, Message: "m", Time: 5, TimeNS: 5000000007}},
+		{"an older one's, without time_ns", `{"version":1,"rank":0,"kind":"timeout","peer":3,"message":"m","timestamp":5}`,
+			&Record{Version: 1, Rank: 0, Kind: Timeout, Peer: 3, Message: "m", Time: 5}},
+		{"a negative time_ns", `{"kind":"other","time_ns":-3}`, &Record{Rank: -1, Kind: Other, Peer: -1}},
 		{"a later version's kind", `{"version":7,"rank":1,"kind":"cosmic_ray","peer":0,"message":"m","extra":[1,2]}`,
 			&Record{Version: 7, Rank: 1, Kind: Other, Peer: 0, Message: "m"}},
 		{"missing fields", `{}`, &Record{Rank: -1, Kind: Other, Peer: -1}},
@@ -65,6 +72,7 @@ func TestParseRecord(t *testing.T) {
 		{"wrong types", `{"rank":"one"}`, nil},
 		{"message a number", `{"message":42}`, nil},
 		{"timestamp a word", `{"timestamp":"yesterday"}`, nil},
+		{"time_ns a word", `{"time_ns":"soon"}`, nil},
 	}
 	for _, c := range cases {
 		got, err := ParseRecord([]byte(c.in))
@@ -98,32 +106,6 @@ func TestReadRecordBounded(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err == nil {
 		if _, err := ReadRecord(fifo); err == nil {
 			t.Errorf("a FIFO was read as a record")
-		}
-	}
-}
-
-func TestRootCause(t *testing.T) {
-	lost := func(peer int) *Record { return &Record{Kind: PeerLost, Peer: peer} }
-	cases := []struct {
-		name string
-		fs   []Failed
-		want int
-	}{
-		{"none", nil, -1},
-		{"one", []Failed{{Rank: 3}}, 0},
-		{"no files: the first", []Failed{{Rank: 0}, {Rank: 1}}, 0},
-		{"lost a peer that failed too", []Failed{{Rank: 0, Record: lost(1)}, {Rank: 1}}, 1},
-		{"lost a peer that did not fail (here)", []Failed{{Rank: 0, Record: lost(5)}, {Rank: 1}}, 0},
-		{"signaled", []Failed{{Rank: 0, Record: lost(1)}, {Rank: 2, Record: lost(0), Signaled: true}, {Rank: 1}}, 1},
-		{"a chain", []Failed{{Rank: 2, Record: lost(1)}, {Rank: 1, Record: &Record{Kind: Aborted, Peer: 0}},
-			{Rank: 0, Record: &Record{Kind: Other, Peer: -1, Message: "bad batch"}}}, 2},
-		{"timeout on a failed peer", []Failed{{Rank: 0, Record: &Record{Kind: Timeout, Peer: 1}}, {Rank: 1}}, 1},
-		{"a desync blames nobody", []Failed{{Rank: 0, Record: &Record{Kind: Desync, Peer: 1}}, {Rank: 1, Record: &Record{Kind: Desync, Peer: 0}}}, 0},
-		{"each lost the other", []Failed{{Rank: 1, Record: lost(0)}, {Rank: 0, Record: lost(1)}}, 0},
-	}
-	for _, c := range cases {
-		if got := RootCause(c.fs); got != c.want {
-			t.Errorf("%s: RootCause = %d, want %d", c.name, got, c.want)
 		}
 	}
 }

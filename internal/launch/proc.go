@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/shmfile"
 )
 
 // Command is how to start one worker.
@@ -45,7 +47,9 @@ type Proc struct {
 // (Linux's parent-death signal; and with OwnGroup, the watchdog, which
 // stops the processes the worker started too), and reports its end on
 // exits, with id: exits must have room for it, or a reader, as every
-// Start sends one Exit exactly once.
+// Start sends one Exit exactly once. Before it does, it removes the files
+// that the worker (and with OwnGroup, its group) left in /dev/shm
+// (removeShm).
 func Start(id int, c Command, exits chan<- Exit) (*Proc, error) {
 	cmd := exec.Command(c.Path, c.Args...)
 	cmd.Env = c.Env
@@ -78,9 +82,22 @@ func Start(id int, c Command, exits chan<- Exit) (*Proc, error) {
 	}
 	go func() {
 		err := cmd.Wait()
-		exits <- describe(id, cmd, err, time.Now())
+		at := time.Now()
+		removeShm(cmd.Process.Pid, p.ownGroup)
+		exits <- describe(id, cmd, err, at)
 	}()
 	return p, nil
+}
+
+// removeShm removes the files in /dev/shm that worker pid, which has
+// exited, left there (shmfile): a godist worker unlinks its shared memory
+// as soon as its peers have mapped it, but one killed in between (SIGKILL,
+// or the launcher's SIGTERM, which a Go program does not catch) cannot.
+// With ownGroup, those of its process group too, once nothing of the
+// group is left; the watchdog removes them when something was (see
+// runWatchdog).
+func removeShm(pid int, ownGroup bool) {
+	shmfile.Remove(pid, ownGroup && !groupAlive(pid))
 }
 
 // PID is the worker's process id.
@@ -94,6 +111,11 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	}
 	return p.cmd.Process.Signal(sig)
 }
+
+// Frozen reports whether the worker's process is stopped (SIGSTOP, a
+// debugger): it neither runs nor acts on any signal but SIGKILL and
+// SIGCONT. Only Linux tells; elsewhere it is false.
+func (p *Proc) Frozen() bool { return frozen(p.cmd.Process.Pid) }
 
 // Kill sends SIGKILL (see Signal).
 func (p *Proc) Kill() error { return p.Signal(syscall.SIGKILL) }

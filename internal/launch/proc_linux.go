@@ -1,6 +1,11 @@
 package launch
 
-import "syscall"
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+)
 
 const groupsSupported = true
 
@@ -26,4 +31,16 @@ func SignalName(s syscall.Signal) string {
 		return n
 	}
 	return s.String()
+}
+
+// frozen reports whether process pid is stopped (SIGSTOP, SIGTSTP, a
+// debugger's stop): state T or t in /proc/PID/stat.
+func frozen(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) STATE ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
 }

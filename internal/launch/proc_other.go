@@ -17,6 +17,9 @@ func procAttr(bool) *syscall.SysProcAttr { return nil }
 // gated: no gate (nor watchdog) elsewhere.
 func gated(*exec.Cmd) (*gate, error) { return nil, nil }
 
+// groupAlive: no process groups elsewhere.
+func groupAlive(int) bool { return false }
+
 // watchGroup: no watchdog elsewhere.
 func watchGroup(int, time.Duration) {}
 
@@ -34,6 +37,9 @@ func signalGroup(pid int, sig syscall.Signal) error {
 	}
 	return p.Signal(sig)
 }
+
+// frozen: a stopped process cannot be told elsewhere.
+func frozen(int) bool { return false }
 
 // SignalName returns a signal's name.
 func SignalName(s syscall.Signal) string { return s.String() }

@@ -20,7 +20,9 @@ import (
 // holds. When that pipe ends (the launcher has exited, however it died),
 // the watchdog sends SIGTERM to every group it guards that still has a
 // process, then SIGKILL to those still there after their grace period,
-// and exits.
+// and exits. A group it forgets, having no process left, leaves no file
+// in /dev/shm (shmfile): its processes may have been killed before they
+// could unlink theirs.
 //
 // The pipe carries one line per group, "+PGID GRACE_MS\n", written when
 // the worker has started and before it runs its program (see gate) (watchLine, parseWatchLine). The watchdog forgets a
@@ -115,13 +117,18 @@ func (g *guard) add(pg int, grace time.Duration) {
 	g.groups[pg] = &guarded{grace: grace}
 }
 
-// prune forgets the groups that have no process left.
-func (g *guard) prune(alive func(pg int) bool) {
+// prune forgets the groups that have no process left, and returns them
+// (sorted): their files in /dev/shm can go.
+func (g *guard) prune(alive func(pg int) bool) []int {
+	var gone []int
 	for pg := range g.groups {
 		if !alive(pg) {
 			delete(g.groups, pg)
+			gone = append(gone, pg)
 		}
 	}
+	slices.Sort(gone)
+	return gone
 }
 
 // orphan is the launcher's end: it returns the groups to send SIGTERM,

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/shmfile"
 )
 
 // The watchdog process is this very binary, started as /proc/self/exe
@@ -118,15 +120,15 @@ func runWatchdog(r io.Reader) int {
 				g.add(pg, grace)
 			}
 		case <-tick.C:
-			g.prune(groupAlive)
+			removeGroupsShm(g.prune(groupAlive))
 		}
 	}
-	g.prune(groupAlive)
+	removeGroupsShm(g.prune(groupAlive))
 	for _, pg := range g.orphan(time.Now()) {
 		syscall.Kill(-pg, syscall.SIGTERM)
 	}
 	for {
-		g.prune(groupAlive)
+		removeGroupsShm(g.prune(groupAlive))
 		for _, pg := range g.due(time.Now()) {
 			syscall.Kill(-pg, syscall.SIGKILL)
 		}
@@ -138,6 +140,14 @@ func runWatchdog(r io.Reader) int {
 			d = w
 		}
 		time.Sleep(d)
+	}
+}
+
+// removeGroupsShm removes the files in /dev/shm of the processes of these
+// groups, which have none left.
+func removeGroupsShm(pgs []int) {
+	for _, pg := range pgs {
+		shmfile.Remove(pg, true)
 	}
 }
 

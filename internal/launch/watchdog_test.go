@@ -76,7 +76,9 @@ func TestGuard(t *testing.T) {
 	// 40 ends while the launcher lives: it is forgotten (its number may
 	// be reused).
 	delete(alive, 40)
-	g.prune(isAlive)
+	if gone := g.prune(isAlive); !slices.Equal(gone, []int{40}) {
+		t.Fatalf("pruned %v, want [40]", gone)
+	}
 	if got := g.orphan(t0); !slices.Equal(got, []int{10, 20, 30}) {
 		t.Fatalf("SIGTERM to %v, want [10 20 30]", got)
 	}

@@ -24,7 +24,11 @@ var errBigEndian = errors.New("checkpoint: big-endian hosts are not supported")
 // tensors are written sorted by name, each as its contiguous bytes (a
 // non-contiguous tensor is copied once; a contiguous one is written
 // straight from its storage). metadata may be nil; it is stored as the
-// header's "__metadata__" object. Save only reads the maps and tensors.
+// header's "__metadata__" object, together with a CRC-32C checksum of each
+// tensor's data ("godist.crc32c.NAME") and one of the rest of the header
+// ("godist.crc32c"), which Load checks. Those keys are Save's own: any in
+// metadata (a copy of an older file's) are replaced. Save only reads the
+// maps and tensors.
 //
 // Every dtype of package tensor is supported. A nil or unsized tensor, or
 // the reserved name "__metadata__", is an error, and nothing is written;
@@ -37,7 +41,7 @@ func Save(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]st
 	if err != nil {
 		return err
 	}
-	h := encodeHeader(names, ts, metadata)
+	h := encodeHeader(names, ts, withChecksums(metadata, names, ts))
 	if len(h) > MaxHeaderSize {
 		return fmt.Errorf("checkpoint: header of %d bytes exceeds the %d-byte limit", len(h), MaxHeaderSize)
 	}
@@ -61,12 +65,14 @@ func Save(w io.Writer, tensors map[string]*tensor.Tensor, metadata map[string]st
 
 // Load reads a safetensors stream and returns its tensors (new contiguous
 // tensors that belong to the caller) and its metadata (nil if the file
-// has none). The whole stream must be one file: data after the last tensor
-// is an error.
+// has none), less the checksums Save adds. The whole stream must be one
+// file: data after the last tensor is an error.
 //
-// Malformed input gives an error wrapping ErrFormat (a *FormatError; a
-// truncated stream also wraps io.ErrUnexpectedEOF); errors from r are
-// returned wrapped. Memory use is bounded by the input: when r's remaining
+// If the file has Save's checksums, Load checks every tensor's data and
+// the header against them; a file without checksums (written by PyTorch,
+// say) loads unchecked. Malformed input gives an error wrapping ErrFormat
+// (a *FormatError; a truncated stream also wraps io.ErrUnexpectedEOF, a
+// checksum mismatch ErrCorrupt); errors from r are returned wrapped. Memory use is bounded by the input: when r's remaining
 // length is known (an *os.File, *bytes.Reader, *bytes.Buffer,
 // *strings.Reader, or anything with Len() int) the header's claims are
 // checked against it before tensors are allocated and data is read straight
@@ -93,6 +99,10 @@ func Load(r io.Reader) (map[string]*tensor.Tensor, map[string]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	sums, meta, err := checkChecksums(meta, entries)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	out := make(map[string]*tensor.Tensor, len(entries))
 	if dataLen >= 0 {
@@ -103,6 +113,9 @@ func Load(r io.Reader) (map[string]*tensor.Tensor, map[string]string, error) {
 				if m, err := io.ReadFull(r, b); err != nil {
 					return nil, nil, readErr(err, "data of tensor %q: got %d of %d bytes", e.name, m, len(b))
 				}
+			}
+			if err := checkData(sums, e, t.Bytes()); err != nil {
+				return nil, nil, err
 			}
 			out[e.name] = t
 		}
@@ -117,6 +130,9 @@ func Load(r io.Reader) (map[string]*tensor.Tensor, map[string]string, error) {
 		return nil, nil, formatErr("", nil, "data continues after the %d bytes the tensors cover", total)
 	}
 	for _, e := range entries {
+		if err := checkData(sums, e, data[e.begin:e.end]); err != nil {
+			return nil, nil, err
+		}
 		out[e.name] = tensor.FromBytes(e.dtype, data[e.begin:e.end], e.shape...)
 	}
 	return out, meta, nil

@@ -102,9 +102,18 @@ func sameDict(t *testing.T, got, want map[string]*tensor.Tensor) {
 	}
 }
 
+// python_written.safetensors has no checksums, as PyTorch writes it, and
+// loads unchecked; python_written_crc.safetensors is the same with godist's
+// checksums, computed by make_reference.py.
 func TestLoadPythonWritten(t *testing.T) {
+	for _, f := range []string{"python_written.safetensors", "python_written_crc.safetensors"} {
+		t.Run(f, func(t *testing.T) { testLoadPythonWritten(t, f) })
+	}
+}
+
+func testLoadPythonWritten(t *testing.T, file string) {
 	e := readExpected(t)
-	got, meta, err := LoadFile(filepath.Join(refDir, "python_written.safetensors"))
+	got, meta, err := LoadFile(filepath.Join(refDir, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,14 +142,14 @@ func TestLoadPythonWritten(t *testing.T) {
 }
 
 // Save writes exactly the bytes make_reference.py writes for the same
-// tensors: header layout, order, padding and data.
+// tensors: header layout, order, padding, checksums and data.
 func TestSaveMatchesPythonBytes(t *testing.T) {
 	e := readExpected(t)
 	var buf bytes.Buffer
 	if err := Save(&buf, e.build(t), e.Metadata); err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile(filepath.Join(refDir, "python_written.safetensors"))
+	want, err := os.ReadFile(filepath.Join(refDir, "python_written_crc.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,6 +343,8 @@ func TestLoadErrors(t *testing.T) {
 		{"trailing json", "trailing data after the header", "", file(`{} x`, nil), false},
 		{"unknown dtype", `dtype "Q8" is not supported`, "a", file(`{"a":{"dtype":"Q8","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8)), false},
 		{"missing field", "lacks", "a", file(`{"a":{"dtype":"F32","shape":[2]}}`, make([]byte, 8)), false},
+		{"field case", "lacks", "a", file(`{"a":{"Dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8)), false},
+		{"bad field", "header entry", "a", file(`{"a":{"dtype":2,"shape":[2],"data_offsets":[0,8]}}`, make([]byte, 8)), false},
 		{"negative dim", "header entry", "a", file(`{"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}}`, make([]byte, 8)), false},
 		{"float dim", "header entry", "a", file(`{"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}}`, make([]byte, 8)), false},
 		{"size mismatch", "hold 4 bytes, but F32[2] needs 8", "a", file(f32("[0,4]"), make([]byte, 4)), false},

@@ -14,6 +14,13 @@
 // dict always gives the same bytes; SaveFile writes a temporary file and
 // renames it, so a crash never leaves a half-written checkpoint behind.
 //
+// Save stores a CRC-32C checksum of every tensor's data, and one of the
+// rest of the header, as strings in the header's metadata, where other
+// readers (PyTorch's safetensors among them) ignore them. Load checks
+// them, so a flipped bit gives an error wrapping ErrCorrupt that names the
+// tensor, rather than a corrupted weight; a file without checksums, such
+// as one PyTorch wrote, loads unchecked.
+//
 // Load checks everything it reads before trusting it: the header length,
 // the JSON, the dtypes, the shapes and that the byte ranges cover the data
 // exactly, without gaps or overlaps. Bad input gives an error wrapping

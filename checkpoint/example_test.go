@@ -25,6 +25,6 @@ func Example() {
 	}
 	fmt.Println(loaded["fc.weight"], meta["epoch"])
 	// Output:
-	// {"__metadata__":{"epoch":"3"},"fc.bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"fc.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]}}
+	// {"__metadata__":{"epoch":"3","godist.crc32c":"7db4d993","godist.crc32c.fc.bias":"99b52d36","godist.crc32c.fc.weight":"805104b9"},"fc.bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"fc.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]}}
 	// tensor(float32[2 3] [1 2 3 4 5 6]) 3
 }

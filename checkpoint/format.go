@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
+	"github.com/godist/godist/internal/crc32c"
 	"github.com/godist/godist/tensor"
 )
 
@@ -23,6 +26,9 @@ import (
 //	           "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...}
 //	rest      the data section; tensor "name" is bytes [b, e) of it,
 //	          little-endian, row-major. The ranges cover the section exactly.
+//
+// Save adds checksums to the metadata, as strings, so that every reader of
+// the format still reads the file (see checksumKey).
 
 // MaxHeaderSize bounds the JSON header (100 MB, as the reference
 // implementation does).
@@ -73,7 +79,15 @@ type FormatError struct {
 	Tensor  string // the tensor concerned, or "" for the file as a whole
 	Problem string
 	Err     error
+	// Corrupt is set when a checksum does not match: the bytes are not
+	// those that were written. The error then also wraps ErrCorrupt.
+	Corrupt bool
 }
+
+// ErrCorrupt is wrapped by the *FormatError of a file whose checksums do
+// not match its contents: a bit flipped on disk or in transit since Save
+// wrote it.
+var ErrCorrupt = errors.New("checkpoint: checksum mismatch: the file is corrupt")
 
 func (e *FormatError) Error() string {
 	s := "checkpoint: invalid safetensors data: "
@@ -87,12 +101,17 @@ func (e *FormatError) Error() string {
 	return s
 }
 
-// Unwrap returns ErrFormat and the underlying error, if any.
+// Unwrap returns ErrFormat, ErrCorrupt if Corrupt, and the underlying
+// error, if any.
 func (e *FormatError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrFormat, e.Err}
+	errs := []error{ErrFormat}
+	if e.Corrupt {
+		errs = append(errs, ErrCorrupt)
 	}
-	return []error{ErrFormat}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
 }
 
 func formatErr(name string, err error, format string, args ...any) *FormatError {
@@ -112,6 +131,25 @@ type rawEntry struct {
 	DType       *string   `json:"dtype"`
 	Shape       *[]uint64 `json:"shape"`
 	DataOffsets *[]uint64 `json:"data_offsets"`
+}
+
+// decodeEntry decodes one tensor's JSON object. Its field names must be
+// spelled exactly, as the reference implementation requires; encoding/json
+// alone would take "Dtype" for "dtype". Other fields are ignored.
+func decodeEntry(dec *json.Decoder) (rawEntry, error) {
+	var raw rawEntry
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return raw, err
+	}
+	for key, dst := range map[string]any{"dtype": &raw.DType, "shape": &raw.Shape, "data_offsets": &raw.DataOffsets} {
+		if v, ok := fields[key]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				return raw, err
+			}
+		}
+	}
+	return raw, nil
 }
 
 // encodeHeader returns the padded JSON header for the tensors, in the
@@ -197,8 +235,8 @@ func decodeHeader(h []byte, dataLen int64) ([]entry, map[string]string, uint64, 
 			}
 			continue
 		}
-		var raw rawEntry
-		if err := dec.Decode(&raw); err != nil {
+		raw, err := decodeEntry(dec)
+		if err != nil {
 			return nil, nil, 0, formatErr(name, err, "header entry")
 		}
 		e, err := checkEntry(name, raw)
@@ -333,4 +371,191 @@ func readErr(err error, format string, args ...any) error {
 		return formatErr("", io.ErrUnexpectedEOF, "truncated "+format, args...)
 	}
 	return fmt.Errorf("checkpoint: reading "+format+": %w", append(args, err)...)
+}
+
+// Checksums. Save stores two kinds in the header's "__metadata__", beside
+// the caller's entries, each a CRC-32C (Castagnoli) written as 8 lowercase
+// hex digits:
+//
+//	"godist.crc32c.NAME"  tensor NAME's bytes in the data section
+//	"godist.crc32c"       the rest of the header (headerDigest): the
+//	                      caller's metadata and every tensor's name,
+//	                      dtype and shape
+//
+// Load checks them when the file has any (a file without, such as one
+// written by PyTorch, loads unchecked) and returns the metadata without
+// them. A file that has some must have all: a tensor without its checksum,
+// a checksum without its tensor, or one that is not 8 lowercase hex
+// digits, is corruption too. So a single flipped bit anywhere in the file
+// is an error, except in a file without tensors, whose only checksum key a
+// flip can turn into an ordinary metadata key.
+const (
+	checksumKey    = "godist.crc32c"
+	checksumPrefix = checksumKey + "."
+)
+
+// isChecksumKey reports whether a metadata key is one of Save's checksums.
+func isChecksumKey(k string) bool {
+	return k == checksumKey || strings.HasPrefix(k, checksumPrefix)
+}
+
+// parseCRC parses exactly 8 lowercase hex digits: a flipped bit must not
+// turn a checksum into another spelling of the same value.
+func parseCRC(s string) (uint32, bool) {
+	if len(s) != 8 {
+		return 0, false
+	}
+	var c uint32
+	for i := range len(s) {
+		switch d := s[i]; {
+		case '0' <= d && d <= '9':
+			c = c<<4 | uint32(d-'0')
+		case 'a' <= d && d <= 'f':
+			c = c<<4 | uint32(d-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return c, true
+}
+
+// headerDigest returns the CRC-32C of what the header says besides the
+// data offsets and the checksums, in this encoding (integers
+// little-endian, str(s) being uint32 len(s) then the bytes of s):
+//
+//	uint32 len(meta), then str(key) str(value) for each entry by key
+//	uint32 len(entries), then for each tensor by name:
+//	    str(name) str(dtype name) uint32 len(shape) uint64 dim...
+//
+// meta holds no checksum keys. The offsets are left out: the loader's
+// tiling check catches any change to them, and a tool that stores the
+// tensors in another order keeps the digest.
+func headerDigest(meta map[string]string, entries []entry) uint32 {
+	var b []byte
+	str := func(s string) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	keys := slices.Sorted(maps.Keys(meta))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys)))
+	for _, k := range keys {
+		str(k)
+		str(meta[k])
+	}
+	byName := slices.Clone(entries)
+	slices.SortFunc(byName, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(byName)))
+	for _, e := range byName {
+		str(e.name)
+		dn, _ := dtypeName(e.dtype)
+		str(dn)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.shape)))
+		for _, s := range e.shape {
+			b = binary.LittleEndian.AppendUint64(b, uint64(s))
+		}
+	}
+	return crc32c.Checksum(b)
+}
+
+// withChecksums returns the metadata Save writes: the caller's, less any
+// checksum keys of its own (a stale copy from a loaded file's metadata),
+// plus the checksums of names' tensors ts (contiguous) and of the header.
+func withChecksums(metadata map[string]string, names []string, ts []*tensor.Tensor) map[string]string {
+	meta := make(map[string]string, len(metadata)+len(names)+1)
+	for k, v := range metadata {
+		if !isChecksumKey(k) {
+			meta[k] = v
+		}
+	}
+	entries := make([]entry, len(names))
+	for i, t := range ts {
+		entries[i] = entry{name: names[i], dtype: t.DType(), shape: t.Shape()}
+	}
+	digest := headerDigest(meta, entries)
+	for i, t := range ts {
+		meta[checksumPrefix+names[i]] = fmt.Sprintf("%08x", crc32c.Checksum(t.Bytes()))
+	}
+	meta[checksumKey] = fmt.Sprintf("%08x", digest)
+	return meta
+}
+
+// corruptErr is the error for a checksum that does not match.
+func corruptErr(name string, format string, args ...any) *FormatError {
+	return &FormatError{Tensor: name, Problem: "the file is corrupt: " + fmt.Sprintf(format, args...), Corrupt: true}
+}
+
+// checkChecksums splits a loaded header's metadata into the caller's and
+// the checksums, checks the header's, and returns the tensors' by name
+// (nil when the file has no checksums: it loads unchecked) and the
+// caller's metadata (nil when empty and the file had checksums, as Save
+// was given nil).
+func checkChecksums(meta map[string]string, entries []entry) (map[string]uint32, map[string]string, error) {
+	has := false
+	for k := range meta {
+		if isChecksumKey(k) {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return nil, meta, nil
+	}
+	user := map[string]string{}
+	sums := map[string]uint32{}
+	for k, v := range meta {
+		if !isChecksumKey(k) {
+			user[k] = v
+			continue
+		}
+		if k == checksumKey {
+			continue
+		}
+		c, ok := parseCRC(v)
+		if !ok {
+			return nil, nil, corruptErr(k[len(checksumPrefix):], "its checksum %s = %q is not 8 lowercase hex digits", k, v)
+		}
+		sums[k[len(checksumPrefix):]] = c
+	}
+	for _, e := range entries {
+		if _, ok := sums[e.name]; !ok {
+			return nil, nil, corruptErr(e.name, "it has no checksum %s%s, though the file has checksums", checksumPrefix, e.name)
+		}
+	}
+	if len(sums) > len(entries) {
+		var orphans []string
+		for name := range sums {
+			if !slices.ContainsFunc(entries, func(e entry) bool { return e.name == name }) {
+				orphans = append(orphans, strconv.Quote(checksumPrefix+name))
+			}
+		}
+		slices.Sort(orphans)
+		return nil, nil, corruptErr("", "the metadata holds checksums %s of tensors the file lacks", strings.Join(orphans, ", "))
+	}
+	v, ok := meta[checksumKey]
+	if !ok {
+		return nil, nil, corruptErr("", "the metadata holds tensor checksums but not the header's, %s", checksumKey)
+	}
+	want, ok := parseCRC(v)
+	if !ok {
+		return nil, nil, corruptErr("", "the header's checksum %s = %q is not 8 lowercase hex digits", checksumKey, v)
+	}
+	if got := headerDigest(user, entries); got != want {
+		return nil, nil, corruptErr("", "the header (metadata, tensor names, dtypes and shapes) has CRC-32C %08x, its checksum %s says %08x", got, checksumKey, want)
+	}
+	if len(user) == 0 {
+		user = nil
+	}
+	return sums, user, nil
+}
+
+// checkData checks tensor e's bytes against its checksum, if sums has
+// any.
+func checkData(sums map[string]uint32, e entry, b []byte) error {
+	if sums == nil {
+		return nil
+	}
+	if got, want := crc32c.Checksum(b), sums[e.name]; got != want {
+		return corruptErr(e.name, "its data has CRC-32C %08x, its checksum %s%s says %08x", got, checksumPrefix, e.name, want)
+	}
+	return nil
 }

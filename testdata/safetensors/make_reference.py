@@ -15,16 +15,24 @@ reading of the spec (https://github.com/huggingface/safetensors):
 Usage (from this directory, with Debian's /usr/bin/python3):
 
     /usr/bin/python3 make_reference.py
-        writes python_written.safetensors and expected.json (needs torch
-        for bfloat16 rounding, and numpy)
+        writes python_written.safetensors (no checksums, as PyTorch
+        writes), python_written_crc.safetensors (the same with godist's
+        checksums) and expected.json (needs torch for bfloat16 rounding,
+        and numpy)
     /usr/bin/python3 make_reference.py verify FILE
-        parses FILE (e.g. one written by Go) by hand with numpy and checks
-        that it holds exactly the tensors and metadata of expected.json
-        (needs numpy only); exits non-zero on any difference.
+        parses FILE (e.g. one written by Go) by hand with numpy, checks
+        godist's checksums if it has them, and checks that it holds exactly
+        the tensors and metadata of expected.json (needs numpy only); exits
+        non-zero on any difference.
 
 The header is written compactly, tensors sorted by name, "__metadata__"
 first, each entry's keys in the order dtype, shape, data_offsets: the same
 bytes package checkpoint's Save writes, which its test checks.
+
+godist's checksums (see package checkpoint's format.go) are metadata
+strings of 8 lowercase hex digits, each a CRC-32C (Castagnoli):
+"godist.crc32c.NAME" of tensor NAME's bytes, and "godist.crc32c" of the
+rest of the header as header_digest encodes it.
 """
 import json
 import os
@@ -73,8 +81,50 @@ def reference_tensors():
     return out
 
 
-def write(path, tensors, metadata):
+CHECKSUM_KEY = "godist.crc32c"
+CHECKSUM_PREFIX = CHECKSUM_KEY + "."
+
+_CRC_TABLE = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _CRC_TABLE.append(_c)
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), bit-reflected, as hash/crc32's Castagnoli table."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def header_digest(metadata, described):
+    """CRC-32C of the metadata (without checksums) and each tensor's name,
+    dtype and shape: described is {name: (dtype, shape)}."""
+    def s(x):
+        x = x.encode("utf-8")
+        return struct.pack("<I", len(x)) + x
+    b = struct.pack("<I", len(metadata))
+    for k in sorted(metadata, key=lambda k: k.encode("utf-8")):
+        b += s(k) + s(metadata[k])
+    b += struct.pack("<I", len(described))
+    for name in sorted(described, key=lambda k: k.encode("utf-8")):
+        dtype, shape = described[name]
+        b += s(name) + s(dtype) + struct.pack("<I", len(shape))
+        b += b"".join(struct.pack("<Q", d) for d in shape)
+    return crc32c(b)
+
+
+def write(path, tensors, metadata, checksums=False):
     header = {}
+    if checksums:
+        metadata = dict(metadata)
+        metadata[CHECKSUM_KEY] = "%08x" % header_digest(
+            metadata, {n: (t[0], t[1]) for n, t in tensors.items()})
+        for name, (_, _, raw, _) in tensors.items():
+            metadata[CHECKSUM_PREFIX + name] = "%08x" % crc32c(raw)
     if metadata:
         header["__metadata__"] = dict(sorted(metadata.items()))
     data = bytearray()
@@ -92,7 +142,8 @@ def write(path, tensors, metadata):
 
 
 def read(path):
-    """Parses a safetensors file by hand: (metadata, {name: numpy array})."""
+    """Parses a safetensors file by hand: (metadata, {name: numpy array}),
+    checking and removing godist's checksums if the file has them."""
     import numpy as np
     with open(path, "rb") as f:
         raw = f.read()
@@ -109,6 +160,19 @@ def read(path):
         assert b == at, "tensor %s begins at %d, previous ends at %d" % (k, b, at)
         at = e
     assert at == len(data), "tensors cover %d of %d data bytes" % (at, len(data))
+    sums = {k: v for k, v in (meta or {}).items()
+            if k == CHECKSUM_KEY or k.startswith(CHECKSUM_PREFIX)}
+    if sums:
+        meta = {k: v for k, v in meta.items() if k not in sums} or None
+        want = sums.pop(CHECKSUM_KEY)
+        got = "%08x" % header_digest(meta or {}, {k: (v["dtype"], v["shape"]) for k, v in header.items()})
+        assert got == want, "header digest %s, %s says %s" % (got, CHECKSUM_KEY, want)
+        assert sorted(sums) == sorted(CHECKSUM_PREFIX + k for k in header), \
+            "checksums %s for tensors %s" % (sorted(sums), sorted(header))
+        for k, v in header.items():
+            b, e = v["data_offsets"]
+            got = "%08x" % crc32c(data[b:e])
+            assert got == sums[CHECKSUM_PREFIX + k], "tensor %s: CRC-32C %s, the file says %s" % (k, got, sums[CHECKSUM_PREFIX + k])
     arrays = {}
     for k, v in header.items():
         b, e = v["data_offsets"]
@@ -127,6 +191,7 @@ def read(path):
 def generate():
     tensors = reference_tensors()
     write(os.path.join(HERE, "python_written.safetensors"), tensors, METADATA)
+    write(os.path.join(HERE, "python_written_crc.safetensors"), tensors, METADATA, checksums=True)
     expected = {
         "metadata": METADATA,
         "tensors": {name: {"dtype": d, "shape": s, "values": vals}
@@ -136,9 +201,10 @@ def generate():
         json.dump(expected, f, indent=1, sort_keys=True)
         f.write("\n")
     # Check our own writer with our own reader.
-    problems = verify(os.path.join(HERE, "python_written.safetensors"))
-    assert not problems, problems
-    print("wrote python_written.safetensors and expected.json (%d tensors)" % len(tensors))
+    for name in ("python_written.safetensors", "python_written_crc.safetensors"):
+        problems = verify(os.path.join(HERE, name))
+        assert not problems, problems
+    print("wrote python_written.safetensors, python_written_crc.safetensors and expected.json (%d tensors)" % len(tensors))
 
 
 def verify(path):

@@ -34,6 +34,7 @@ type world struct {
 	autoDump   bool
 	stopSignal func()
 	host       string // this rank's host, as the other ranks reach it
+	jobID      string // the job id of every handshake (Options.JobID)
 	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
 	yield      bool   // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
 	stopStatus func() // stops the status publisher (status.go)
@@ -188,6 +189,12 @@ func (g *Group) GlobalRank(r int) int { return g.ranks[r] }
 
 // Backend names the transport ("tcp" or "inproc").
 func (g *Group) Backend() string { return g.world.backend }
+
+// JobID returns the job id this rank presented in every handshake: a
+// store client of the job's own (a tool, a side channel) must present the
+// same (store.DialOptions.JobID). It is "" for a group over an endpoint
+// built elsewhere (FromEndpoint).
+func (g *Group) JobID() string { return g.world.jobID }
 
 // Endpoint returns the job's transport endpoint, which every group of the
 // job shares: for a layer that sends messages of its own beside the

@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/internal/handshake"
 	"github.com/godist/godist/internal/launch"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
@@ -50,7 +52,14 @@ type Options struct {
 	Timeout time.Duration
 	// JobID and Token authenticate every connection; by default the
 	// GODIST_RUN_ID/TORCHELASTIC_RUN_ID and GODIST_TOKEN variables (set by
-	// godist run; the token in hex, or raw when it is not hex).
+	// godist run; the token in hex, or raw when it is not hex). Without a
+	// run id the job id comes from the launcher that started the ranks
+	// (Env.JobID: Slurm's job and step, OpenMPI's job), else, for env://
+	// and tcp://, from the store's address ("master:host:port"). Every
+	// handshake, with the store and between ranks, checks it, token or
+	// not, so two jobs that meet at one port (two mpirun jobs on a host
+	// both on the default MASTER_PORT) refuse each other rather than
+	// merge. The job id in use is Group.JobID.
 	JobID string
 	Token []byte
 	// Insecure allows a job without a token to listen on interfaces other
@@ -136,6 +145,14 @@ type Env struct {
 	MasterAddr                 string
 	MasterPort                 int
 	Source                     string // which launcher's variables were used
+	// JobID names the job of the launcher that gave the rank, the same
+	// on every rank of one job and different between jobs: for Slurm
+	// "slurm:JOB.STEP" (SLURM_JOB_ID, SLURM_STEP_ID), for OpenMPI's
+	// mpirun "openmpi:NS" (PMIX_NAMESPACE, else OMPI_MCA_ess_base_jobid).
+	// It is "" for RANK and WORLD_SIZE, whose launchers (godist run,
+	// torchrun) set a run id instead, and for MPICH's and Intel MPI's
+	// mpiexec, which set no variable that names the job.
+	JobID string
 }
 
 // ReadEnv reads a rank's identity from the environment: godist run and
@@ -146,6 +163,7 @@ type Env struct {
 // and MPICH's or Intel MPI's mpiexec (PMI_RANK, PMI_SIZE,
 // MPI_LOCALRANKID); an MPI launcher implies a master on this host.
 // MASTER_ADDR and MASTER_PORT, when set, win over what a launcher implies.
+// Env.JobID names the launcher's job.
 func ReadEnv() (Env, error) { return readEnv(os.Getenv, true) }
 
 // readEnv is ReadEnv with get reading the variables; without needMaster,
@@ -195,6 +213,7 @@ func readEnv(get func(string) string, needMaster bool) (Env, error) {
 			l = -1
 		}
 		e.Rank, e.WorldSize, e.LocalRank, e.Source = r, n, l, s.name
+		e.JobID, _ = launcherJob(s.name, get)
 		if s.defaultMaster != nil {
 			e.MasterAddr = s.defaultMaster()
 		}
@@ -213,12 +232,70 @@ func readEnv(get func(string) string, needMaster bool) (Env, error) {
 		e.MasterPort = p
 	}
 	if e.MasterAddr == "" && needMaster {
+		if e.Source == "slurm" {
+			return e, fmt.Errorf("dist: env:// under Slurm needs SLURM_JOB_NODELIST (rank 0 runs on its first host) or MASTER_ADDR (the host of rank 0); neither is set")
+		}
 		return e, fmt.Errorf("dist: env:// needs MASTER_ADDR (the host of rank 0)")
 	}
 	if e.WorldSize < 1 || e.Rank < 0 || e.Rank >= e.WorldSize {
 		return e, fmt.Errorf("dist: rank %d of world size %d (from %s variables)", e.Rank, e.WorldSize, e.Source)
 	}
 	return e, nil
+}
+
+// launcherJob returns the job id of the launcher whose variables gave the
+// rank (source, as Env.Source) and the variables it comes from, or "" (see
+// Env.JobID). get reads a variable.
+func launcherJob(source string, get func(string) string) (id, from string) {
+	first := func(names ...string) (string, string) {
+		for _, n := range names {
+			if v := get(n); v != "" {
+				return v, n
+			}
+		}
+		return "", ""
+	}
+	switch source {
+	case "slurm":
+		job, jobVar := first("SLURM_JOB_ID", "SLURM_JOBID")
+		if job == "" {
+			return "", ""
+		}
+		// One srun is one step: two steps of an allocation are two jobs.
+		if step, stepVar := first("SLURM_STEP_ID", "SLURM_STEPID"); step != "" {
+			return "slurm:" + job + "." + step, jobVar + " and " + stepVar
+		}
+		return "slurm:" + job, jobVar
+	case "mpirun":
+		// OpenMPI 4 sets both, to the same number; OpenMPI 5 (PRRTE)
+		// sets PMIX_NAMESPACE; older ones OMPI_MCA_orte_ess_jobid.
+		if v, n := first("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"); v != "" {
+			return "openmpi:" + v, n
+		}
+	}
+	return "", ""
+}
+
+// masterJobID is the job id of a job with neither a run id nor a
+// launcher's job: the address of its store, with the spellings of this
+// host's loopback that Init binds alike.
+func masterJobID(host string, port int) string {
+	if host == "" || host == "localhost" {
+		host = "127.0.0.1"
+	}
+	return "master:" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// otherJobError returns, when err (from reaching what: the store, a peer)
+// is a job id mismatch, an error that says so, where this rank's job id
+// came from and what to do; otherwise nil.
+func otherJobError(err error, rank int, what, job, from string) error {
+	var me *handshake.MismatchError
+	if !errors.As(err, &me) || me.Field != "job id" {
+		return nil
+	}
+	return fmt.Errorf("dist: rank %d: %s belongs to another job, %s (this rank's job is %q, from %s): two jobs meet at one port; give each job on a host its own MASTER_PORT (or, if they are one job, every rank the same GODIST_RUN_ID): %w",
+		rank, what, me.Remote, job, from, err)
 }
 
 // firstSlurmHost returns the first host of a Slurm node list such as
@@ -256,6 +333,13 @@ func firstSlurmHost(list string) string {
 // store is etcd's. Every rank then connects to every other over
 // authenticated TCP.
 func Init(ctx context.Context, opt Options) (*Group, error) {
+	jobFrom := "Options.JobID"
+	if opt.JobID == "" {
+		jobFrom = "GODIST_RUN_ID"
+		if os.Getenv(jobFrom) == "" {
+			jobFrom = "TORCHELASTIC_RUN_ID"
+		}
+	}
 	opt = withEnv(opt, os.Getenv)
 	if opt.Timeout == 0 {
 		opt.Timeout = DefaultTimeout
@@ -299,6 +383,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 			size = env.WorldSize
 		}
 		masterHost, port = env.MasterAddr, env.MasterPort
+		if opt.JobID == "" {
+			opt.JobID, jobFrom = launcherJob(env.Source, os.Getenv)
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
@@ -328,6 +415,12 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				}
 			}
 			addr := net.JoinHostPort(masterHost, strconv.Itoa(port))
+			if opt.JobID == "" {
+				opt.JobID, jobFrom = masterJobID(masterHost, port), "the store's address, MASTER_ADDR and MASTER_PORT"
+				if u.Scheme == "tcp" {
+					jobFrom = "the store's address in the init method"
+				}
+			}
 			if rank == 0 {
 				// A store for ranks on this host only listens on
 				// loopback; one for other hosts needs a token or an
@@ -354,6 +447,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 			if err != nil {
 				for _, c := range closers {
 					c()
+				}
+				if oerr := otherJobError(err, rank, "the store at "+addr, opt.JobID, jobFrom); oerr != nil {
+					return nil, oerr
 				}
 				return nil, fmt.Errorf("dist: rank %d cannot reach the store at %s: %w", rank, addr, err)
 			}
@@ -401,9 +497,13 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 				})
 			}
 		}
+		if oerr := otherJobError(err, rank, "a peer", opt.JobID, jobFrom); oerr != nil {
+			return nil, oerr
+		}
 		return nil, fmt.Errorf("dist: %w", err)
 	}
 	w := newWorld(rank, size, ep, st, "tcp")
+	w.jobID = opt.JobID
 	w.closers = closers
 	w.host = host
 	if servedTCP {

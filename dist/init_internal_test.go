@@ -135,3 +135,50 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestJobIDDerivation (issue 27, item 9): the job id Init presents
+// without a run id, from the launcher's variables or the store's address.
+func TestJobIDDerivation(t *testing.T) {
+	from := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		source   string
+		env      map[string]string
+		id, vars string
+	}{
+		{"slurm", map[string]string{"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}, "slurm:12.0", "SLURM_JOB_ID and SLURM_STEP_ID"},
+		{"slurm", map[string]string{"SLURM_JOBID": "12", "SLURM_STEPID": "4"}, "slurm:12.4", "SLURM_JOBID and SLURM_STEPID"},
+		{"slurm", map[string]string{"SLURM_STEP_ID": "0"}, "", ""},
+		{"mpirun", map[string]string{"PMIX_NAMESPACE": "ns", "OMPI_MCA_ess_base_jobid": "7"}, "openmpi:ns", "PMIX_NAMESPACE"},
+		{"mpirun", map[string]string{"OMPI_MCA_ess_base_jobid": "7"}, "openmpi:7", "OMPI_MCA_ess_base_jobid"},
+		{"mpirun", map[string]string{"OMPI_MCA_orte_ess_jobid": "8"}, "openmpi:8", "OMPI_MCA_orte_ess_jobid"},
+		{"mpirun", map[string]string{}, "", ""},
+		{"mpich", map[string]string{"PMIX_NAMESPACE": "ns", "SLURM_JOB_ID": "1"}, "", ""},
+		{"env", map[string]string{"PMIX_NAMESPACE": "ns", "SLURM_JOB_ID": "1"}, "", ""},
+		{"", map[string]string{"PMIX_NAMESPACE": "ns", "SLURM_JOB_ID": "1"}, "", ""},
+	} {
+		if id, vars := launcherJob(c.source, from(c.env)); id != c.id || vars != c.vars {
+			t.Errorf("launcherJob(%q, %v) = %q, %q; want %q, %q", c.source, c.env, id, vars, c.id, c.vars)
+		}
+	}
+	// Two jobs of one launcher differ; its ranks agree.
+	a, _ := launcherJob("mpirun", from(map[string]string{"PMIX_NAMESPACE": "720896001"}))
+	b, _ := launcherJob("mpirun", from(map[string]string{"PMIX_NAMESPACE": "718929921"}))
+	if a == b {
+		t.Errorf("two OpenMPI jobs share the job id %q", a)
+	}
+	for _, c := range []struct {
+		host string
+		port int
+		want string
+	}{
+		{"", 29500, "master:127.0.0.1:29500"},
+		{"localhost", 29500, "master:127.0.0.1:29500"},
+		{"127.0.0.1", 29500, "master:127.0.0.1:29500"},
+		{"node01", 4000, "master:node01:4000"},
+		{"::1", 7, "master:[::1]:7"},
+	} {
+		if got := masterJobID(c.host, c.port); got != c.want {
+			t.Errorf("masterJobID(%q, %d) = %q, want %q", c.host, c.port, got, c.want)
+		}
+	}
+}

@@ -27,6 +27,8 @@ var launcherVars = []string{
 	"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
 	"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+	"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID",
+	"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
 }
 
 func clearLauncherEnv(t *testing.T) {
@@ -76,7 +78,22 @@ func TestReadEnv(t *testing.T) {
 		{"rank past world", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, dist.Env{}, "rank 2"},
 		{"negative rank", map[string]string{"RANK": "-1", "WORLD_SIZE": "2", "MASTER_ADDR": "m"}, dist.Env{}, "rank -1"},
 		{"zero world", map[string]string{"RANK": "0", "WORLD_SIZE": "0", "MASTER_ADDR": "m"}, dist.Env{}, "world size 0"},
-		{"slurm without node list", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, dist.Env{}, "MASTER_ADDR"},
+		{"slurm without node list", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, dist.Env{}, "SLURM_JOB_NODELIST"},
+		// The launcher's job (issue 27, item 9).
+		{"slurm job and step", map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"},
+			dist.Env{Rank: 1, WorldSize: 2, LocalRank: -1, MasterAddr: "n1", MasterPort: 29500, Source: "slurm", JobID: "slurm:4242.3"}, ""},
+		{"slurm job without a step", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1", "SLURM_JOBID": "77"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "n1", MasterPort: 29500, Source: "slurm", JobID: "slurm:77"}, ""},
+		{"openmpi 4", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_ess_base_jobid": "733741057", "PMIX_NAMESPACE": "733741057"},
+			dist.Env{Rank: 1, WorldSize: 2, LocalRank: -1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpirun", JobID: "openmpi:733741057"}, ""},
+		{"openmpi 5", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": "prterun-vm-1234@1"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpirun", JobID: "openmpi:prterun-vm-1234@1"}, ""},
+		{"openmpi without PMIx", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_ess_base_jobid": "99"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpirun", JobID: "openmpi:99"}, ""},
+		{"mpich names no job", map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "PMIX_NAMESPACE": "x", "SLURM_JOB_ID": "1"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "127.0.0.1", MasterPort: 29500, Source: "mpich"}, ""},
+		{"RANK ignores the allocation's job", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "5", "PMIX_NAMESPACE": "x"},
+			dist.Env{Rank: 0, WorldSize: 2, LocalRank: -1, MasterAddr: "m", MasterPort: 29500, Source: "env"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

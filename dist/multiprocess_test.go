@@ -63,6 +63,8 @@ func TestMultiProcessHelper(t *testing.T) {
 		err = childLoopUntilTimeout()
 	case "die-in-init":
 		err = childDieInInit()
+	case "job":
+		err = childJob()
 	default:
 		err = fmt.Errorf("unknown GODIST_TEST_MODE %q", mode)
 	}
@@ -117,9 +119,7 @@ func startWorkers(t *testing.T, world int, mode string, extra ...string) []*work
 	rand.Read(tok)
 	var ws []*worker
 	for r := range world {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessHelper$", "-test.count=1", "-test.timeout=90s")
-		cmd.Env = append(os.Environ(),
-			childEnv+"=1",
+		env := append(os.Environ(),
 			"GODIST_TEST_MODE="+mode,
 			"RANK="+strconv.Itoa(r),
 			"WORLD_SIZE="+strconv.Itoa(world),
@@ -130,39 +130,43 @@ func startWorkers(t *testing.T, world int, mode string, extra ...string) []*work
 			"GODIST_RUN_ID=mp-"+mode,
 			"GODIST_HOST=127.0.0.1",
 		)
-		cmd.Env = append(cmd.Env, extra...)
-		w := &worker{rank: r, cmd: cmd, stdout: &syncBuffer{}, lines: make(chan string, 1024), done: make(chan error, 1)}
-		cmd.Stderr = &w.stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w.stdin, err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				w.stdout.WriteString(sc.Text() + "\n")
-				select {
-				case w.lines <- sc.Text():
-				default:
-				}
-			}
-			close(w.lines)
-			w.done <- cmd.Wait()
-		}()
-		ws = append(ws, w)
+		ws = append(ws, startChild(t, r, append(env, extra...)))
 	}
-	t.Cleanup(func() {
-		for _, w := range ws {
-			w.cmd.Process.Kill()
-		}
-	})
 	return ws
+}
+
+// startChild starts one worker process with the environment env (and
+// childEnv); the test's end kills it.
+func startChild(t *testing.T, rank int, env []string) *worker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessHelper$", "-test.count=1", "-test.timeout=90s")
+	cmd.Env = append(env, childEnv+"=1")
+	w := &worker{rank: rank, cmd: cmd, stdout: &syncBuffer{}, lines: make(chan string, 1024), done: make(chan error, 1)}
+	cmd.Stderr = &w.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.stdout.WriteString(sc.Text() + "\n")
+			select {
+			case w.lines <- sc.Text():
+			default:
+			}
+		}
+		close(w.lines)
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return w
 }
 
 // waitWorkers waits for every worker to exit (bounded) and returns the
@@ -1017,6 +1021,79 @@ func TestMultiProcessTimeoutNamesStoppedRank(t *testing.T) {
 			t.Logf("rank %d: %s", w.rank, strings.TrimSpace(out))
 		case <-time.After(40 * time.Second):
 			t.Fatalf("rank %d did not time out", w.rank)
+		}
+	}
+}
+
+// childJob is a worker of TestMultiProcessJobsDoNotMerge: a rank of a
+// two-rank job that mpirun started (OMPI_COMM_WORLD_RANK/SIZE,
+// PMIX_NAMESPACE), without a token or a run id.
+func childJob() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := dist.Init(ctx, dist.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	defer g.Destroy()
+	x := tensor.Full(tensor.Float32, 1, 4)
+	if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
+		return err
+	}
+	fmt.Printf("JOINED rank=%d job=%s sum=%v\n", g.Rank(), g.JobID(), x.At(0))
+	return g.Barrier(ctx)
+}
+
+// TestMultiProcessJobsDoNotMerge (issue 27, item 9): two mpirun jobs on
+// one host, without tokens, both on the default port. Job A's rank 0
+// serves the store; job B's rank 1 reaches it and is refused at once,
+// with an error that names both jobs and where this one's id comes from;
+// job A's own rank 1 then joins it. (Without job ids, B's rank 1 joined
+// job A.)
+func TestMultiProcessJobsDoNotMerge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 processes")
+	}
+	port := strconv.Itoa(freePort(t))
+	var base []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(launcherVars, k) || strings.HasPrefix(k, "GODIST_") || strings.HasPrefix(k, "TORCHELASTIC_") ||
+			strings.HasPrefix(k, "OMPI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "PMI_") {
+			continue
+		}
+		base = append(base, kv)
+	}
+	rank := func(r int, ns string) *worker {
+		return startChild(t, r, append(slices.Clone(base), "GODIST_TEST_MODE=job", "MASTER_PORT="+port,
+			"OMPI_COMM_WORLD_RANK="+strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK="+strconv.Itoa(r),
+			"PMIX_NAMESPACE="+ns, "OMPI_MCA_ess_base_jobid="+ns))
+	}
+	a0 := rank(0, "111")
+	time.Sleep(200 * time.Millisecond) // let A's rank 0 serve the port first, as in the report
+	start := time.Now()
+	b1 := rank(1, "222")
+	errs := waitWorkers([]*worker{b1}, 25*time.Second)
+	if len(errs) == 0 {
+		t.Fatalf("job B's rank 1 joined job A:\n%s", b1.stdout)
+	}
+	msg := b1.stderr.String()
+	for _, want := range []string{"job id mismatch", `"openmpi:222"`, `"openmpi:111"`, "PMIX_NAMESPACE", "MASTER_PORT"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("job B's rank 1 failed without naming %q:\n%s", want, msg)
+		}
+	}
+	t.Logf("job B's rank 1: %s", strings.TrimSpace(msg))
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("job B's rank 1 took %v to be refused", d)
+	}
+	a1 := rank(1, "111")
+	for _, err := range waitWorkers([]*worker{a0, a1}, 30*time.Second) {
+		t.Error(err)
+	}
+	for _, w := range []*worker{a0, a1} {
+		if want := fmt.Sprintf("JOINED rank=%d job=openmpi:111 sum=2", w.rank); !strings.Contains(w.stdout.String(), want) {
+			t.Errorf("job A's rank %d: want %q:\n%s", w.rank, want, w.stdout)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,33 @@ func TestTCPRefusesBadToken(t *testing.T) {
 	}
 	if v, err := good.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("Get = %q, %v", v, err)
+	}
+}
+
+// Without a token the job id still keeps two jobs apart (issue 27, item
+// 9): a client of another job is refused at once, with a *MismatchError
+// naming both job ids, and the job's own clients are unaffected.
+func TestTCPRefusesOtherJobWithoutToken(t *testing.T) {
+	srv, good := newTCP(t, store.ServerOptions{JobID: "openmpi:111"}, store.DialOptions{JobID: "openmpi:111", Rank: 0})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, job := range []string{"openmpi:222", ""} {
+		start := time.Now()
+		c, err := store.Dial(ctx, srv.Addr(), store.DialOptions{JobID: job, Rank: 1})
+		if err == nil {
+			c.Close()
+			t.Fatalf("job %q: Dial succeeded", job)
+		}
+		var me *handshake.MismatchError
+		if !errors.As(err, &me) || me.Field != "job id" || !strings.Contains(err.Error(), `"openmpi:111"`) || !strings.Contains(err.Error(), strconv.Quote(job)) {
+			t.Errorf("job %q: got %v, want a job id mismatch naming both", job, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("job %q: Dial retried a refusal for %v", job, d)
+		}
+	}
+	if err := good.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
 	}
 }
 

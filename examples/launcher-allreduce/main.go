@@ -134,12 +134,8 @@ func leaveTogether(ctx context.Context, g *dist.Group) error {
 			token = b
 		}
 	}
-	job := os.Getenv("GODIST_RUN_ID")
-	if job == "" {
-		job = os.Getenv("TORCHELASTIC_RUN_ID")
-	}
 	st, err := store.Dial(ctx, net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort)),
-		store.DialOptions{Token: token, JobID: job, Rank: rank, Timeout: 30 * time.Second})
+		store.DialOptions{Token: token, JobID: g.JobID(), Rank: rank, Timeout: 30 * time.Second})
 	if err != nil {
 		return err
 	}

@@ -63,14 +63,14 @@ func benchMain(args []string) int {
 	sizes := fs.String("sizes", "", "explicit comma-separated `list` of sizes (overrides min/max/step)")
 	iters := fs.Int("iters", 1000, "most timed iterations per size (bench_gloo.py's --max-iters)")
 	minIters := fs.Int("min-iters", 10, "fewest timed iterations per size (bench_gloo.py's --min-iters)")
-	target := fs.Duration("target", 2*time.Second, "time budget per size: the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
+	target := durationFlag(fs, "target", 2*time.Second, "time budget per size (seconds or a duration): the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size before the 5 probe iterations")
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
 	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
 	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of shared/anchors/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
 	shared := fs.Bool("shared", false, "inputs of all_reduce, broadcast, all_gather and reduce_scatter made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks then read them straight out of each other's memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
-	timeout := fs.Duration("timeout", 10*time.Minute, "limit for the whole run; the ranks are killed when it passes")
+	timeout := durationFlag(fs, "timeout", 10*time.Minute, "limit for the whole run (seconds or a duration); the ranks are killed when it passes")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: godist bench [flags]
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -126,7 +127,7 @@ func parseRun(args []string, getenv func(string) string, stderr io.Writer) (*run
 	maxRestarts := fs.Int("max-restarts", 0, "restarts of the worker group after a failure before giving up")
 	monitor := fs.String("monitor-interval", "0.1", "how often, in `seconds` (or a duration such as 100ms), the launcher checks rendezvous for joining and leaving nodes")
 	timeout := fs.String("timeout", "", "how long the workers' collectives and rendezvous may wait, in `seconds` or a duration (10m); sets GODIST_TIMEOUT for them (default: theirs, 30 minutes)")
-	grace := fs.Duration("stop-timeout", 5*time.Second, "how long workers get between SIGTERM and SIGKILL when the group is stopped (or the launcher dies)")
+	grace := durationFlag(fs, "stop-timeout", 5*time.Second, "how long, in `seconds` or a duration (5s), workers get between SIGTERM and SIGKILL when the group is stopped (or the launcher dies)")
 	logDir := fs.String("log-dir", "", "write each worker's output to `dir`/RUN_ID/attempt_N/LOCAL_RANK/{stdout,stderr}.log (with neither --redirects nor --tee, both streams go only there)")
 	redirects := fs.String("redirects", "", "streams that go only to files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank as 0:1,1:3")
 	tee := fs.String("tee", "", "streams that go to files and to the console, as --redirects")
@@ -286,6 +287,9 @@ func parseNNodes(s string) (int, int, error) {
 // parseSeconds reads "0.5" as seconds, or a Go duration such as "500ms".
 func parseSeconds(s string) (time.Duration, error) {
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("%q: not a number of seconds", s)
+		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
 	return time.ParseDuration(s)

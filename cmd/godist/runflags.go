@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // The flag layer of godist run: torchrun's flags in both spellings
@@ -95,3 +97,28 @@ func parseRunFlags(fs *flag.FlagSet, args []string, getenv func(string) string) 
 
 // getenvOS is os.Getenv, as a value for tests to replace.
 var getenvOS = os.Getenv
+
+// secondsFlag is a duration flag that takes plain seconds ("40", "0.5"),
+// as torchrun's timeouts do and as --timeout and --monitor-interval do,
+// or a Go duration ("10m", "500ms").
+type secondsFlag time.Duration
+
+func (d *secondsFlag) String() string { return time.Duration(*d).String() }
+
+func (d *secondsFlag) Set(s string) error {
+	v, err := parseSeconds(s)
+	if err != nil {
+		return errors.New("want seconds (40) or a duration (10m)")
+	}
+	*d = secondsFlag(v)
+	return nil
+}
+
+// durationFlag defines a flag as fs.Duration does, but one that also takes
+// plain seconds (secondsFlag).
+func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	*p = value
+	fs.Var((*secondsFlag)(p), name, usage)
+	return p
+}

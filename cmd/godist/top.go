@@ -27,11 +27,11 @@ func topRun(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	addr := fs.String("store", "", "`host:port` of the job's store (default $MASTER_ADDR:$MASTER_PORT; godist run logs it as the workers' master)")
 	once := fs.Bool("once", false, "print one table and exit")
-	every := fs.Duration("interval", time.Second, "refresh the table every `duration`")
+	every := durationFlag(fs, "interval", time.Second, "refresh the table every `duration` (or number of seconds)")
 	world := fs.Int("world-size", 0, "ranks to show (default: the world size in rank 0's record)")
 	tokenEnv := fs.String("token-env", "GODIST_TOKEN", "name of the environment `variable` holding the job token (hex or raw)")
 	jobID := fs.String("job-id", getenv("GODIST_RUN_ID"), "job `id` the store expects (default $GODIST_RUN_ID; a job started without a run id has its launcher's, such as openmpi:NS, or master:HOST:PORT, which a refusal names)")
-	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the store and for rank 0's record")
+	timeout := durationFlag(fs, "timeout", 10*time.Second, "how long, in seconds or a duration, to wait for the store and for rank 0's record")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: godist top [flags]
 

@@ -127,7 +127,11 @@ func (a *Agent) Run(ctx context.Context) Result {
 	a.defaults(&sp)
 	errDir := a.errorDir(&sp)
 	if errDir != "" && sp.LogDir == "" {
-		defer os.RemoveAll(errDir)
+		defer func() {
+			if kept := RemoveTempDir(errDir); len(kept) > 0 {
+				sp.Logf("kept %s: the workers left %s there", errDir, strings.Join(kept, ", "))
+			}
+		}()
 	}
 	after := -1
 	restarts := 0
@@ -523,7 +527,8 @@ func (a *Agent) start(sp *Spec, rd Round, lr, attempt, restarts int, errDir stri
 
 // errorDir returns the directory under which the workers' error files go:
 // beside their logs with a LogDir (kept, as the logs are), else a fresh
-// temporary one (removed by Run); "" when none can be made, and then the
+// temporary one (removed by Run unless a worker left more than its error
+// file there, RemoveTempDir); "" when none can be made, and then the
 // exit status alone decides the root cause.
 func (a *Agent) errorDir(sp *Spec) string {
 	if sp.LogDir != "" {

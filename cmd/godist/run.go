@@ -439,11 +439,13 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		}
 		spec.Env = append(spec.Env, "GODIST_INSECURE=1") // the workers' dist.Init asks too
 	}
+	tempLogs := "" // a log directory made here, for --redirects or --tee alone
 	if spec.LogDir == "" && (o.redirects.IsSet() || o.tee.IsSet()) {
 		if spec.LogDir, err = os.MkdirTemp("", "godist-run-"); err != nil {
 			logf("%v", err)
 			return exitFail
 		}
+		tempLogs = spec.LogDir
 		logf("worker logs go under %s", spec.LogDir)
 	} else if spec.LogDir != "" && !o.redirects.IsSet() && !o.tee.IsSet() {
 		spec.Redirects = elastic.Streams{Default: elastic.StdBoth}
@@ -458,7 +460,28 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 	if res.Report != nil {
 		io.WriteString(stderr, res.Report.String())
 	}
+	if tempLogs != "" {
+		// Output that went only to the files is the user's: kept. Files
+		// that copy the console go, with the directory, unless a worker
+		// left something else there (a flight record).
+		if onlyInFiles(o.redirects, o.tee, o.nproc) {
+			logf("the workers' output under --redirects is kept in %s", tempLogs)
+		} else if kept := elastic.RemoveTempDir(tempLogs); len(kept) > 0 {
+			logf("kept %s: the workers left %s there", tempLogs, strings.Join(kept, ", "))
+		}
+	}
 	return res.ExitCode
+}
+
+// onlyInFiles reports whether some local rank's stream goes to its log
+// file and not to the console (redirected and not tee'd).
+func onlyInFiles(redirects, tee elastic.Streams, nproc int) bool {
+	for lr := range nproc {
+		if redirects.For(lr)&^tee.For(lr) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // isLoopbackHost reports whether host is a loopback address or name.

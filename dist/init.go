@@ -122,6 +122,16 @@ type Options struct {
 	// (set it to publish there); negative, or the GODIST_TOP variable 0:
 	// never.
 	StatusInterval time.Duration
+	// CPUProfile and ExecutionTrace, when set, are path prefixes: this
+	// rank writes its CPU profile (runtime/pprof) to CPUProfile.rank<R>
+	// and its execution trace (runtime/trace) to ExecutionTrace.rank<R>,
+	// from the end of Init until the default group's Destroy (a process
+	// that exits without Destroy leaves them incomplete). Default: the
+	// GODIST_CPUPROFILE and GODIST_TRACE variables, so every program that
+	// calls Init (godist bench's workers, the examples, rpc.Init) writes
+	// them alike. One profile of each kind runs per process: an Init that
+	// finds one running says so to Logger and goes on without.
+	CPUProfile, ExecutionTrace string
 	// Logger hears the fallbacks that change behaviour: shared memory
 	// asked for but not used with some peer (another host, /dev/shm
 	// unusable), a NewSharedTensor that is an ordinary tensor, an
@@ -504,6 +514,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	}
 	w := newWorld(rank, size, ep, st, "tcp")
 	w.jobID = opt.JobID
+	if stop := startProfiles(opt.CPUProfile, opt.ExecutionTrace, rank, logger(opt.Logger)); stop != nil {
+		closers = append(closers, stop)
+	}
 	w.closers = closers
 	w.host = host
 	if servedTCP {
@@ -566,10 +579,7 @@ func dialLogf(log *slog.Logger, rank int) func(string, ...any) {
 // It is where Init reads the environment, apart from the rank's identity
 // (ReadEnv); an unreadable value is ignored and said so to opt.Logger.
 func withEnv(opt Options, get func(string) string) Options {
-	log := opt.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logger(opt.Logger)
 	if opt.InitMethod == "" && opt.Store == nil {
 		opt.InitMethod = get("GODIST_INIT_METHOD")
 	}
@@ -588,6 +598,12 @@ func withEnv(opt Options, get func(string) string) Options {
 	}
 	if opt.Host == "" {
 		opt.Host = get("GODIST_HOST")
+	}
+	if opt.CPUProfile == "" {
+		opt.CPUProfile = get("GODIST_CPUPROFILE")
+	}
+	if opt.ExecutionTrace == "" {
+		opt.ExecutionTrace = get("GODIST_TRACE")
 	}
 	if v := get("GODIST_INSECURE"); !opt.Insecure && (v == "1" || strings.EqualFold(v, "true")) {
 		opt.Insecure = true
@@ -661,6 +677,14 @@ func withEnv(opt Options, get func(string) string) Options {
 		}
 	}
 	return opt
+}
+
+// logger returns log, or one that discards when it is nil.
+func logger(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
 }
 
 // spin is TCPOptions.Spin for opt.

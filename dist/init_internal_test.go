@@ -19,6 +19,7 @@ func TestWithEnv(t *testing.T) {
 		"GODIST_RUN_ID": "run", "TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "0a0b",
 		"GODIST_HOST": "10.0.0.7", "GODIST_SHM": "0", "LOCAL_WORLD_SIZE": "4", "GODIST_SPIN_US": "25",
 		"GODIST_INIT_METHOD": "etcd://10.0.0.1:2379/godist/run/round0",
+		"GODIST_CPUPROFILE":  "/p/cpu", "GODIST_TRACE": "/p/trace",
 	}
 	from := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	cases := []struct {
@@ -30,10 +31,10 @@ func TestWithEnv(t *testing.T) {
 		{"nothing set", map[string]string{}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"all from the environment", env, Options{},
 			Options{JobID: "run", Token: []byte{0x0a, 0x0b}, Host: "10.0.0.7", SharedMemory: SharedMemoryOff, LocalWorldSize: 4, Spin: 25 * time.Microsecond,
-				InitMethod: "etcd://10.0.0.1:2379/godist/run/round0"}},
+				InitMethod: "etcd://10.0.0.1:2379/godist/run/round0", CPUProfile: "/p/cpu", ExecutionTrace: "/p/trace"}},
 		{"the options win", env,
-			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1"},
-			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1"}},
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1", CPUProfile: "/o"},
+			Options{JobID: "job", Token: []byte("t"), Host: "127.0.0.1", SharedMemory: SharedMemoryOn, LocalWorldSize: 1, Spin: -1, InitMethod: "tcp://h:1", CPUProfile: "/o", ExecutionTrace: "/p/trace"}},
 		{"off wins over GODIST_SHM=1", map[string]string{"GODIST_SHM": "1"}, Options{SharedMemory: SharedMemoryOff}, Options{SharedMemory: SharedMemoryOff}},
 		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
 			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
@@ -53,7 +54,8 @@ func TestWithEnv(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
 			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout || got.InitMethod != c.want.InitMethod ||
 				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin ||
-				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval {
+				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval ||
+				got.CPUProfile != c.want.CPUProfile || got.ExecutionTrace != c.want.ExecutionTrace {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)
 			}
 		})

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,14 +116,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ddp-fashion-mnist:", err)
 		os.Exit(1)
 	}
-	if p := os.Getenv("GODIST_CPUPROFILE"); p != "" {
-		// One profile per rank, for looking at where a step's time goes.
-		f, err := os.Create(fmt.Sprintf("%s.rank%d", p, g.Rank()))
-		if err == nil {
-			pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-	}
+	// GODIST_CPUPROFILE=prefix: dist.Init writes one profile per rank,
+	// prefix.rank<R>, until Destroy, for looking at where a step's time goes.
 	res, err := train(ctx, g, c, os.Stderr)
 	if err != nil {
 		// The launcher's root-cause report tells, from this, a rank that
@@ -139,7 +132,6 @@ func main() {
 		fmt.Println(string(line))
 	}
 	g.Destroy()
-	pprof.StopCPUProfile()
 }
 
 // buildModel returns the model; with syncBN, LeNet gets a BatchNorm after

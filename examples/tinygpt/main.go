@@ -35,7 +35,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,13 +154,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tinygpt:", err)
 		os.Exit(1)
 	}
-	if p := os.Getenv("GODIST_CPUPROFILE"); p != "" {
-		if f, err := os.Create(fmt.Sprintf("%s.rank%d", p, g.Rank())); err == nil {
-			pprof.StartCPUProfile(f)
-		}
-	}
+	// GODIST_CPUPROFILE=prefix: dist.Init writes prefix.rank<R> until Destroy.
 	res, err := train(ctx, g, c, os.Stderr)
-	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "tinygpt: rank %d: %v\n", g.Rank(), err)
 		dist.RecordError(err)

@@ -31,6 +31,7 @@
 package optim
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -64,6 +65,26 @@ type Optimizer interface {
 	LoadStateDict(sd map[string]*tensor.Tensor) error
 	// Params returns the parameters being optimized.
 	Params() []*autograd.Var
+}
+
+// ContextStepper is implemented by optimizers whose step is a collective
+// that can fail (zero.ZeRO's broadcasts can meet a dead peer):
+// StepContext bounds the step by ctx and returns its error, which
+// Optimizer's Step, returning nothing, can only keep.
+type ContextStepper interface {
+	StepContext(ctx context.Context) error
+}
+
+// Step steps opt and returns the step's error: through StepContext when
+// opt is a ContextStepper, else with opt.Step(), which cannot fail. A
+// training loop written against Optimizer calls it rather than opt.Step(),
+// so that a distributed optimizer's failed step is not lost.
+func Step(ctx context.Context, opt Optimizer) error {
+	if s, ok := opt.(ContextStepper); ok {
+		return s.StepContext(ctx)
+	}
+	opt.Step()
+	return nil
 }
 
 // Groups is implemented by optimizers whose parameters are split into

@@ -321,12 +321,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
-		if z, ok := opt.(*zero.ZeRO); ok {
-			err = z.StepContext(ctx) // its broadcasts can meet a dead peer
-		} else {
-			opt.Step()
-		}
-		if err != nil {
+		// ZeRO's step broadcasts, and can meet a dead peer: optim.Step
+		// returns its error, which opt.Step() could only keep.
+		if err := optim.Step(ctx, opt); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		sched.Step()

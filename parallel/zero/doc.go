@@ -30,8 +30,9 @@
 // every rank (DDP's all-reduce); ZeRO does not reduce them.
 //
 // ZeRO is an optim.Optimizer and has optim.Groups, so schedulers work on
-// it; its Step keeps an error for Err instead of returning it, so call
-// StepContext where you can. StateDict is the state consolidated to this
+// it; its Step keeps an error for Err (and for every later StepContext)
+// instead of returning it, and says so on stderr, so call StepContext, or
+// optim.Step in code written against optim.Optimizer, where you can. StateDict is the state consolidated to this
 // rank by ConsolidateStateDict (nil elsewhere), indexed by position in
 // the parameters given to New; LoadStateDict takes such a dict on every
 // rank and keeps each rank's share. newOpt makes one optimizer over a

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,7 +198,13 @@ func (z *ZeRO) StateBytes() int { return optim.StateBytes(z.local) }
 // error, or an error if the hook did not step and send every parameter
 // exactly once since the last StepContext (it is not the model's
 // CommHook, say).
+//
+// After a Step that failed, StepContext steps nothing and returns that
+// step's error (see Step).
 func (z *ZeRO) StepContext(ctx context.Context) error {
+	if z.err != nil {
+		return z.err // a step that Step ran and failed: nothing steps after it
+	}
 	if z.join != nil {
 		if err := z.join.Notify(ctx, z); err != nil {
 			return err
@@ -298,16 +306,26 @@ func (z *ZeRO) copyBucket(r int, in bool) {
 }
 
 // Step is StepContext without a deadline, for code that takes an
-// optim.Optimizer. An error is kept and returned by Err; once there is
-// one, Step does nothing. Prefer StepContext, which returns it.
+// optim.Optimizer, whose Step returns nothing. So that its error is not
+// lost, Step keeps it, returns it from Err and from every later
+// StepContext (and optim.Step), does nothing when called again, and says
+// it once on stderr. Prefer StepContext, or optim.Step(ctx, opt) in code
+// written against optim.Optimizer, which return it.
 func (z *ZeRO) Step() {
 	if z.err != nil {
 		return
 	}
-	z.err = z.StepContext(context.Background())
+	if err := z.StepContext(context.Background()); err != nil {
+		z.err = err
+		fmt.Fprintf(stderr, "zero: rank %d: Step failed, and later steps will do nothing: %v (Step cannot return it: call StepContext or optim.Step, or check Err)\n", z.group.Rank(), err)
+	}
 }
 
-// Err returns the first error of Step, or nil.
+// stderr is where Step says that it failed; tests replace it.
+var stderr io.Writer = os.Stderr
+
+// Err returns the error of the step Step ran and failed, or nil. (The
+// errors of StepContext are its caller's: they are not kept here.)
 func (z *ZeRO) Err() error { return z.err }
 
 // ZeroGrad clears the gradients of every parameter, this rank's and the

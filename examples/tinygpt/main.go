@@ -28,6 +28,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -113,40 +114,67 @@ type result struct {
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
 
-func main() {
+// parseFlags parses the command line. A --warmup not given explicitly
+// shrinks with a short run (defaultWarmup); one given is taken as it is,
+// and config.check refuses it if it cannot work.
+func parseFlags(args []string) (config, error) {
 	var c config
-	flag.IntVar(&c.Layers, "layers", 4, "transformer blocks")
-	flag.IntVar(&c.Heads, "heads", 4, "attention heads")
-	flag.IntVar(&c.Dim, "width", 128, "model width (divisible by --heads)")
-	flag.IntVar(&c.Block, "block", 128, "context length in bytes")
-	flag.IntVar(&c.Batch, "batch", 16, "sequences per rank per step")
-	flag.IntVar(&c.Steps, "steps", 2000, "optimizer steps (in total, counting resumed ones)")
-	flag.Float64Var(&c.LR, "lr", 3e-3, "peak learning rate")
-	flag.Float64Var(&c.MinLR, "min-lr", 3e-4, "learning rate at the end of the cosine")
-	flag.IntVar(&c.Warmup, "warmup", 100, "steps of linear warm-up")
-	flag.Float64Var(&c.WeightDecay, "weight-decay", 0.1, "AdamW weight decay (matrices only)")
-	flag.Float64Var(&c.Beta2, "beta2", 0.99, "AdamW beta2")
-	flag.Float64Var(&c.Clip, "clip", 1, "clip gradients to this global L2 norm (0: no clipping)")
-	flag.Float64Var(&c.Dropout, "dropout", 0, "dropout probability")
-	flag.IntVar(&c.EvalEvery, "eval-every", 250, "evaluate (and checkpoint) every N steps, and at the end")
-	flag.IntVar(&c.EvalBatches, "eval-batches", 20, "validation batches per evaluation (0: the whole split)")
-	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the initial weights and of the batches")
-	flag.StringVar(&c.data, "data", "", "directory whose *.go files are the corpus (default: $(go env GOROOT)/src)")
-	flag.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
-	flag.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
-	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "also write a distributed checkpoint (checkpoint/dcp: each rank its shards) to this directory at every evaluation; --resume prefers it, and it loads under any strategy and world size")
-	flag.BoolVar(&c.resume, "resume", false, "continue from --checkpoint-dir, else --checkpoint, if it exists")
-	flag.IntVar(&c.stopAt, "stop-at", 0, "stop after this step, writing a checkpoint, as a preempted job would (0: run to --steps)")
-	flag.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
-	flag.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
-	flag.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
-	flag.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
-	flag.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, zero (DDP with a ZeroRedundancyOptimizer), fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
-	flag.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
-	flag.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
-	flag.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
-	flag.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
-	flag.Parse()
+	fs := flag.NewFlagSet("tinygpt", flag.ContinueOnError)
+	fs.IntVar(&c.Layers, "layers", 4, "transformer blocks")
+	fs.IntVar(&c.Heads, "heads", 4, "attention heads")
+	fs.IntVar(&c.Dim, "width", 128, "model width (divisible by --heads)")
+	fs.IntVar(&c.Block, "block", 128, "context length in bytes")
+	fs.IntVar(&c.Batch, "batch", 16, "sequences per rank per step")
+	fs.IntVar(&c.Steps, "steps", 2000, "optimizer steps (in total, counting resumed ones)")
+	fs.Float64Var(&c.LR, "lr", 3e-3, "peak learning rate")
+	fs.Float64Var(&c.MinLR, "min-lr", 3e-4, "learning rate at the end of the cosine")
+	fs.IntVar(&c.Warmup, "warmup", 100, "steps of linear warm-up (default: 100, or a tenth of --steps when that is fewer)")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", 0.1, "AdamW weight decay (matrices only)")
+	fs.Float64Var(&c.Beta2, "beta2", 0.99, "AdamW beta2")
+	fs.Float64Var(&c.Clip, "clip", 1, "clip gradients to this global L2 norm (0: no clipping)")
+	fs.Float64Var(&c.Dropout, "dropout", 0, "dropout probability")
+	fs.IntVar(&c.EvalEvery, "eval-every", 250, "evaluate (and checkpoint) every N steps, and at the end")
+	fs.IntVar(&c.EvalBatches, "eval-batches", 20, "validation batches per evaluation (0: the whole split)")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the initial weights and of the batches")
+	fs.StringVar(&c.data, "data", "", "directory whose *.go files are the corpus (default: $(go env GOROOT)/src)")
+	fs.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
+	fs.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
+	fs.StringVar(&c.ckptDir, "checkpoint-dir", "", "also write a distributed checkpoint (checkpoint/dcp: each rank its shards) to this directory at every evaluation; --resume prefers it, and it loads under any strategy and world size")
+	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint-dir, else --checkpoint, if it exists")
+	fs.IntVar(&c.stopAt, "stop-at", 0, "stop after this step, writing a checkpoint, as a preempted job would (0: run to --steps)")
+	fs.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
+	fs.StringVar(&c.prompt, "prompt", "func (", "the generated sample's beginning")
+	fs.Float64Var(&c.temperature, "temperature", 0.8, "sampling temperature")
+	fs.IntVar(&c.topK, "top-k", 20, "sample among the k likeliest bytes (0: all)")
+	fs.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, zero (DDP with a ZeroRedundancyOptimizer), fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
+	fs.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
+	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
+	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
+	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if !explicit["warmup"] {
+		c.Warmup = defaultWarmup(c.Steps)
+	}
+	return c, nil
+}
+
+// defaultWarmup is --warmup's default for a run of steps: 100 steps, or a
+// tenth of the run when that is fewer, as a warm-up is a small part of
+// any run.
+func defaultWarmup(steps int) int { return max(0, min(100, steps/10)) }
+
+func main() {
+	c, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		os.Exit(2) // the flag package has said why
+	}
 	ctx := context.Background()
 
 	g, err := join(ctx)

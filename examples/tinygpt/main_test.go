@@ -405,3 +405,35 @@ func TestResumeAcrossStrategies(t *testing.T) {
 		})
 	}
 }
+
+// A --warmup not given shrinks with a short run, as a user of --steps 60
+// expects; one given explicitly is taken as it is, and refused when it
+// cannot work (issue 27, item 10).
+func TestWarmupDefault(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		warmup int
+		bad    string
+	}{
+		{nil, 100, ""}, // --steps 2000
+		{[]string{"--steps", "60"}, 6, ""},
+		{[]string{"--steps", "1000"}, 100, ""},
+		{[]string{"--steps", "5000"}, 100, ""},
+		{[]string{"--steps", "5"}, 0, ""},
+		{[]string{"--steps", "60", "--warmup", "30"}, 30, ""},
+		{[]string{"--steps", "60", "--warmup", "100"}, 100, "--warmup 100"},
+		{[]string{"--steps", "60", "--warmup", "-1"}, -1, "--warmup -1"},
+	} {
+		cfg, err := parseFlags(c.args)
+		if err != nil {
+			t.Fatalf("parseFlags(%q): %v", c.args, err)
+		}
+		if cfg.Warmup != c.warmup {
+			t.Errorf("parseFlags(%q): --warmup %d, want %d", c.args, cfg.Warmup, c.warmup)
+		}
+		err = cfg.check()
+		if (err != nil) != (c.bad != "") || err != nil && !strings.Contains(err.Error(), c.bad) {
+			t.Errorf("parseFlags(%q).check() = %v, want an error saying %q", c.args, err, c.bad)
+		}
+	}
+}

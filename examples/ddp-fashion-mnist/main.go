@@ -97,7 +97,7 @@ func main() {
 	flag.Float64Var(&c.mom, "momentum", 0.9, "SGD momentum")
 	flag.Uint64Var(&c.seed, "seed", 0, "torch.manual_seed-compatible seed for the weights, and the sampler's seed")
 	flag.StringVar(&c.dir, "data", os.Getenv(data.FashionMNISTEnv), "Fashion-MNIST directory (default: $GODIST_FASHION_MNIST, else the installed set, else the shipped subset)")
-	flag.StringVar(&c.ckpt, "checkpoint", "ddp-fashion-mnist.safetensors", "checkpoint file written after every epoch")
+	flag.StringVar(&c.ckpt, "checkpoint", "ddp-fashion-mnist.safetensors", "checkpoint file written after every epoch (empty: none)")
 	flag.StringVar(&c.plotPath, "plot", "ddp-fashion-mnist.png", "loss/accuracy plot written by rank 0 (empty: none)")
 	flag.BoolVar(&c.resume, "resume", false, "continue from the checkpoint if it exists (else start afresh)")
 	flag.BoolVar(&c.noOverlap, "no-overlap", false, "all-reduce only after backward (to measure what overlap gains)")
@@ -208,7 +208,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	opt := optim.NewSGD(nn.Parameters(model), optim.SGDOptions{LR: c.lr, Momentum: c.mom})
 	start, done := 0, 0 // epochs and optimizer steps before this run
 	var hist history
-	if _, statErr := os.Stat(c.ckpt); c.resume && statErr == nil {
+	if _, statErr := os.Stat(c.ckpt); c.resume && c.ckpt != "" && statErr == nil {
 		var pos ddp.Position
 		if pos, hist, err = load(ctx, c.ckpt, model, opt); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
@@ -217,6 +217,8 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		if rank0 {
 			fmt.Fprintf(log, "resumed from %s after epoch %d\n", c.ckpt, start)
 		}
+	} else if c.resume && rank0 && c.ckpt == "" {
+		fmt.Fprintf(log, "no checkpoint (--checkpoint \"\"): starting afresh\n")
 	} else if c.resume && rank0 {
 		fmt.Fprintf(log, "no checkpoint at %s: starting afresh\n", c.ckpt)
 	}
@@ -313,8 +315,10 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		hist.Acc = append(hist.Acc, acc)
 		res.TestAcc = acc
-		if err := save(ctx, c.ckpt, model, opt, ep+1, done+steps, hist); err != nil {
-			return nil, err
+		if c.ckpt != "" {
+			if err := save(ctx, c.ckpt, model, opt, ep+1, done+steps, hist); err != nil {
+				return nil, err
+			}
 		}
 		if rank0 && c.plotPath != "" {
 			if err := hist.plot(c.plotPath); err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/godist/godist/data"
@@ -70,5 +71,28 @@ func TestTrainLSTM(t *testing.T) {
 	t.Logf("two epochs of 2 ranks: loss %.4f, test accuracy %.4f", res[0].LastLoss, res[0].TestAcc)
 	if res[0].TestAcc < 0.3 {
 		t.Fatalf("test accuracy two epochs of 2 ranks: %v", res[0].TestAcc)
+	}
+}
+
+// --checkpoint "" means no checkpoint, as in tinygpt (issue 27, item 10):
+// training ends without error and writes no file, with --resume too.
+func TestNoCheckpoint(t *testing.T) {
+	dir, err := data.SubsetDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := t.TempDir()
+	t.Chdir(wd) // where a checkpoint named "" would have gone
+	c := config{model: "mlp", epochs: 1, batch: 64, lr: 0.01, mom: 0.9, dir: dir, maxSteps: 3, ckpt: "", resume: true}
+	var logs [2]strings.Builder
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		_, err := train(context.Background(), g, c, &logs[g.Rank()])
+		return err
+	})
+	if ents, _ := os.ReadDir(wd); len(ents) != 0 {
+		t.Fatalf("training without a checkpoint left %v in its directory", ents)
+	}
+	if !strings.Contains(logs[0].String(), "no checkpoint") {
+		t.Errorf("--resume without a checkpoint: rank 0 said %q", logs[0].String())
 	}
 }

@@ -161,9 +161,13 @@ func remaining(r io.Reader) int64 {
 // file in the same directory, syncs it, and renames it over path, so that
 // path holds either the old checkpoint or the complete new one, never a
 // part. The file is created with mode 0644. On error the temporary file is
-// removed and path is untouched.
+// removed and path is untouched. An empty path, or one that names a
+// directory, is an error, and nothing is written.
 func SaveFile(path string, tensors map[string]*tensor.Tensor, metadata map[string]string) (err error) {
 	dir, base := filepath.Split(path)
+	if base == "" {
+		return fmt.Errorf("checkpoint: SaveFile: %q names no file", path)
+	}
 	if dir == "" {
 		dir = "."
 	}

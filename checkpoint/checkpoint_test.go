@@ -291,6 +291,16 @@ func TestSaveFileLoadFile(t *testing.T) {
 	if err := SaveFile(filepath.Join(dir, "no", "such", "dir", "x"), a, nil); err == nil {
 		t.Fatal("SaveFile into a missing directory succeeded")
 	}
+	// A path without a file name says so, and writes nothing.
+	t.Chdir(dir)
+	for _, p := range []string{"", "sub/"} {
+		if err := SaveFile(p, a, nil); err == nil || !strings.Contains(err.Error(), "names no file") {
+			t.Fatalf("SaveFile(%q): %v, want an error saying it names no file", p, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("directory holds %d entries after SaveFile without a name, want 1", len(ents))
+	}
 }
 
 func TestSaveErrors(t *testing.T) {

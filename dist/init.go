@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -273,14 +274,14 @@ func launcherJob(source string, get func(string) string) (id, from string) {
 		}
 		// One srun is one step: two steps of an allocation are two jobs.
 		if step, stepVar := first("SLURM_STEP_ID", "SLURM_STEPID"); step != "" {
-			return "slurm:" + job + "." + step, jobVar + " and " + stepVar
+			return fitJobID("slurm:" + job + "." + step), jobVar + " and " + stepVar
 		}
-		return "slurm:" + job, jobVar
+		return fitJobID("slurm:" + job), jobVar
 	case "mpirun":
 		// OpenMPI 4 sets both, to the same number; OpenMPI 5 (PRRTE)
 		// sets PMIX_NAMESPACE; older ones OMPI_MCA_orte_ess_jobid.
 		if v, n := first("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"); v != "" {
-			return "openmpi:" + v, n
+			return fitJobID("openmpi:" + v), n
 		}
 	}
 	return "", ""
@@ -293,7 +294,18 @@ func masterJobID(host string, port int) string {
 	if host == "" || host == "localhost" {
 		host = "127.0.0.1"
 	}
-	return "master:" + net.JoinHostPort(host, strconv.Itoa(port))
+	return fitJobID("master:" + net.JoinHostPort(host, strconv.Itoa(port)))
+}
+
+// fitJobID returns a derived job id that the handshake can carry (255
+// bytes at most): id itself, or when longer its first bytes and a hash of
+// the whole.
+func fitJobID(id string) string {
+	if len(id) <= 255 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return id[:255-33] + "~" + hex.EncodeToString(sum[:16])
 }
 
 // otherJobError returns, when err (from reaching what: the store, a peer)

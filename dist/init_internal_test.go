@@ -183,4 +183,10 @@ func TestJobIDDerivation(t *testing.T) {
 			t.Errorf("masterJobID(%q, %d) = %q, want %q", c.host, c.port, got, c.want)
 		}
 	}
+	// A derived id fits the handshake's 255 bytes, and stays distinct.
+	long := strings.Repeat("h", 300)
+	a, b = masterJobID(long+"a", 1), masterJobID(long+"b", 1)
+	if len(a) != 255 || len(b) != 255 || a == b || !strings.HasPrefix(a, "master:hhh") {
+		t.Errorf("masterJobID of 300-byte hosts: %q (%d bytes), %q (%d bytes)", a, len(a), b, len(b))
+	}
 }

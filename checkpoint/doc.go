@@ -19,7 +19,9 @@
 // readers (PyTorch's safetensors among them) ignore them. Load checks
 // them, so a flipped bit gives an error wrapping ErrCorrupt that names the
 // tensor, rather than a corrupted weight; a file without checksums, such
-// as one PyTorch wrote, loads unchecked.
+// as one PyTorch wrote, loads unchecked. A tool that rewrites a file's
+// tensors but copies its metadata (save_file(..., metadata=f.metadata()))
+// keeps checksums that no longer match: drop the "godist.crc32c" keys.
 //
 // Load checks everything it reads before trusting it: the header length,
 // the JSON, the dtypes, the shapes and that the byte ranges cover the data

@@ -469,7 +469,9 @@ func TestMemberCannotBeReplaced(t *testing.T) {
 			}
 		}
 		c.Close()
-	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+	} else if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
+		// Refused, or reset when rank 0 closed its listener with the
+		// impostor's connection still in its backlog (seen under load).
 		t.Fatal(err)
 	}
 	a, b := <-r0, <-r1

@@ -422,9 +422,11 @@ func TestGracefulShutdown(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if r == 1 {
-				// Still working while the others are already in Shutdown.
+				// Still working while the others are already in Shutdown:
+				// for 100 ms, and ten calls however slow the machine (a
+				// count of calls in 100 ms fell to 3 under load).
 				end := time.Now().Add(100 * time.Millisecond)
-				for time.Now().Before(end) {
+				for calls < 10 || time.Now().Before(end) {
 					if got, err := c.f.slowAdd.Call(ctx, a, "worker2", addArgs{calls, 1}); err != nil || got != calls+1 {
 						errs[r] = fmt.Errorf("call %d during the others' shutdown: %d, %v", calls, got, err)
 						return
@@ -440,9 +442,6 @@ func TestGracefulShutdown(t *testing.T) {
 		if err != nil {
 			t.Errorf("worker %d: %v", r, err)
 		}
-	}
-	if calls < 5 {
-		t.Errorf("only %d calls made during the others' shutdown", calls)
 	}
 	// After shutdown, calls fail with ErrShutdown.
 	if _, err := c.f.add.Call(ctx, c.agents[1], "worker2", addArgs{}); !errors.Is(err, rpc.ErrShutdown) {

@@ -1,0 +1,26 @@
+package clustertest
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// allowedCPUs lists the CPUs this process may run on, ascending.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, err
+	}
+	var out []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// holderAttr: a holder is killed when the thread that started it ends,
+// besides ending with its stdin.
+func holderAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }

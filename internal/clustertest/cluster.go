@@ -100,8 +100,19 @@ func Available() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %s not found: install iproute2 (ip, tc) and util-linux (nsenter, unshare, taskset, mount)", ErrUnavailable, strings.Join(missing, ", "))
 	}
-	return nil
+	return canUnshare()
 }
+
+// canUnshare tries, once, to make the namespaces a host needs: root in a
+// container without CAP_SYS_ADMIN cannot.
+var canUnshare = sync.OnceValue(func() error {
+	args := holderArgs(true)
+	args = append(args[:slices.Index(args, "--")], "--", "true")
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%w: %s: %v: %s (a container without CAP_SYS_ADMIN?)", ErrUnavailable, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+})
 
 // Start is New for a test: it skips t when Available says no, fails it
 // when New fails (within a minute), and closes the cluster when t ends,

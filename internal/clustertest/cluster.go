@@ -67,6 +67,10 @@ type Cluster struct {
 	sw      *holder   // the switch's network namespace
 	holders []*holder // the hosts'
 
+	agentOnce sync.Once
+	agent     string // RshAgent's script
+	agentErr  error
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -246,8 +250,13 @@ func (c *Cluster) Host(i int) Host {
 // commands on hosts (an OpenMPI rsh agent, say) can too. It panics if
 // there is no host i.
 func (c *Cluster) Argv(i int, name string, args ...string) []string {
+	return append(c.enter(i), append([]string{name}, args...)...)
+}
+
+// enter is the command line that runs a program on host i, without it.
+func (c *Cluster) enter(i int) []string {
 	h := c.hosts[i]
-	return enterArgs(h.PID, h.CPUs, append([]string{name}, args...)...)
+	return enterArgs(h.PID, h.CPUs)
 }
 
 // Command returns the exec.Cmd that runs name with args on host i (Argv):
@@ -265,6 +274,30 @@ func (c *Cluster) Command(ctx context.Context, i int, name string, args ...strin
 		cmd.Err = ErrClosed
 	}
 	return cmd
+}
+
+// RshAgent writes, once, and returns the path of a script that runs a
+// command on a host as ssh would: AGENT HOST COMMAND..., HOST a host's
+// name or address, COMMAND a shell command line. Give it to OpenMPI's
+// mpirun as --mca plm_rsh_agent, with --host naming the hosts, and run
+// mpirun itself on one of them (the hosts reach each other, not the
+// caller): mpirun starts its daemons on the other hosts through it. The
+// script lives until Close.
+func (c *Cluster) RshAgent() (string, error) {
+	c.agentOnce.Do(func() {
+		if c.closed.Load() {
+			c.agentErr = ErrClosed
+			return
+		}
+		p := filepath.Join(c.dir, "rsh-agent")
+		script := rshAgentScript(c.plan.hosts, c.enter)
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			c.agentErr = fmt.Errorf("clustertest: %w", err)
+			return
+		}
+		c.agent = p
+	})
+	return c.agent, c.agentErr
 }
 
 // SetRate shapes host i's link, both ways, to rate (0: unshaped). It

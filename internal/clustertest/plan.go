@@ -322,6 +322,31 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// rshAgentScript is an OpenMPI plm_rsh_agent (or any "ssh HOST COMMAND"
+// caller's ssh): it runs COMMAND, a shell command line as ssh would hand
+// it to the remote shell, on HOST, named or by address, through argv,
+// the command line that runs a program on a host (enterArgs, without the
+// program). Leading options (ssh's -x, say) are skipped.
+func rshAgentScript(hosts []hostPlan, argv func(i int) []string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	b.WriteString("# An rsh agent for a clustertest cluster: AGENT [-opts] HOST COMMAND... runs\n")
+	b.WriteString("# COMMAND (a shell command line, as with ssh) on HOST, named or by address.\n")
+	b.WriteString("while [ $# -gt 0 ]; do case \"$1\" in -*) shift ;; *) break ;; esac; done\n")
+	b.WriteString("host=$1\nshift\ncase \"$host\" in\n")
+	var names []string
+	for i, h := range hosts {
+		names = append(names, h.name)
+		q := make([]string, 0, 8)
+		for _, a := range argv(i) {
+			q = append(q, shellQuote(a))
+		}
+		fmt.Fprintf(&b, "%s|%s) exec %s /bin/sh -c \"$*\" ;;\n", h.name, h.addr, strings.Join(q, " "))
+	}
+	fmt.Fprintf(&b, "esac\necho \"$0: no host $host in this cluster (%s)\" >&2\nexit 255\n", strings.Join(names, " "))
+	return b.String()
+}
+
 // shellQuote quotes s for sh.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

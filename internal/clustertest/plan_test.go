@@ -191,3 +191,20 @@ garbage`
 		t.Errorf("unescapeMount = %q", got)
 	}
 }
+
+func TestRshAgentScript(t *testing.T) {
+	p, err := plan(Config{Hosts: 2}, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rshAgentScript(p.hosts, func(i int) []string { return enterArgs(100+i, p.hosts[i].cpus) })
+	for _, want := range []string{
+		"#!/bin/sh\n",
+		`node1|10.77.0.2) exec 'nsenter' '--target' '101' '--net' '--mount' '--uts' '--wd=.' '--' 'taskset' '--cpu-list' '1' /bin/sh -c "$*" ;;` + "\n",
+		"exit 255\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the agent lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clustertest: the CPUs this process may use: %w", err)
 	}
-	p, err := plan(cfg, allowed)
+	p, err := plan(cfg, allowed, os.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,9 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	sweepDirs()
+	if err := Sweep(); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", dirPrefix(os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("clustertest: %w", err)
@@ -366,7 +368,6 @@ type holder struct {
 	stderr *bytes.Buffer     // read only after cmd.Wait
 	ns     map[string]string // kind ("net", ...) → its link, "net:[4026532...]"
 	waited chan struct{}     // closed when cmd.Wait has returned
-	err    error             // cmd.Wait's, once waited is closed
 }
 
 func (h *holder) pid() int { return h.cmd.Process.Pid }
@@ -376,7 +377,6 @@ func (h *holder) pid() int { return h.cmd.Process.Pid }
 func startHolder(ctx context.Context, host bool) (*holder, error) {
 	args := holderArgs(host)
 	cmd := exec.Command(args[0], args[1:]...) // not ctx's: it outlives New
-	cmd.SysProcAttr = holderAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -390,7 +390,7 @@ func startHolder(ctx context.Context, host bool) (*holder, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 	}
-	go func() { h.err = cmd.Wait(); close(h.waited) }()
+	go func() { cmd.Wait(); close(h.waited) }()
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')
@@ -519,18 +519,54 @@ func inNS(proc string, ns map[string]bool) bool {
 // dirPrefix names the temporary directories of process pid's clusters.
 func dirPrefix(pid int) string { return "clustertest-" + strconv.Itoa(pid) + "-" }
 
-// sweepDirs removes the temporary directories of clusters whose process
-// is gone (killed before it could Close). Their namespaces went with it.
-func sweepDirs() {
+// Sweep removes what the clusters of processes that died without closing
+// them left behind. Their namespaces went with them, and their links,
+// qdiscs and mounts, but not the processes that their commands started
+// (an exec.Cmd's process outlives its creator), which keep the hosts'
+// namespaces, isolated as they are, until they end: Sweep kills them
+// (they are known by their /dev/shm, named for the creator). It also
+// removes the clusters' temporary directories. New calls it.
+func Sweep() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			mi, err := os.ReadFile("/proc/" + e.Name() + "/mountinfo")
+			if err != nil {
+				continue
+			}
+			if creator, ok := strayOf(string(mi)); ok && !alive(creator) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("clustertest: processes %v left on the hosts of dead clusters outlive SIGKILL", left)
+		}
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	m, _ := filepath.Glob(filepath.Join(os.TempDir(), "clustertest-*-*"))
 	for _, d := range m {
 		f := strings.SplitN(filepath.Base(d), "-", 3)
-		pid, err := strconv.Atoi(f[1])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if _, err := os.Stat("/proc/" + f[1]); errors.Is(err, os.ErrNotExist) {
+		if pid, err := strconv.Atoi(f[1]); err == nil && pid > 0 && !alive(pid) {
 			os.RemoveAll(d)
 		}
 	}
+	return nil
+}
+
+// alive says whether process pid exists (a zombie counts).
+func alive(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return !errors.Is(err, os.ErrNotExist)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -46,8 +47,28 @@ func TestMain(m *testing.M) {
 //	  answered with "BYTES n NANOS d", from the first byte to EOF).
 //	dial ADDR hello: prints the answer.
 //	dial ADDR sink DURATION: sends for DURATION, prints the answer.
+//	cluster: makes a cluster of 2 hosts, starts sleep on host 1, prints
+//	  "READY <sleep's pid> <the cluster's directory> <its namespaces>"
+//	  and waits to be killed.
 func helper(mode string, args []string) error {
 	switch mode {
+	case "cluster":
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := New(ctx, Config{Hosts: 2, ShareCPUs: true})
+		if err != nil {
+			return err
+		}
+		sl := c.Command(context.Background(), 1, "sleep", "600")
+		if err := sl.Start(); err != nil {
+			return err
+		}
+		ns := nsOf(c)
+		for !slices.Contains(procsIn(ns), sl.Process.Pid) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		fmt.Println("READY", sl.Process.Pid, c.dir, strings.Join(slices.Sorted(maps.Keys(ns)), ","))
+		select {}
 	case "listen":
 		l, err := net.Listen("tcp", ":"+args[0])
 		if err != nil {
@@ -360,7 +381,7 @@ func gone(t *testing.T, ns map[string]bool, dir string, linksBefore map[string]b
 			t.Errorf("the caller's namespace has a link %s it did not have before", l)
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(b), shmSource) {
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(b), shmPrefix) {
 		t.Errorf("the caller's mounts include a host's /dev/shm (%v)", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -471,4 +492,51 @@ func TestClose(t *testing.T) {
 		t.Fatalf("New with a failure injected: %v, %v", c, err)
 	}
 	gone(t, nsOf(half), half.dir, before)
+}
+
+// TestCreatorKilled: when the process that made a cluster is SIGKILLed,
+// the namespaces' holders end with it; what its commands started on the
+// hosts lives on (as any exec.Cmd's process would) until Sweep (which New
+// calls) kills it, and then nothing is left.
+func TestCreatorKilled(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before := rootLinks(t)
+	cmd := exec.CommandContext(ctx, self(t))
+	cmd.Env = append(os.Environ(), helperEnv+"=cluster")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) != 4 || f[0] != "READY" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the cluster's creator said %q, %v", line, err)
+	}
+	sleeper, _ := strconv.Atoi(f[1])
+	dir, ns := f[2], map[string]bool{}
+	for _, l := range strings.Split(f[3], ",") {
+		ns[l] = true
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for !slices.Equal(procsIn(ns), []int{sleeper}) {
+		if ctx.Err() != nil {
+			t.Fatalf("processes in the namespaces of a cluster whose creator was killed: %v, want only the command %d", procsIn(ns), sleeper)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	gone(t, ns, dir, before)
 }

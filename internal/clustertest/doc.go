@@ -25,8 +25,13 @@
 // is held by a process (unshare, then cat reading a pipe from this
 // process): when the cluster closes, or when this process dies in any
 // way, the holders end, and the namespaces go with them, and with them
-// the links, qdiscs and mounts. What a killed test leaves is at most a
-// temporary directory, which the next New removes.
+// the links, qdiscs and mounts, once no process is left in them. Close
+// kills the processes on the hosts; when this process is killed before
+// it can, those its commands started live on (as any exec.Cmd's
+// process does), isolated in the hosts' namespaces, until Sweep (which
+// every New calls) finds them by their /dev/shm, named for the dead
+// creator, and kills them, and removes the cluster's temporary
+// directory.
 //
 // A host's mount namespace is a copy of the caller's, a slave of it, with
 // a tmpfs of its own on /dev/shm and its own /etc/hosts: commands on one

@@ -76,16 +76,17 @@ type hostPlan struct {
 
 // clusterPlan is the whole of New's decisions but the process ids.
 type clusterPlan struct {
-	hosts  []hostPlan
-	prefix netip.Prefix
-	rate   BitRate
+	hosts   []hostPlan
+	prefix  netip.Prefix
+	rate    BitRate
+	creator int // the pid of the process that makes it (shmSource)
 }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 
 // plan decides the hosts' names, addresses and CPUs from cfg, given the
-// CPUs this process may run on.
-func plan(cfg Config, allowed []int) (clusterPlan, error) {
+// CPUs this process may run on, for process creator.
+func plan(cfg Config, allowed []int, creator int) (clusterPlan, error) {
 	if cfg.Hosts < 1 {
 		return clusterPlan{}, fmt.Errorf("clustertest: Config.Hosts is %d: want at least 1", cfg.Hosts)
 	}
@@ -111,7 +112,7 @@ func plan(cfg Config, allowed []int) (clusterPlan, error) {
 	if err != nil {
 		return clusterPlan{}, err
 	}
-	p := clusterPlan{prefix: prefix.Masked(), rate: cfg.Rate}
+	p := clusterPlan{prefix: prefix.Masked(), rate: cfg.Rate, creator: creator}
 	for i := range cfg.Hosts {
 		p.hosts = append(p.hosts, hostPlan{name: name + strconv.Itoa(i), addr: addrs[i], cpus: cpus[i]})
 	}
@@ -242,7 +243,7 @@ func hostScript(p clusterPlan, i int, hostsFile string, detach []string) string 
 		fmt.Fprintf(&b, "umount -l %s 2>/dev/null || true\n", shellQuote(m))
 	}
 	fmt.Fprintf(&b, "echo %s > /proc/sys/kernel/hostname\n", h.name)
-	b.WriteString("mount -t tmpfs -o mode=1777 " + shmSource + " /dev/shm\n")
+	b.WriteString("mount -t tmpfs -o mode=1777 " + shmSource(p.creator) + " /dev/shm\n")
 	fmt.Fprintf(&b, "mount --bind %s /etc/hosts\n", shellQuote(hostsFile))
 	b.WriteString("ip link set lo up\n")
 	fmt.Fprintf(&b, "ip addr add %s dev %s\nip link set %s up\n", netip.PrefixFrom(h.addr, p.prefix.Bits()), hostDev, hostDev)
@@ -252,8 +253,28 @@ func hostScript(p clusterPlan, i int, hostsFile string, detach []string) string 
 	return b.String()
 }
 
-// shmSource names the hosts' /dev/shm mounts in /proc/mounts.
-const shmSource = "clustertest-shm"
+// shmSource names the /dev/shm mounts of the hosts that process creator
+// makes (in /proc/mounts), so that a process left on a host when its
+// creator died can be told (strayOf).
+func shmSource(creator int) string { return shmPrefix + strconv.Itoa(creator) }
+
+const shmPrefix = "clustertest-shm-"
+
+// strayOf reads a process's /proc/PID/mountinfo: if it runs on a host (its
+// /dev/shm is a host's), it returns the pid of the host's creator.
+func strayOf(mountinfo string) (creator int, ok bool) {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, found := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !found || len(f) < 5 || len(g) < 2 || f[4] != "/dev/shm" || g[0] != "tmpfs" || !strings.HasPrefix(g[1], shmPrefix) {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(g[1], shmPrefix)); err == nil && n > 0 {
+			return n, true
+		}
+	}
+	return 0, false
+}
 
 // hostsFile is every host's /etc/hosts: localhost and the cluster's hosts
 // by name.

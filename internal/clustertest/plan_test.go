@@ -72,7 +72,7 @@ func TestAssignCPUs(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	p, err := plan(Config{Hosts: 3, Rate: 100 * Mbit, ShareCPUs: true}, []int{0, 1})
+	p, err := plan(Config{Hosts: 3, Rate: 100 * Mbit, ShareCPUs: true}, []int{0, 1}, 77)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestPlan(t *testing.T) {
 	if !reflect.DeepEqual(p.hosts, want) || p.prefix != DefaultSubnet || p.rate != 100*Mbit {
 		t.Fatalf("plan = %+v", p)
 	}
-	p, err = plan(Config{Hosts: 2, Name: "gpu-box-", Subnet: netip.MustParsePrefix("192.168.9.77/29"), CPUsPerHost: -1}, []int{0})
+	p, err = plan(Config{Hosts: 2, Name: "gpu-box-", Subnet: netip.MustParsePrefix("192.168.9.77/29"), CPUsPerHost: -1}, []int{0}, 77)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,17 +101,17 @@ func TestPlan(t *testing.T) {
 		{Hosts: 1, Rate: -1},
 		{Hosts: 3},
 	} {
-		if _, err := plan(bad, []int{0, 1}); err == nil {
+		if _, err := plan(bad, []int{0, 1}, 77); err == nil {
 			t.Errorf("plan(%+v) made a plan", bad)
 		}
 	}
-	if _, err := plan(Config{Hosts: 6, Subnet: netip.MustParsePrefix("10.0.0.0/29"), CPUsPerHost: -1}, nil); err != nil {
+	if _, err := plan(Config{Hosts: 6, Subnet: netip.MustParsePrefix("10.0.0.0/29"), CPUsPerHost: -1}, nil, 77); err != nil {
 		t.Errorf("a /29 holds 6 hosts: %v", err)
 	}
 }
 
 func TestScripts(t *testing.T) {
-	p, err := plan(Config{Hosts: 2, Rate: 100 * Mbit}, []int{0, 1})
+	p, err := plan(Config{Hosts: 2, Rate: 100 * Mbit}, []int{0, 1}, 77)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestScripts(t *testing.T) {
 		"set -e\n",
 		"umount -l '/run/netns/x y' 2>/dev/null || true\n",
 		"echo node1 > /proc/sys/kernel/hostname\n",
-		"mount -t tmpfs -o mode=1777 clustertest-shm /dev/shm\n",
+		"mount -t tmpfs -o mode=1777 clustertest-shm-77 /dev/shm\n",
 		`mount --bind '/tmp/it'\''s/hosts' /etc/hosts` + "\n",
 		"ip addr add 10.77.0.2/24 dev eth0\n",
 		"tc qdisc replace dev eth0 root tbf rate 100mbit",
@@ -187,13 +187,20 @@ garbage`
 	if got, want := nsfsMounts(mi), []string{"/run/netns/a", "/run/netns/with space"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("nsfsMounts = %q, want %q", got, want)
 	}
+	host := mi + "\n40 24 0:39 / /dev/shm rw,relatime - tmpfs clustertest-shm-1234 rw,mode=1777"
+	if pid, ok := strayOf(host); !ok || pid != 1234 {
+		t.Errorf("strayOf a host's process = %d, %v; want 1234", pid, ok)
+	}
+	if pid, ok := strayOf(mi); ok {
+		t.Errorf("strayOf a process on no host = %d", pid)
+	}
 	if got := unescapeMount(`a\134b\04`); got != `a\b\04` {
 		t.Errorf("unescapeMount = %q", got)
 	}
 }
 
 func TestRshAgentScript(t *testing.T) {
-	p, err := plan(Config{Hosts: 2}, []int{0, 1})
+	p, err := plan(Config{Hosts: 2}, []int{0, 1}, 77)
 	if err != nil {
 		t.Fatal(err)
 	}

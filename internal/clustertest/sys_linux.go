@@ -1,10 +1,6 @@
 package clustertest
 
-import (
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // allowedCPUs lists the CPUs this process may run on, ascending.
 func allowedCPUs() ([]int, error) {
@@ -20,7 +16,3 @@ func allowedCPUs() ([]int, error) {
 	}
 	return out, nil
 }
-
-// holderAttr: a holder is killed when the thread that started it ends,
-// besides ending with its stdin.
-func holderAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }

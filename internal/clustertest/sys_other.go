@@ -2,11 +2,6 @@
 
 package clustertest
 
-import (
-	"errors"
-	"syscall"
-)
+import "errors"
 
 func allowedCPUs() ([]int, error) { return nil, errors.New("not Linux") }
-
-func holderAttr() *syscall.SysProcAttr { return nil }

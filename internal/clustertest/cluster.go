@@ -77,7 +77,7 @@ type Cluster struct {
 }
 
 // ErrUnavailable is Available's (and New's) error kind when this process
-// cannot make hosts: not root, or a tool missing.
+// cannot make hosts: not root, a tool missing, or namespaces refused.
 var ErrUnavailable = errors.New("clustertest: cannot make hosts here")
 
 // ErrClosed is the error of a command started after Close.
@@ -147,7 +147,8 @@ func Start(t testing.TB, cfg Config) *Cluster {
 // Nothing is added to the caller's namespaces. ctx bounds the making;
 // the cluster lives until Close (or until this process dies: each
 // namespace is held by a process that ends with it). When New fails it
-// has removed whatever it made.
+// has removed whatever it made. It first sweeps up after clusters whose
+// creators died (Sweep).
 func New(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := Available(); err != nil {
 		return nil, err
@@ -171,9 +172,7 @@ func New(ctx context.Context, cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context) error {
-	if err := Sweep(); err != nil {
-		return err
-	}
+	Sweep() // tidiness: a stale cluster is isolated from this one anyway
 	dir, err := os.MkdirTemp("", dirPrefix(os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("clustertest: %w", err)
@@ -267,8 +266,11 @@ func (c *Cluster) enter(i int) []string {
 // files, the same processes). cmd.Dir, Env and the standard streams mean
 // what they always do; cmd.Args is the whole command line, starting with
 // nsenter, and the process is the program itself once it runs (nsenter
-// and taskset exec it), so ctx's end kills the program. After Close, its
-// Start fails with ErrClosed. It panics if there is no host i.
+// and taskset exec it), so ctx's end kills the program. Start it before
+// Close: one made after Close fails with ErrClosed, one started during
+// Close is killed or fails to enter its host, and one made before Close
+// and started after it fails to (unless the holder's pid has been reused
+// since, when it may run outside). It panics if there is no host i.
 func (c *Cluster) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
 	argv := c.Argv(i, name, args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

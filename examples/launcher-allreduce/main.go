@@ -13,7 +13,8 @@
 //
 // Step s all-reduces (rank+1)·(s+1) from every rank, so that the result of
 // an uninterrupted run is Σ_s (s+1)·W(W+1)/2, which rank 0 prints as
-// "RESULT <n> WORLD_SIZE <w>".
+// "RESULT <n> WORLD_SIZE <w>". With --log it says which peers it does
+// not share memory with, and why (on other hosts, say).
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -43,6 +45,7 @@ func main() {
 	waitWorld := flag.Int("wait-world", 0, "print WORLD_SIZE and wait (until stopped) while it is below `n`")
 	sleep := flag.Duration("step-sleep", 0, "sleep this long in every step")
 	progress := flag.Bool("progress", false, "print STEP <s> WORLD_SIZE <w> after each step (every rank)")
+	logFallbacks := flag.Bool("log", false, "log to stderr what dist falls back from (shared memory not used with some peers, and why: on other hosts, say)")
 	flag.Parse()
 
 	ws, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
@@ -53,7 +56,11 @@ func main() {
 		}
 	}
 	ctx := context.Background()
-	g, err := dist.Init(ctx, dist.Options{Timeout: time.Minute})
+	opt := dist.Options{Timeout: time.Minute}
+	if *logFallbacks {
+		opt.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	g, err := dist.Init(ctx, opt)
 	if err != nil {
 		dist.RecordError(err)
 		fmt.Fprintf(os.Stderr, "launcher-allreduce: %v\n", err)

@@ -550,6 +550,21 @@ func TestShutdownWorkerDeadBefore(t *testing.T) {
 	}
 }
 
+// TestShutdownLateWorkerNamesTheDead: a worker that reaches Shutdown only
+// after the leader gave up on a dead worker and left names the dead one,
+// not the leader (seen under load in TestMultiProcessShutdownPeerGone:
+// both were down by then, and the lowest rank was named).
+func TestShutdownLateWorkerNamesTheDead(t *testing.T) {
+	c := start(t, 3, transport.Faults{}, rpc.Options{})
+	c.mesh.Kill(2)
+	time.Sleep(20 * time.Millisecond)
+	wantShutdownError(t, shutdownEach(t, context.Background(), 5*time.Second, c.agents[0])[0], "worker0", 2)
+	c.mesh.Endpoints[0].Close()        // the leader leaves, as its own group would on Destroy
+	time.Sleep(100 * time.Millisecond) // worker1 sees it go
+	err := shutdownEach(t, context.Background(), 5*time.Second, c.agents[1])[0]
+	wantShutdownError(t, err, "worker1", 2)
+}
+
 // TestShutdownWorkerStopped is issue 27's second case: a worker is
 // stopped (as by SIGSTOP: its connections stay up, it says nothing).
 // The leader's Shutdown, with a ctx that never ends, fails once the

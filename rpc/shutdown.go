@@ -96,6 +96,14 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 
 // agree runs the rounds until the leader says the job is quiet.
 func (a *Agent) agree(ctx context.Context, st *shutdownState) *ShutdownError {
+	// An abort that came before this worker's Shutdown (the leader's
+	// diagnosis) names the culprit better than the leader's own clean
+	// exit after it, which goneBefore would see.
+	select {
+	case e := <-st.failed:
+		return e
+	default:
+	}
 	if e := a.goneBefore(); e != nil {
 		return e
 	}
@@ -173,14 +181,22 @@ func (a *Agent) quiet(st *shutdownState) bool {
 }
 
 // goneBefore fails the agreement at once when a worker went down before
-// this worker's Shutdown: it cannot take part.
+// this worker's Shutdown: it cannot take part. It names a worker that
+// died before one that closed cleanly (the leader closes after it has
+// given up on a dead one), the lowest rank among either.
 func (a *Agent) goneBefore() *ShutdownError {
 	a.mu.Lock()
 	ranks := make([]int, 0, len(a.mu.down))
 	for r := range a.mu.down {
 		ranks = append(ranks, r)
 	}
-	sort.Ints(ranks)
+	clean := func(r int) bool { return errors.Is(a.mu.down[r], transport.ErrPeerClosed) }
+	sort.Slice(ranks, func(i, j int) bool {
+		if ci, cj := clean(ranks[i]), clean(ranks[j]); ci != cj {
+			return cj
+		}
+		return ranks[i] < ranks[j]
+	})
 	var werr error
 	if len(ranks) > 0 {
 		werr = a.mu.down[ranks[0]]

@@ -34,22 +34,17 @@ func (f Fn[A, R]) Call(ctx context.Context, a *Agent, to string, args A) (R, err
 // await waits for the future of a call to fn on worker to. When ctx ends
 // first, the error is a *CallError naming the call that wraps ctx's.
 func await[R any](ctx context.Context, f *Future[R], to, fn string) (R, error) {
+	v, err := f.Wait(ctx)
 	select {
-	case <-f.done:
+	case <-f.done: // completed, perhaps just after ctx ended
 		return f.val, f.err
-	default:
+	default: // ctx ended first
 	}
-	select {
-	case <-f.done:
-		return f.val, f.err
-	case <-ctx.Done():
-		var zero R
-		what := "the caller's ctx ended before the reply"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			what = "no reply within the call's deadline"
-		}
-		return zero, &CallError{Worker: to, Function: fn, Err: fmt.Errorf("%s: %w", what, ctx.Err())}
+	what := "the caller's ctx ended before the reply"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = "no reply within the call's deadline"
 	}
+	return v, &CallError{Worker: to, Function: fn, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // Go starts the function on worker to and returns a future of its result

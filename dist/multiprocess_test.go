@@ -907,17 +907,11 @@ func TestMultiProcessDieInInit(t *testing.T) {
 	}
 }
 
-// TestMultiProcessTimeoutNamesStoppedStoreHost (issue 27, item 5): three
-// ranks loop all_reduce and rank 0, which serves the job's store, is
-// stopped (SIGSTOP). No status record can be read then; each survivor's
-// TimeoutError says that the store's host, rank 0, stopped responding,
-// and its chain ends there (its error file blames rank 0). Before, the
-// survivors named the peer their call was blocked on, a live neighbour
-// for one of them, and said nothing of the store.
-func TestMultiProcessTimeoutNamesStoppedStoreHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
+// loopThenStop starts three ranks looping all_reduce with a 7 s timeout,
+// waits until each loops, and stops (SIGSTOP) rank victim, which is
+// killed when the test ends.
+func loopThenStop(t *testing.T, victim int) []*worker {
+	t.Helper()
 	ws := startWorkers(t, 3, "loop-until-timeout", "GODIST_TIMEOUT=7s")
 	for _, w := range ws {
 		select {
@@ -929,10 +923,25 @@ func TestMultiProcessTimeoutNamesStoppedStoreHost(t *testing.T) {
 			t.Fatalf("rank %d did not start looping", w.rank)
 		}
 	}
-	if err := ws[0].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := ws[victim].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer ws[0].cmd.Process.Kill()
+	t.Cleanup(func() { ws[victim].cmd.Process.Kill() })
+	return ws
+}
+
+// TestMultiProcessTimeoutNamesStoppedStoreHost (issue 27, item 5): three
+// ranks loop all_reduce and rank 0, which serves the job's store, is
+// stopped (SIGSTOP). No status record can be read then; each survivor's
+// TimeoutError says that the store's host, rank 0, stopped responding,
+// and its chain ends there (its error file blames rank 0). Before, the
+// survivors named the peer their call was blocked on, a live neighbour
+// for one of them, and said nothing of the store.
+func TestMultiProcessTimeoutNamesStoppedStoreHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ws := loopThenStop(t, 0)
 	for _, w := range ws[1:] {
 		select {
 		case err := <-w.done:
@@ -993,21 +1002,7 @@ func TestMultiProcessTimeoutNamesStoppedRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ws := startWorkers(t, 3, "loop-until-timeout", "GODIST_TIMEOUT=7s")
-	for _, w := range ws {
-		select {
-		case l, ok := <-w.lines:
-			if !ok || l != "LOOPING" {
-				t.Fatalf("rank %d: %q instead of LOOPING; stderr:\n%s", w.rank, l, w.stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("rank %d did not start looping", w.rank)
-		}
-	}
-	if err := ws[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer ws[1].cmd.Process.Kill()
+	ws := loopThenStop(t, 1)
 	for _, w := range []*worker{ws[0], ws[2]} {
 		select {
 		case err := <-w.done:

@@ -132,6 +132,7 @@ type Endpoint struct {
 	links      []link
 	gone       []atomic.Bool // set when the peer's connection fails
 	spares     []spare       // each peer's spare message buffer (spare.go)
+	hosts      []string      // each rank's host label (Hosts); nil: all on one host
 	log        *slog.Logger  // never nil (see Logger)
 
 	// regionUse is held for reading while code outside the peer's reader
@@ -187,6 +188,18 @@ func (e *Endpoint) Rank() int { return e.rank }
 
 // Size returns the number of ranks.
 func (e *Endpoint) Size() int { return e.size }
+
+// Hosts returns each rank's host label: equal for ranks on one host (the
+// same kernel and /dev/shm, as shared memory needs), different otherwise.
+// A TCP endpoint learns them at setup, whether shared memory is on or
+// not; an in-process endpoint has every rank on one host unless
+// Mesh.SetHosts says otherwise. The slice is the caller's.
+func (e *Endpoint) Hosts() []string {
+	if e.hosts == nil {
+		return make([]string, e.size)
+	}
+	return append([]string(nil), e.hosts...)
+}
 
 // Logger returns the logger the endpoint reports its fallbacks to
 // (TCPOptions.Logger), for the layers above to report theirs: never nil,

@@ -63,6 +63,19 @@ func NewInProc(size int, f Faults) *Mesh {
 	return m
 }
 
+// SetHosts places the mesh's ranks on hosts, as Endpoint.Hosts reports
+// them: labels[r] is rank r's host. The frames still go through memory;
+// it is for testing what the layers above do with a job spread over
+// hosts. Call it before the endpoints are used.
+func (m *Mesh) SetHosts(labels []string) {
+	if len(labels) != len(m.Endpoints) {
+		panic(fmt.Sprintf("transport: SetHosts: %d labels for %d ranks", len(labels), len(m.Endpoints)))
+	}
+	for _, e := range m.Endpoints {
+		e.hosts = append([]string(nil), labels...)
+	}
+}
+
 // Kill makes rank die as a process would: its connections close, so every
 // other rank sees its PeerError, and it sees every peer's.
 func (m *Mesh) Kill(rank int) {

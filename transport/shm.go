@@ -187,6 +187,17 @@ func hostID() (string, error) {
 	return fmt.Sprintf("%s/%d/%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino), nil
 }
 
+// fallbackHostLabel names this host when hostID cannot (no /proc, no
+// /dev/shm): by its hostname, so that ranks are still grouped by host,
+// though never given shared memory.
+func fallbackHostLabel() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "unknown"
+	}
+	return "hostname:" + name
+}
+
 // setupShm gives every pair of this rank's peers on the same host a
 // segment in each direction, through the store: it publishes this rank's
 // host id, creates a segment for each same-host peer and publishes its
@@ -205,8 +216,8 @@ func hostID() (string, error) {
 // An error (the store failed, or ctx ended: a peer died, or the
 // deadline) fails the whole setup: a rank whose peers cannot finish it
 // must not go on as if they had.
-func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled, ring bool, log *slog.Logger, tag string, peerTag func(int) string) (out, in []*shmSeg, err error) {
-	out, in = make([]*shmSeg, size), make([]*shmSeg, size)
+func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int, enabled, ring bool, log *slog.Logger, tag string, peerTag func(int) string) (out, in []*shmSeg, hosts []string, err error) {
+	out, in, hosts = make([]*shmSeg, size), make([]*shmSeg, size), make([]string, size)
 	key := func(parts ...any) string {
 		s := prefix + "transport/shm"
 		for _, p := range parts {
@@ -219,22 +230,32 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			log.Log(ctx, level, "transport: shared memory not used: "+why+"; large payloads go over TCP", append([]any{"rank", rank}, args...)...)
 		}
 	}
-	id := ""
-	if enabled {
-		var err error
-		if id, err = hostID(); err != nil {
-			tcpOnly(slog.LevelWarn, "cannot tell which peers share this host", "err", err)
-		}
+	// Every rank publishes its host label, shared memory or not (the
+	// layers above group ranks by host with it: Endpoint.Hosts), behind
+	// a flag saying whether it wants shared memory with same-host peers.
+	label, err := hostID()
+	if err != nil {
+		tcpOnly(slog.LevelWarn, "cannot tell which peers share this host", "err", err)
+		label = fallbackHostLabel()
 	}
+	id := ""
+	if enabled && err == nil {
+		id = label
+	}
+	flag := "0"
+	if id != "" {
+		flag = "1"
+	}
+	hosts[rank] = label
 	wantRing := "0"
 	if ring {
 		wantRing = "1"
 	}
 	if err := st.Set(ctx, key("ring", rank), []byte(wantRing)); err != nil {
-		return out, in, err
+		return out, in, hosts, err
 	}
-	if err := st.Set(ctx, key("host", rank), []byte(id)); err != nil {
-		return out, in, err
+	if err := st.Set(ctx, key("host", rank), []byte(flag+label)); err != nil {
+		return out, in, hosts, err
 	}
 	// pairRing[p]: frames between this rank and p go through the rings
 	// of their segments (both asked for it).
@@ -247,20 +268,25 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		if ring {
 			v, err := st.Get(ctx, key("ring", p))
 			if err != nil {
-				return out, in, err
+				return out, in, hosts, err
 			}
 			pairRing[p] = string(v) == "1"
 		}
 		v, err := st.Get(ctx, key("host", p))
 		if err != nil {
-			return out, in, err
+			return out, in, hosts, err
 		}
+		if len(v) == 0 {
+			return out, in, hosts, fmt.Errorf("rank %d published an empty host label (a godist build from before host labels?)", p)
+		}
+		peerOn, peerLabel := v[0] == '1', string(v[1:])
+		hosts[p] = peerLabel
 		switch {
 		case id == "":
-		case string(v) == id:
-			same = append(same, p)
-		case len(v) == 0:
+		case !peerOn:
 			off = append(off, p)
+		case peerLabel == id:
+			same = append(same, p)
 		default:
 			elsewhere = append(elsewhere, p)
 		}
@@ -306,14 +332,14 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			tcpOnly(slog.LevelWarn, "cannot create a segment in /dev/shm", "peer", p, "err", err)
 		}
 		if err := st.Set(ctx, key("seg", rank, p), []byte(name)); err != nil {
-			return out, in, err
+			return out, in, hosts, err
 		}
 	}
 	// Map the peers' segments for this rank, and unlink each at once.
 	for _, p := range same {
 		v, err := st.Get(ctx, key("seg", p, rank))
 		if err != nil {
-			return out, in, err
+			return out, in, hosts, err
 		}
 		ok := "0"
 		if name := string(v); name != "" {
@@ -340,7 +366,7 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			}
 		}
 		if err := st.Set(ctx, key("ok", p, rank), []byte(ok)); err != nil {
-			return out, in, err
+			return out, in, hosts, err
 		}
 	}
 	// Keep the segments whose receiver mapped them.
@@ -350,7 +376,7 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 		}
 		v, err := st.Get(ctx, key("ok", rank, p))
 		if err != nil {
-			return out, in, err
+			return out, in, hosts, err
 		}
 		f := files[p]
 		f.Close()
@@ -362,7 +388,7 @@ func setupShm(ctx context.Context, st store.Store, prefix string, rank, size int
 			out[p] = nil
 		}
 	}
-	return out, in, nil
+	return out, in, hosts, nil
 }
 
 // closeSegs unmaps the segments of a setup that failed.

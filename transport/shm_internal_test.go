@@ -52,12 +52,12 @@ func TestShmFallbackLogged(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		enabled bool
-		peer    string // the host id rank 1 publishes
+		peer    string // what rank 1 publishes: "1" (wants shared memory) or "0", then its host label
 		want    string // in the log; "" for nothing
 	}{
-		{"peer elsewhere", true, "another-host/1/2", `level=INFO msg="transport: shared memory not used: peers on other hosts; large payloads go over TCP" rank=0 peers=[1]`},
-		{"peer off", true, "", `level=INFO msg="transport: shared memory not used: peers with it off or unavailable; large payloads go over TCP" rank=0 peers=[1]`},
-		{"off here", false, "another-host/1/2", ""},
+		{"peer elsewhere", true, "1another-host/1/2", `level=INFO msg="transport: shared memory not used: peers on other hosts; large payloads go over TCP" rank=0 peers=[1]`},
+		{"peer off", true, "0another-host/1/2", `level=INFO msg="transport: shared memory not used: peers with it off or unavailable; large payloads go over TCP" rank=0 peers=[1]`},
+		{"off here", false, "1another-host/1/2", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -69,9 +69,13 @@ func TestShmFallbackLogged(t *testing.T) {
 			}
 			var buf bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: dropTime}))
-			out, in, err := setupShm(ctx, st, "", 0, 2, c.enabled, false, log, "k0", func(int) string { return "k1" })
+			out, in, hosts, err := setupShm(ctx, st, "", 0, 2, c.enabled, false, log, "k0", func(int) string { return "k1" })
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The labels are known whether shared memory is on or not.
+			if id, _ := hostID(); hosts[0] != id || hosts[1] != "another-host/1/2" {
+				t.Errorf("hosts %q, want [%q another-host/1/2]", hosts, id)
 			}
 			if out[1] != nil || in[1] != nil {
 				t.Fatalf("segments with a peer that cannot share memory: out %v in %v", out[1], in[1])
@@ -89,11 +93,12 @@ func TestShmFallbackLogged(t *testing.T) {
 		var buf syncBuffer
 		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		var out, in [2][]*shmSeg
+		var labels [2][]string
 		var wg sync.WaitGroup
 		for r := range 2 {
 			wg.Go(func() {
 				var err error
-				out[r], in[r], err = setupShm(ctx, st, "", r, 2, true, false, log, fmt.Sprintf("k%d", r), func(p int) string { return fmt.Sprintf("k%d", p) })
+				out[r], in[r], labels[r], err = setupShm(ctx, st, "", r, 2, true, false, log, fmt.Sprintf("k%d", r), func(p int) string { return fmt.Sprintf("k%d", p) })
 				if err != nil {
 					t.Error(err)
 				}
@@ -109,6 +114,11 @@ func TestShmFallbackLogged(t *testing.T) {
 		}
 		if buf.String() != "" {
 			t.Errorf("log of a job all on one host:\n%s", buf.String())
+		}
+		for r := range 2 {
+			if labels[r][0] == "" || labels[r][0] != labels[r][1] {
+				t.Errorf("rank %d: host labels %q, want the same one twice", r, labels[r])
+			}
 		}
 	})
 }

@@ -285,7 +285,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			return fail(fmt.Errorf("transport: rank %d: no connection from ranks %v before the deadline: %w (are they running, with the same job id and token?)", opt.Rank, missing, ctx.Err()))
 		}
 	}
-	shmOuts, shmIns, err := setupShm(wctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, opt.SharedMemory && opt.ShmRing, e.log, segTag(pub), func(p int) string {
+	shmOuts, shmIns, hosts, err := setupShm(wctx, opt.Store, opt.Prefix, opt.Rank, opt.Size, opt.SharedMemory, opt.SharedMemory && opt.ShmRing, e.log, segTag(pub), func(p int) string {
 		rec, err := records.get(wctx, p) // known: p has connected
 		if err != nil {
 			return ""
@@ -306,6 +306,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		closeSegs(shmOuts, shmIns)
 		return fail(fmt.Errorf("transport: rank %d: finishing the setup (shared memory, every rank ready): %w", opt.Rank, err))
 	}
+	e.hosts = hosts
 	for r, c := range conns {
 		if c == nil {
 			continue

@@ -495,3 +495,28 @@ func TestMemberCannotBeReplaced(t *testing.T) {
 		t.Fatalf("a second rank 1: %v, want a *DuplicateRankError naming both addresses", err)
 	}
 }
+
+// TestTCPHosts: every rank of a TCP job learns every rank's host label,
+// with shared memory on or off: one label, the same for all, here; an
+// in-process mesh reports what SetHosts gave it.
+func TestTCPHosts(t *testing.T) {
+	for _, shm := range []bool{false, true} {
+		m := newTCPMesh(t, 3, 0, shm)
+		for r, e := range m.Endpoints {
+			h := e.Hosts()
+			if len(h) != 3 || h[0] == "" || h[1] != h[0] || h[2] != h[0] {
+				t.Errorf("shared memory %v: rank %d sees hosts %q, want one non-empty label three times", shm, r, h)
+			}
+		}
+		m.Close()
+	}
+	mesh := transport.NewInProc(2, transport.Faults{})
+	defer mesh.Close()
+	if h := mesh.Endpoints[0].Hosts(); len(h) != 2 || h[0] != h[1] {
+		t.Errorf("in-process hosts %q, want one host", h)
+	}
+	mesh.SetHosts([]string{"a", "b"})
+	if h := mesh.Endpoints[1].Hosts(); len(h) != 2 || h[0] != "a" || h[1] != "b" {
+		t.Errorf("in-process hosts after SetHosts %q, want [a b]", h)
+	}
+}

@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // The thresholds the Choose functions use, in bytes, all in one place. They
@@ -69,6 +70,9 @@ type Plan struct {
 	Segments int
 	// Schedule returns the schedule of one rank of the group.
 	Schedule func(rank int) Schedule
+	// Predicted is the time a Model predicts (the Choose…On functions
+	// fill it in; 0 otherwise).
+	Predicted time.Duration
 }
 
 // String is the name, with the segments when there are several, for logs
@@ -127,16 +131,16 @@ func (p policy) allReduce(size, count, elemSize int) Plan {
 	case bytes <= p.smallAllReduce:
 		return Plan{"recursive-doubling", 1, func(rank int) Schedule {
 			return RecursiveDoublingAllReduce(rank, size, count)
-		}}
+		}, 0}
 	case bytes <= p.mediumAllReduce:
 		return Plan{"halving-doubling", 1, func(rank int) Schedule {
 			return HalvingDoublingAllReduce(rank, size, count)
-		}}
+		}, 0}
 	}
 	seg := p.segmentsFor((count+size-1)/size, elemSize, p.maxRingSegments)
 	return Plan{"ring", seg, func(rank int) Schedule {
 		return RingAllReduce(rank, size, count, seg)
-	}}
+	}, 0}
 }
 
 func (p policy) broadcast(size, root, count, elemSize int) Plan {
@@ -145,7 +149,7 @@ func (p policy) broadcast(size, root, count, elemSize int) Plan {
 	if count*elemSize <= p.smallBroadcast {
 		return Plan{"binomial", 1, func(rank int) Schedule {
 			return BinomialBroadcast(rank, size, root, count)
-		}}
+		}, 0}
 	}
 	seg := p.segmentsFor(count, elemSize, p.maxChainSegments)
 	if p.chainPiece > 0 {
@@ -155,7 +159,7 @@ func (p policy) broadcast(size, root, count, elemSize int) Plan {
 	}
 	return Plan{"chain", seg, func(rank int) Schedule {
 		return ChainBroadcast(rank, size, root, count, seg)
-	}}
+	}, 0}
 }
 
 func (p policy) allGather(size int, counts []int, elemSize int) Plan {
@@ -165,12 +169,12 @@ func (p policy) allGather(size int, counts []int, elemSize int) Plan {
 	if total*elemSize <= p.smallAllGather {
 		return Plan{"recursive-doubling", 1, func(rank int) Schedule {
 			return RecursiveDoublingAllGather(rank, size, counts)
-		}}
+		}, 0}
 	}
 	seg := p.segmentsFor(slices.Max(counts), elemSize, p.maxRingSegments)
 	return Plan{"ring", seg, func(rank int) Schedule {
 		return RingAllGather(rank, size, counts, seg)
-	}}
+	}, 0}
 }
 
 // ChooseReduceScatter picks the reduce-scatter of chunks of counts[r]
@@ -191,5 +195,5 @@ func (p policy) reduceScatter(size int, counts []int, elemSize int) Plan {
 	seg := p.segmentsFor(slices.Max(counts), elemSize, p.maxRingSegments)
 	return Plan{"ring", seg, func(rank int) Schedule {
 		return RingReduceScatter(rank, size, counts, seg)
-	}}
+	}, 0}
 }

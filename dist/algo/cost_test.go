@@ -1,0 +1,125 @@
+package algo
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// lab is a model of the namespace lab at 1 Gbit/s: a host's link moves a
+// TCP payload at about 0.119 GB/s.
+var lab = Model{
+	Local:   Link{Latency: 5 * time.Microsecond, Bandwidth: 3e9},
+	Network: Link{Latency: 60 * time.Microsecond, Bandwidth: 0.119e9},
+	Reduce:  3e9,
+	Call:    10 * time.Microsecond,
+}
+
+func within(t *testing.T, what string, got, want time.Duration, tol float64) {
+	t.Helper()
+	if math.Abs(got.Seconds()-want.Seconds()) > tol*want.Seconds() {
+		t.Errorf("%s: predicted %v, want %v (±%.0f%%)", what, got, want, tol*100)
+	}
+}
+
+// TestPredictOneTransfer: two ranks on two hosts swapping their vectors
+// (recursive doubling on two) take the call, one network latency, the
+// bytes over the bandwidth and the reduction; on one host, the local link.
+func TestPredictOneTransfer(t *testing.T) {
+	const count = 1 << 20
+	bytes := float64(4 * count)
+	two := NewTopology([]int{0, 1})
+	scheds := []Schedule{RecursiveDoublingAllReduce(0, 2, count), RecursiveDoublingAllReduce(1, 2, count)}
+	want := lab.Call + lab.Network.Latency + time.Duration(1e9*(bytes/lab.Network.Bandwidth+bytes/lab.Reduce))
+	within(t, "across hosts", lab.Predict(two, scheds, 4), want, 1e-6)
+	one := NewTopology([]int{0, 0})
+	want = lab.Call + lab.Local.Latency + time.Duration(1e9*(bytes/lab.Local.Bandwidth+bytes/lab.Reduce))
+	within(t, "on one host", lab.Predict(one, scheds, 4), want, 1e-6)
+}
+
+// TestPredictSharesTheLink: two ranks of one host sending to the other
+// host in the same round share its link: the same bytes take twice as
+// long as from one rank.
+func TestPredictSharesTheLink(t *testing.T) {
+	const count = 1 << 20
+	topo := NewTopology([]int{0, 0, 1, 1})
+	// Ranks 0 and 1 each send their vector to 2 and 3.
+	scheds := []Schedule{
+		{{Sends: []Xfer{{Peer: 2, Len: count}}}},
+		{{Sends: []Xfer{{Peer: 3, Len: count}}}},
+		{{Recvs: []Xfer{{Peer: 0, Len: count}}}},
+		{{Recvs: []Xfer{{Peer: 1, Len: count}}}},
+	}
+	want := lab.Call + lab.Network.Latency + time.Duration(1e9*2*4*count/lab.Network.Bandwidth)
+	within(t, "two sends over one link", lab.Predict(topo, scheds, 4), want, 1e-6)
+}
+
+// TestPredictMatchesTheBounds: a large all-reduce over 2 hosts × 2 ranks
+// costs about what each algorithm's traffic over a host's link says: the
+// flat ring 2(n−1)/n of the vector, the two-level 2(h−1)/h.
+func TestPredictMatchesTheBounds(t *testing.T) {
+	const count = 16 << 20 / 4
+	bytes := float64(4 * count)
+	topo := NewTopology([]int{0, 0, 1, 1})
+	ring := ChooseAllReduce(4, count, 4)
+	if ring.Name != "ring" {
+		t.Fatalf("ChooseAllReduce chose %v", ring)
+	}
+	gotRing := lab.Predict(topo, ring.Schedules(4), 4)
+	within(t, "ring", gotRing, time.Duration(1e9*1.5*bytes/lab.Network.Bandwidth), 0.1)
+	two := Plan{"two-level", 4, func(r int) Schedule { return TwoLevelAllReduce(r, topo, count, 4) }, 0}
+	gotTwo := lab.Predict(topo, two.Schedules(4), 4)
+	within(t, "two-level", gotTwo, time.Duration(1e9*1.0*bytes/lab.Network.Bandwidth), 0.1)
+}
+
+// TestChooseAllReduceOn: on one host the thresholds' choice, with a
+// prediction; across hosts the two-level all-reduce for large vectors and
+// a latency-bound algorithm for small ones; with one rank per host no
+// two-level.
+func TestChooseAllReduceOn(t *testing.T) {
+	one := NewTopology([]int{0, 0, 0, 0})
+	for _, count := range []int{2, 1 << 14, 1 << 18, 1 << 22} {
+		got, want := ChooseAllReduceOn(one, lab, count, 4), ChooseAllReduce(4, count, 4)
+		if got.String() != want.String() || got.Predicted <= 0 {
+			t.Errorf("one host, %d elements: %v (predicted %v), want %v", count, got, got.Predicted, want)
+		}
+	}
+	twoByTwo := NewTopology([]int{0, 0, 1, 1})
+	if p := ChooseAllReduceOn(twoByTwo, lab, 2, 4); p.Name != "recursive-doubling" {
+		t.Errorf("2×2, 8 B: %v, want recursive-doubling", p)
+	}
+	for _, count := range []int{1 << 18, 1 << 22} {
+		if p := ChooseAllReduceOn(twoByTwo, lab, count, 4); p.Name != "two-level" {
+			t.Errorf("2×2, %d B: %v (predicted %v), want two-level", 4*count, p, p.Predicted)
+		}
+	}
+	fourByOne := NewTopology([]int{0, 1, 2, 3})
+	if p := ChooseAllReduceOn(fourByOne, lab, 1<<22, 4); p.Name == "two-level" {
+		t.Errorf("4×1: %v, want a flat algorithm", p)
+	}
+}
+
+// TestPredictPanicsOnMismatch: a receive that no send meets is reported,
+// not waited for forever.
+func TestPredictPanicsOnMismatch(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	lab.Predict(NewTopology([]int{0, 1}), []Schedule{{{Recvs: []Xfer{{Peer: 1, Len: 1}}}}, nil}, 4)
+}
+
+func TestChooseOnPredictsEveryOp(t *testing.T) {
+	topo := NewTopology([]int{0, 0, 1, 1})
+	for _, p := range []Plan{
+		ChooseBroadcastOn(topo, lab, 1, 1<<20, 1),
+		ChooseAllGatherOn(topo, lab, []int{1 << 18, 1 << 18, 1 << 18, 1 << 18}, 1),
+		ChooseReduceScatterOn(topo, lab, []int{1 << 18, 1 << 18, 1 << 18, 1 << 18}, 4),
+		ChooseBarrierOn(topo, lab),
+	} {
+		if p.Predicted <= lab.Call {
+			t.Errorf("%v: predicted %v", p, p.Predicted)
+		}
+	}
+}

@@ -105,9 +105,9 @@ func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Ten
 	if sb, off := g.sharedFor(b); sb != nil {
 		return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
 	}
-	sched := g.schedule(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Schedule {
-		return algo.ChooseAllReduce(g.Size(), t.Numel(), es).Schedule(g.rank)
-	})
+	sched := g.cached(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Plan {
+		return g.planAllReduce(t.Numel(), es)
+	}).sched
 	if err := g.execute(ctx, seq, c, sched, flat{b, es}, es, reduceFunc(op, t.DType()), final); err != nil {
 		return explainShared(err, false)
 	}
@@ -151,9 +151,9 @@ func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, roo
 	if sb, off := g.sharedFor(b); sb != nil {
 		return explainShared(g.broadcastShared(ctx, seq, c, b, sb, off, root), true)
 	}
-	sched := g.schedule(schedKey{opBroadcast, len(b), 1, root}, func() algo.Schedule {
-		return algo.ChooseBroadcast(g.Size(), root, len(b), 1).Schedule(g.rank)
-	})
+	sched := g.cached(schedKey{opBroadcast, len(b), 1, root}, func() algo.Plan {
+		return g.planBroadcast(root, len(b), 1)
+	}).sched
 	return explainShared(g.execute(ctx, seq, c, sched, flat{b, 1}, 1, nil, nil), false)
 }
 
@@ -243,8 +243,13 @@ func (g *Group) allGatherList(ctx context.Context, seq uint64, c call, outs []*t
 // allGatherBytes runs an all-gather over buf laid out by counts (bytes);
 // this rank's chunk must already be in place.
 func (g *Group) allGatherBytes(ctx context.Context, seq uint64, c call, buf []byte, counts []int) error {
-	plan := algo.ChooseAllGather(g.Size(), counts, 1)
-	return g.execute(ctx, seq, c, plan.Schedule(g.rank), flat{buf, 1}, 1, nil, nil)
+	var sched algo.Schedule
+	if n := counts[0]; slices.Equal(counts, equalCounts(len(counts), n)) {
+		sched = g.cached(schedKey{opAllGather, n, 1, -1}, func() algo.Plan { return g.planAllGather(counts, 1) }).sched
+	} else {
+		sched = g.planAllGather(counts, 1).Schedule(g.rank)
+	}
+	return g.execute(ctx, seq, c, sched, flat{buf, 1}, 1, nil, nil)
 }
 
 func equalCounts(size, n int) []int {
@@ -294,21 +299,22 @@ func (g *Group) allGatherInto(ctx context.Context, seq uint64, c call, out, in *
 		return explainShared(g.allGatherShared(ctx, seq, c, buf, in.Bytes(), sb, off), true)
 	}
 	mine := buf[g.rank*n : (g.rank+1)*n]
-	if plan := algo.ChooseAllGather(g.Size(), equalCounts(g.Size(), n), 1); plan.Name == "ring" && n >= 1<<20 && !overlapMem(mine, in.Bytes()) {
+	counts := equalCounts(g.Size(), n)
+	if p := g.cached(schedKey{opAllGather, n, 1, -1}, func() algo.Plan { return g.planAllGather(counts, 1) }); p.plan.Name == "ring" && n >= 1<<20 && !overlapMem(mine, in.Bytes()) {
 		// The ring sends this rank's chunk straight from in, while a
 		// goroutine copies it into out in the time the exchange waits
 		// (a copy of a large chunk costs as much as its whole exchange).
-		p := parts{bufs: make([][]byte, g.Size()), offs: make([]int, g.Size()), es: 1}
-		for q := range p.bufs {
-			p.bufs[q], p.offs[q] = buf[q*n:(q+1)*n], q*n
+		parts := parts{bufs: make([][]byte, g.Size()), offs: make([]int, g.Size()), es: 1}
+		for q := range parts.bufs {
+			parts.bufs[q], parts.offs[q] = buf[q*n:(q+1)*n], q*n
 		}
-		p.bufs[g.rank] = in.Bytes()
+		parts.bufs[g.rank] = in.Bytes()
 		copied := make(chan struct{})
 		go func() {
 			copy(mine, in.Bytes())
 			close(copied)
 		}()
-		err := g.execute(ctx, seq, c, plan.Schedule(g.rank), p, 1, nil, nil)
+		err := g.execute(ctx, seq, c, p.sched, parts, 1, nil, nil)
 		<-copied
 		return explainShared(err, false)
 	}
@@ -468,7 +474,9 @@ func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op R
 // are reduced in scratch copies. The inputs are not modified.
 func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
 	size, es, n := g.Size(), out.DType().Size(), out.Numel()
-	s := algo.ChooseReduceScatter(size, equalCounts(size, n), es).Schedule(g.rank)
+	s := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
+		return g.planReduceScatter(equalCounts(size, n), es)
+	}).sched
 	ob := out.Bytes()
 	aliased := false
 	for _, in := range ins {
@@ -578,9 +586,7 @@ func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
 	if c.ctl {
 		return g.barrierCtl(ctx, seq, c)
 	}
-	sched := g.schedule(schedKey{opBarrier, 0, 0, -1}, func() algo.Schedule {
-		return algo.DisseminationBarrier(g.rank, g.Size())
-	})
+	sched := g.cached(schedKey{opBarrier, 0, 0, -1}, g.planBarrier).sched
 	return g.execute(ctx, seq, c, sched, flat{nil, 1}, 1, nil, nil)
 }
 
@@ -588,24 +594,4 @@ func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
 type schedKey struct {
 	op              opKind
 	count, es, root int
-}
-
-// schedule returns this rank's schedule for key, building it once: a
-// training loop issues the same few calls over and over, and building a
-// schedule allocates. Schedules are never modified after they are built.
-func (g *Group) schedule(key schedKey, build func() algo.Schedule) algo.Schedule {
-	g.mu.Lock()
-	s, ok := g.mu.schedules[key]
-	g.mu.Unlock()
-	if ok {
-		return s
-	}
-	s = build()
-	g.mu.Lock()
-	if len(g.mu.schedules) >= 256 {
-		clear(g.mu.schedules) // a program with ever new sizes: start over
-	}
-	g.mu.schedules[key] = s
-	g.mu.Unlock()
-	return s
 }

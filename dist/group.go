@@ -33,11 +33,12 @@ type world struct {
 	flightDir  string
 	autoDump   bool
 	stopSignal func()
-	host       string // this rank's host, as the other ranks reach it
-	jobID      string // the job id of every handshake (Options.JobID)
-	noCtl      bool   // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
-	yield      bool   // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
-	stopStatus func() // stops the status publisher (status.go)
+	host       string     // this rank's host, as the other ranks reach it
+	model      algo.Model // the cost model of calls across hosts (topology.go)
+	jobID      string     // the job id of every handshake (Options.JobID)
+	noCtl      bool       // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
+	yield      bool       // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
+	stopStatus func()     // stops the status publisher (status.go)
 	// statusEvery is how often the publisher runs (0: it does not), and
 	// statusOK when it last published (Unix nanoseconds): a store that
 	// has taken nothing for a while does not answer (waitchain.go).
@@ -54,7 +55,7 @@ type world struct {
 }
 
 func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {
-	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries, storeHost: -1}
+	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries, storeHost: -1, model: algo.DefaultModel}
 	w.mu.groups = map[uint32]*Group{}
 	registerWorld(w)
 	ep.SetHandlers(transport.Handlers{Control: w.onControl, PeerDown: w.onPeerDown, Unexpected: w.onUnexpected})
@@ -129,6 +130,7 @@ type Group struct {
 	ranks   []int // global rank of each member, ascending
 	rank    int   // this process's rank in the group
 	timeout time.Duration
+	topo    algo.Topology // the members by host (topology.go)
 
 	sharedCalls atomic.Int64 // collectives done through shared memory (sharedreduce.go, ctl.go)
 
@@ -149,15 +151,15 @@ type Group struct {
 	mu struct {
 		sync.Mutex
 		st        *callState
-		timer     *time.Timer                // calls st.tick; armed as st decides
-		told      chan struct{}              // closed when the peers have been told of the failure
-		children  uint32                     // subgroups made from this group so far
-		schedules map[schedKey]algo.Schedule // this rank's schedules, by call
-		shared    []*sharedBuf               // tensors every member has mapped from every other (sharedreduce.go)
-		running   int                        // calls between runCall's start and end
-		ctlIssued uint64                     // control-block calls issued (ctl.go)
-		ctlOrd    map[uint64]uint64          // their ordinals, by sequence number, until they start
-		idle      chan struct{}              // closed when running drops to 0 (waitIdle)
+		timer     *time.Timer          // calls st.tick; armed as st decides
+		told      chan struct{}        // closed when the peers have been told of the failure
+		children  uint32               // subgroups made from this group so far
+		plans     map[schedKey]planned // calls' plans and this rank's schedules (topology.go)
+		shared    []*sharedBuf         // tensors every member has mapped from every other (sharedreduce.go)
+		running   int                  // calls between runCall's start and end
+		ctlIssued uint64               // control-block calls issued (ctl.go)
+		ctlOrd    map[uint64]uint64    // their ordinals, by sequence number, until they start
+		idle      chan struct{}        // closed when running drops to 0 (waitIdle)
 	}
 }
 
@@ -170,7 +172,8 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	g.mu.st = newCallState(id, w.rank, ranks, timeout)
 	g.mu.st.flight = newFlightRing(w.flightSize)
-	g.mu.schedules = map[schedKey]algo.Schedule{}
+	g.mu.plans = map[schedKey]planned{}
+	g.topo = topologyOf(w.ep.Hosts(), ranks)
 	w.register(g)
 	return g
 }

@@ -66,16 +66,24 @@ func (m Model) Check() error {
 // bytes) takes under m, from the first rank's start to the last rank's
 // end, all ranks starting together.
 //
-// It simulates the rounds: a rank starts round k when its round k−1 has
-// ended, its sends leave one after another from then (each takes the
-// link's latency plus its bytes over the bandwidth it gets), and the round
-// ends when the last of its receives has arrived and been reduced. A
-// transfer between hosts gets the network bandwidth divided by the number
-// of transfers of the same round index that leave its host or enter its
-// destination's, whichever is more: the schedules of one collective run
-// in near lock step, so those cross a host's link together. Predict
-// panics if the schedules do not match (a receive no send meets), as
-// Validate would report.
+// It simulates what dist's executor does. A rank makes its sends in
+// schedule order, one after another: each leaves when the one before it
+// has gone and every receive of an earlier round that writes what it
+// reads has completed, and takes its bytes over the bandwidth it gets;
+// it arrives a latency later. A receive completes when its data has
+// arrived and been reduced: a reducing receive reduces as the data
+// streams in, so it ends the reduction time after the data began to
+// arrive or on arrival, whichever is later (in a snapshot round, whose
+// receives land in scratch space, after arrival). A transfer between
+// hosts gets the network bandwidth divided by the number of transfers of
+// the same round index that leave its host or enter its destination's,
+// whichever is more: the schedules of one collective run in near lock
+// step, so those cross a host's link together. So phases pipeline as they
+// do on the wire (a two-level all-reduce's pieces cross the network while
+// later ones are still reduced on the host).
+//
+// Predict panics if the schedules do not match (a receive that no send
+// meets), as Validate would report.
 func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duration {
 	n := len(scheds)
 	if n <= 1 {
@@ -100,92 +108,99 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 			}
 		}
 	}
-	secs := func(d time.Duration) float64 { return d.Seconds() }
-	// arrival[src][dst] lists the arrival times of src's sends to dst,
-	// in order; taken[dst][src] counts those dst's receives consumed.
-	arrival := make([]map[int][]float64, n)
+	type arrival struct{ start, end float64 } // when the data begins and ends arriving
+	// sent[src][dst] lists src's sends to dst, in order; taken[dst][src]
+	// counts those dst has received.
+	sent := make([]map[int][]arrival, n)
 	taken := make([]map[int]int, n)
+	// done[r][k][i]: when receive i of rank r's round k completed.
+	done := make([][][]float64, n)
 	for r := range n {
-		arrival[r], taken[r] = map[int][]float64{}, map[int]int{}
+		sent[r], taken[r] = map[int][]arrival{}, map[int]int{}
+		done[r] = make([][]float64, len(scheds[r]))
 	}
-	next := make([]int, n)      // each rank's current round
-	sent := make([]bool, n)     // whether the current round's sends are out
-	start := make([]float64, n) // when the current round began
-	done := 0
+	next := make([]int, n)     // each rank's first round whose receives are not all in
+	issued := make([]int, n)   // each rank's rounds whose sends are out
+	free := make([]float64, n) // when each rank's last send has gone
+	left := n
 	for _, s := range scheds {
 		if len(s) == 0 {
-			done++
+			left--
 		}
 	}
-	for done < n {
+	finish := 0.0
+	for left > 0 {
 		progress := false
 		for r := range n {
 			s := scheds[r]
-			for next[r] < len(s) {
-				k := next[r]
-				rd := s[k]
-				if !sent[r] {
-					at := start[r]
-					for _, x := range rd.Sends {
+			for {
+				// Sends of round issued[r], once every earlier round's
+				// receives are in (their times are then known).
+				for issued[r] < len(s) && issued[r] <= next[r] {
+					k := issued[r]
+					for _, x := range s[k].Sends {
+						at := free[r]
+						for j := range k {
+							for i, y := range s[j].Recvs {
+								if x.Len == 0 || y.Len == 0 || overlaps(x, y) {
+									at = max(at, done[r][j][i])
+								}
+							}
+						}
 						l, share := m.Local, 1
 						if hostOf[x.Peer] != hostOf[r] {
 							l = m.Network
-							share = max(egress[hk{hostOf[r], k}], ingress[hk{hostOf[x.Peer], k}])
+							share = max(1, egress[hk{hostOf[r], k}], ingress[hk{hostOf[x.Peer], k}])
 						}
-						busy := float64(x.Len*elemSize) * float64(share) / l.Bandwidth
-						at += busy
-						arrival[r][x.Peer] = append(arrival[r][x.Peer], at+secs(l.Latency))
+						free[r] = at + float64(x.Len*elemSize)*float64(share)/l.Bandwidth
+						lat := l.Latency.Seconds()
+						sent[r][x.Peer] = append(sent[r][x.Peer], arrival{at + lat, free[r] + lat})
 					}
-					sent[r] = true
+					issued[r]++
 					progress = true
 				}
-				end, ready := start[r], true
-				for _, x := range rd.Recvs {
-					i := taken[r][x.Peer]
-					arr := arrival[x.Peer][r]
-					if i >= len(arr) {
+				if next[r] == len(s) {
+					break
+				}
+				k := next[r]
+				rd := s[k]
+				ready := true
+				for _, y := range rd.Recvs {
+					if taken[r][y.Peer] >= len(sent[y.Peer][r]) {
 						ready = false
 						break
 					}
-					a := arr[i]
-					if x.Reduce {
-						a += float64(x.Len*elemSize) / m.Reduce
-					}
-					end = max(end, a)
 				}
 				if !ready {
 					break
 				}
-				for _, x := range rd.Recvs {
-					taken[r][x.Peer]++
-				}
-				// A round's sends must have left before the next round's.
-				if len(rd.Sends) > 0 {
-					last := start[r]
-					for _, x := range rd.Sends {
-						l := m.Local
-						if hostOf[x.Peer] != hostOf[r] {
-							l = m.Network
+				done[r][k] = make([]float64, len(rd.Recvs))
+				for i, y := range rd.Recvs {
+					a := sent[y.Peer][r][taken[r][y.Peer]]
+					taken[r][y.Peer]++
+					end := a.end
+					if y.Reduce {
+						red := float64(y.Len*elemSize) / m.Reduce
+						if rd.Snapshot {
+							end += red
+						} else {
+							end = max(end, a.start+red)
 						}
-						last = max(last, arrival[r][x.Peer][len(arrival[r][x.Peer])-1]-secs(l.Latency))
 					}
-					end = max(end, last)
+					done[r][k][i] = end
+					finish = max(finish, end)
 				}
-				start[r], sent[r] = end, false
 				next[r]++
 				progress = true
-				if next[r] == len(s) {
-					done++
+				if next[r] == len(s) && issued[r] == len(s) {
+					left--
 				}
 			}
+			finish = max(finish, free[r])
 		}
 		if !progress {
 			panic("algo: Predict: the schedules do not match (a receive that no send meets)")
 		}
-	}
-	finish := 0.0
-	for r := range n {
-		finish = max(finish, start[r])
 	}
 	return m.Call + time.Duration(finish*1e9)
 }
@@ -303,4 +318,9 @@ func ChooseReduceScatterOn(t Topology, m Model, counts []int, elemSize int) Plan
 func ChooseBarrierOn(t Topology, m Model) Plan {
 	size := t.Size()
 	return Plan{"dissemination", 1, func(rank int) Schedule { return DisseminationBarrier(rank, size) }, 0}.predicted(t, m, 1)
+}
+
+// overlaps reports whether two transfers touch a common element.
+func overlaps(a, b Xfer) bool {
+	return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
 }

@@ -1,0 +1,160 @@
+package dist
+
+import (
+	"time"
+
+	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/tensor"
+)
+
+// The group's hosts and the cost model its calls choose algorithms with.
+//
+// A group learns where its members run from the transport (every rank's
+// host label, Endpoint.Hosts): members with one label share a host. On one
+// host the algorithms are chosen by the size thresholds of algo.Choose…,
+// measured on this project's machines; across hosts by the time the
+// world's cost model (Options.Model, else algo.DefaultModel) predicts for
+// each candidate, the two-level all-reduce among them.
+
+// topologyOf groups the members (global ranks) by host label.
+func topologyOf(hosts []string, ranks []int) algo.Topology {
+	labels := make([]string, len(ranks))
+	for i, r := range ranks {
+		labels[i] = hosts[r]
+	}
+	return algo.NewTopology(labels)
+}
+
+// Topology returns the group's members by host: Hosts[h] lists the group
+// ranks on host h, hosts ordered by their first member.
+func (g *Group) Topology() algo.Topology {
+	out := algo.Topology{Hosts: make([][]int, len(g.topo.Hosts))}
+	for h, rs := range g.topo.Hosts {
+		out.Hosts[h] = append([]int(nil), rs...)
+	}
+	return out
+}
+
+// Model returns the cost model the group's calls across hosts choose
+// their algorithms with.
+func (g *Group) Model() algo.Model { return g.world.model }
+
+// spansHosts reports whether the members are on more than one host.
+func (g *Group) spansHosts() bool { return len(g.topo.Hosts) > 1 }
+
+// planned is a call's plan and this rank's schedule of it.
+type planned struct {
+	plan  algo.Plan
+	sched algo.Schedule
+}
+
+// The plans of the collectives. Across hosts they come from the cost
+// model; on one host from the thresholds (without a prediction, which
+// only Choice asks for).
+
+func (g *Group) planAllReduce(count, es int) algo.Plan {
+	if g.spansHosts() {
+		return algo.ChooseAllReduceOn(g.topo, g.world.model, count, es)
+	}
+	return algo.ChooseAllReduce(g.Size(), count, es)
+}
+
+func (g *Group) planBroadcast(root, count, es int) algo.Plan {
+	if g.spansHosts() {
+		return algo.ChooseBroadcastOn(g.topo, g.world.model, root, count, es)
+	}
+	return algo.ChooseBroadcast(g.Size(), root, count, es)
+}
+
+func (g *Group) planAllGather(counts []int, es int) algo.Plan {
+	if g.spansHosts() {
+		return algo.ChooseAllGatherOn(g.topo, g.world.model, counts, es)
+	}
+	return algo.ChooseAllGather(g.Size(), counts, es)
+}
+
+func (g *Group) planReduceScatter(counts []int, es int) algo.Plan {
+	if g.spansHosts() {
+		return algo.ChooseReduceScatterOn(g.topo, g.world.model, counts, es)
+	}
+	return algo.ChooseReduceScatter(g.Size(), counts, es)
+}
+
+func (g *Group) planBarrier() algo.Plan {
+	if g.spansHosts() {
+		return algo.ChooseBarrierOn(g.topo, g.world.model)
+	}
+	size := g.Size()
+	return algo.Plan{Name: "dissemination", Segments: 1, Schedule: func(rank int) algo.Schedule { return algo.DisseminationBarrier(rank, size) }}
+}
+
+// cached returns the plan of key and this rank's schedule of it, built
+// once: a training loop issues the same few calls over and over, and
+// choosing and building allocate. Schedules are never modified after
+// they are built.
+func (g *Group) cached(key schedKey, choose func() algo.Plan) planned {
+	g.mu.Lock()
+	p, ok := g.mu.plans[key]
+	g.mu.Unlock()
+	if ok {
+		return p
+	}
+	plan := choose()
+	p = planned{plan, plan.Schedule(g.rank)}
+	g.mu.Lock()
+	if len(g.mu.plans) >= 256 {
+		clear(g.mu.plans) // a program with ever new sizes: start over
+	}
+	g.mu.plans[key] = p
+	g.mu.Unlock()
+	return p
+}
+
+// Choice is what a collective call of a group runs: the algorithm, and
+// the time the cost model predicts for it.
+type Choice struct {
+	// Algo names the algorithm ("ring/4", "two-level/2", "shared
+	// memory", "control block"), as godist bench prints it.
+	Algo string
+	// Predicted is the model's time for the call, from the first
+	// member's start to the last one's end; 0 for the same-host engine
+	// (control block, shared tensors), which the model does not cover.
+	Predicted time.Duration
+}
+
+// Choice returns what a call of op ("all_reduce", "broadcast" from
+// member 0, "all_gather", "reduce_scatter" or "barrier") on count
+// elements of dtype each member contributes (all_gather: count per
+// member; reduce_scatter: count out per member) would run on g, with its
+// predicted time; ok is false for an op it does not know. Tensors from
+// NewSharedTensor may take the shared-memory path instead
+// (SharedAllReduceApplies).
+func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok bool) {
+	es := dtype.Size()
+	ctlBytes := count * es // what the call's ctlFits looks at
+	switch op {
+	case "reduce_scatter":
+		ctlBytes *= g.Size()
+	case "barrier":
+		ctlBytes = 0
+	}
+	if g.ctlFits(ctlBytes) {
+		return Choice{Algo: "control block"}, true
+	}
+	var plan algo.Plan
+	switch op {
+	case "all_reduce":
+		plan = algo.ChooseAllReduceOn(g.topo, g.world.model, count, es)
+	case "broadcast":
+		plan = algo.ChooseBroadcastOn(g.topo, g.world.model, 0, count*es, 1) // dist chooses on bytes
+	case "all_gather":
+		plan = algo.ChooseAllGatherOn(g.topo, g.world.model, equalCounts(g.Size(), count*es), 1)
+	case "reduce_scatter":
+		plan = algo.ChooseReduceScatterOn(g.topo, g.world.model, equalCounts(g.Size(), count), es)
+	case "barrier":
+		plan = algo.ChooseBarrierOn(g.topo, g.world.model)
+	default:
+		return Choice{}, false
+	}
+	return Choice{plan.String(), plan.Predicted}, true
+}

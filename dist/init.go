@@ -19,6 +19,7 @@ import (
 
 	"github.com/godist/godist/internal/handshake"
 	"github.com/godist/godist/internal/launch"
+	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -84,6 +85,15 @@ type Options struct {
 	// (transport.TCPOptions.ShmRing; default: on, unless the
 	// GODIST_SHM_RING variable is 0).
 	ShmRing SharedMemoryMode
+	// Model is the cost model by which calls of groups that span hosts
+	// choose their algorithms (algo.Model: the latency and bandwidth of
+	// shared memory and of the network, the reduction rate, the cost of a
+	// call). When zero, rank 0 of a job that spans hosts measures it at
+	// Init against a rank of another host and one of its own (about 60
+	// ms at 1 Gbit/s) and gives it to every rank through the store; a job
+	// on one host chooses by size thresholds and needs none. Group.Choice
+	// says what a call runs and the time the model predicts.
+	Model algo.Model
 	// SmallCollectives says whether, with SharedMemory, barriers and
 	// all-reduces, broadcasts, all-gathers and reduce-scatters of at most
 	// 4 KiB a member go through a control block in the members' shared
@@ -562,6 +572,13 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	if err := g.initCtl(ctx); err != nil {
 		g.Destroy()
 		return nil, fmt.Errorf("dist: rank %d: the control block of small collectives: %w", rank, err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	err = w.measureModel(mctx, opt.Model)
+	cancel()
+	if err != nil {
+		g.Destroy()
+		return nil, fmt.Errorf("dist: rank %d: the cost model of calls across hosts (Options.Model): %w", rank, err)
 	}
 	return g, nil
 }

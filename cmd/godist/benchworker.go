@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
@@ -107,6 +106,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	per, nbytes := elemCount(op, size, es, n)
 	var fn func() error
 	var plan string
+	var pred time.Duration // the cost model's time (Group.Choice)
 	// input returns a tensor of numel ones: with --shared, made by
 	// NewSharedTensor (and plan says so when the op goes through shared
 	// memory), released when the cell ends (its calls have ended by then).
@@ -128,27 +128,27 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		release = append(release, st)
 		st.Copy(t)
 		if dist.SharedAllReduceApplies(g, st) {
-			plan = "shared memory"
+			plan, pred = "shared memory", 0
 		}
 		return st, nil
 	}
 	switch op {
 	case "all_reduce":
-		plan = algo.ChooseAllReduce(n, per, es).String()
+		plan = choice(g, op, per, dt, &pred)
 		t, err := input(per)
 		if err != nil {
 			return result{}, err
 		}
 		fn = func() error { return g.AllReduce(ctx, t, dist.Sum) }
 	case "broadcast":
-		plan = algo.ChooseBroadcast(n, 0, per*es, 1).String() // dist chooses on bytes
+		plan = choice(g, op, per, dt, &pred)
 		t, err := input(per)
 		if err != nil {
 			return result{}, err
 		}
 		fn = func() error { return g.Broadcast(ctx, t, 0) }
 	case "all_gather":
-		plan = algo.ChooseAllGather(n, equal(n, per*es), 1).String() // dist chooses on bytes
+		plan = choice(g, op, per, dt, &pred)
 		in, err := input(per)
 		if err != nil {
 			return result{}, err
@@ -156,7 +156,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		out := tensor.New(dt, per*n)
 		fn = func() error { return g.AllGatherIntoTensor(ctx, out, in) }
 	case "reduce_scatter":
-		plan = algo.ChooseReduceScatter(n, equal(n, per), es).String()
+		plan = choice(g, op, per, dt, &pred)
 		in, err := input(per * n)
 		if err != nil {
 			return result{}, err
@@ -169,7 +169,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		plan = "pairwise" // dist runs algo.PairwiseAllToAll
 	case "barrier":
 		fn = func() error { return g.Barrier(ctx) }
-		plan = "dissemination" // dist runs algo.DisseminationBarrier
+		plan = choice(g, op, 0, dt, &pred)
 	default:
 		return result{}, fmt.Errorf("unknown op %q", op)
 	}
@@ -209,6 +209,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	}
 	r := newResult(op, size, nbytes, n, ts)
 	r.DType, r.Algo = dt.String(), plan
+	r.PredUs = pred.Seconds() * 1e6
 	r.TStart, r.TEnd = unixSeconds(start), unixSeconds(time.Now())
 	return r, nil
 }
@@ -253,11 +254,13 @@ func leaveTogether(ctx context.Context, rank, world int) error {
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
-// equal is n counts of c.
-func equal(n, c int) []int {
-	cs := make([]int, n)
-	for i := range cs {
-		cs[i] = c
+// choice is the algorithm g runs op with (Group.Choice), and its predicted
+// time in *pred.
+func choice(g *dist.Group, op string, count int, dt tensor.DType, pred *time.Duration) string {
+	c, ok := g.Choice(op, count, dt)
+	if !ok {
+		return ""
 	}
-	return cs
+	*pred = c.Predicted
+	return c.Algo
 }

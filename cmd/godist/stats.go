@@ -235,6 +235,7 @@ type result struct {
 	Bytes       int     `json:"bytes"`
 	DType       string  `json:"dtype"`
 	Algo        string  `json:"algo,omitempty"`
+	PredUs      float64 `json:"pred_us,omitempty"` // the cost model's prediction (dist.Group.Choice)
 	Supported   bool    `json:"supported"`
 	Iters       int     `json:"iters"`
 	LatUsMin    float64 `json:"lat_us_min"`

@@ -45,6 +45,7 @@ func main() {
 	waitWorld := flag.Int("wait-world", 0, "print WORLD_SIZE and wait (until stopped) while it is below `n`")
 	sleep := flag.Duration("step-sleep", 0, "sleep this long in every step")
 	progress := flag.Bool("progress", false, "print STEP <s> WORLD_SIZE <w> after each step (every rank)")
+	count := flag.Int("count", 0, "also all-reduce a float32 vector of `n` elements each step, check every element, and (rank 0) print the group's hosts and the algorithm chosen for it")
 	logFallbacks := flag.Bool("log", false, "log to stderr what dist falls back from (shared memory not used with some peers, and why: on other hosts, say)")
 	flag.Parse()
 
@@ -81,6 +82,10 @@ func main() {
 		}
 	}
 	first := os.Getenv("GODIST_RESTART_COUNT") == "0" || os.Getenv("GODIST_RESTART_COUNT") == ""
+	if rank == 0 && *count > 0 {
+		c, _ := g.Choice("all_reduce", *count, tensor.Float32)
+		fmt.Printf("HOSTS %v ALGO %s PREDICTED %v MODEL %v\n", g.Topology().Hosts, c.Algo, c.Predicted, g.Model())
+	}
 	for s := start; s < *steps; s++ {
 		if rank == *killRank && s == *killAt && first {
 			fmt.Fprintf(os.Stderr, "rank %d: killing myself at step %d\n", rank, s)
@@ -96,6 +101,13 @@ func main() {
 			os.Exit(1)
 		}
 		acc += int64(t.Item())
+		if *count > 0 {
+			if err := checkVector(ctx, g, *count, s); err != nil {
+				dist.RecordError(err)
+				fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d step %d: %v\n", rank, s, err)
+				os.Exit(1)
+			}
+		}
 		if *progress {
 			fmt.Printf("STEP %d WORLD_SIZE %d\n", s, world)
 		}
@@ -114,6 +126,26 @@ func main() {
 		fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d: leaving: %v\n", rank, err)
 		os.Exit(1)
 	}
+}
+
+// checkVector all-reduces n elements, element i of rank r being
+// (r+1)·(s+1) + i mod 7, and checks the sums.
+func checkVector(ctx context.Context, g *dist.Group, n, s int) error {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32((g.Rank()+1)*(s+1) + i%7)
+	}
+	t := tensor.FromFloat32(x, n)
+	if err := g.AllReduce(ctx, t, dist.Sum); err != nil {
+		return err
+	}
+	w := g.Size()
+	for i, v := range t.Float32s() {
+		if want := float32((s+1)*w*(w+1)/2 + w*(i%7)); v != want {
+			return fmt.Errorf("all-reduce of %d elements: element %d is %v, want %v", n, i, v, want)
+		}
+	}
+	return nil
 }
 
 // leaveTogether keeps rank 0 (which serves the store) up until every

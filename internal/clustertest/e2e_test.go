@@ -87,13 +87,15 @@ func TestGodistRunAcrossHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds godist and runs a job")
 	}
-	c := Start(t, Config{Hosts: 2, ShareCPUs: true})
+	// At 100 Mbit/s the network is what an all-reduce of a megabyte
+	// waits for, so the model must choose the two-level schedule.
+	c := Start(t, Config{Hosts: 2, ShareCPUs: true, Rate: 100 * Mbit})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	godist, worker := buildBins(ctx, t)
 	env := jobEnv()
 	// Each rank says where it runs, then is the worker.
-	const script = `echo "HOST $(cat /proc/sys/kernel/hostname) SHM $(stat -c %d:%i /dev/shm)"; exec "$0" --steps 8 --log`
+	const script = `echo "HOST $(cat /proc/sys/kernel/hostname) SHM $(stat -c %d:%i /dev/shm)"; exec "$0" --steps 8 --count 300000 --log`
 	type node struct {
 		cmd            *exec.Cmd
 		stdout, stderr bytes.Buffer
@@ -131,6 +133,17 @@ func TestGodistRunAcrossHosts(t *testing.T) {
 		t.Errorf("node 1's launcher did not say %q:\n%s", want, &nodes[1].stderr)
 	}
 	checkRanks(t, `\[rank (\d)\] `, all, allErr)
+	// The world knows its two hosts, measured the links at Init, and
+	// all-reduces 1.2 MB with the two-level schedule (every element
+	// checked by the worker).
+	if m := regexp.MustCompile(`HOSTS (\[.*?\]\]) ALGO (\S+) PREDICTED (\S+) MODEL (.*)`).FindStringSubmatch(nodes[0].stdout.String()); m == nil {
+		t.Errorf("node 0's output lacks rank 0's HOSTS line:\n%s", &nodes[0].stdout)
+	} else {
+		t.Logf("hosts %s, all-reduce of 300000 elements: %s, predicted %s; model %s", m[1], m[2], m[3], m[4])
+		if m[1] != "[[0 1] [2 3]]" || !strings.HasPrefix(m[2], "two-level") {
+			t.Errorf("hosts %s, algorithm %s: want [[0 1] [2 3]] and two-level", m[1], m[2])
+		}
+	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("stderr:\n%s", allErr)
 	}

@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/internal/handshake"
 	"github.com/godist/godist/internal/launch"
-	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )

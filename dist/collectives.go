@@ -474,15 +474,19 @@ func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op R
 // are reduced in scratch copies. The inputs are not modified.
 func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
 	size, es, n := g.Size(), out.DType().Size(), out.Numel()
-	s := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
+	p := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
 		return g.planReduceScatter(equalCounts(size, n), es)
-	}).sched
+	})
+	s := p.sched
 	ob := out.Bytes()
 	aliased := false
 	for _, in := range ins {
 		aliased = aliased || overlapMem(ob, in)
 	}
-	sendOnly := (g.rank + size - 1) % size
+	sendOnly := (g.rank + size - 1) % size // the ring's (ChooseReduceScatter)
+	if p.plan.Name != "ring" {
+		sendOnly = -1
+	}
 	buf := parts{bufs: make([][]byte, size), offs: make([]int, size), es: es}
 	var scratch [][]byte
 	for r, in := range ins {

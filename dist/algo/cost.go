@@ -291,8 +291,9 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 }
 
 // ChooseAllGatherOn is ChooseAllGather for a group laid out as t, with the
-// time m predicts; across hosts, recursive doubling or the ring with the
-// segment count m predicts fastest.
+// time m predicts; across hosts, recursive doubling, the ring or (with the
+// same number of ranks on every host, more than one) TwoLevelAllGather,
+// with the segment count m predicts fastest.
 func ChooseAllGatherOn(t Topology, m Model, counts []int, elemSize int) Plan {
 	size := t.Size()
 	total := checkCounts("ChooseAllGatherOn", size, counts)[size]
@@ -305,19 +306,48 @@ func ChooseAllGatherOn(t Topology, m Model, counts []int, elemSize int) Plan {
 	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllGather(rank, size, counts, seg) }, 0})
 	}
+	if per, ok := t.Uniform(); ok && per > 1 {
+		for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllGather(rank, t, counts, seg) }, 0})
+		}
+	}
 	return best(t, m, elemSize, cands...)
 }
 
-// ChooseReduceScatterOn is ChooseReduceScatter with the time m predicts
-// for a group laid out as t.
+// ChooseReduceScatterOn is ChooseReduceScatter for a group laid out as t,
+// with the time m predicts; across hosts, the ring or (with the same
+// number of ranks on every host, more than one) TwoLevelReduceScatter,
+// with the segment count m predicts fastest. Only the ring keeps
+// ChooseReduceScatter's promise never to receive into chunk rank−1.
 func ChooseReduceScatterOn(t Topology, m Model, counts []int, elemSize int) Plan {
-	return ChooseReduceScatter(t.Size(), counts, elemSize).predicted(t, m, elemSize)
+	size := t.Size()
+	total := checkCounts("ChooseReduceScatterOn", size, counts)[size]
+	if len(t.Hosts) <= 1 || total == 0 {
+		return ChooseReduceScatter(size, counts, elemSize).predicted(t, m, elemSize)
+	}
+	checkChoice("ChooseReduceScatterOn", size, total, elemSize)
+	counts = append([]int(nil), counts...)
+	var cands []Plan
+	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingReduceScatter(rank, size, counts, seg) }, 0})
+	}
+	if per, ok := t.Uniform(); ok && per > 1 {
+		for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelReduceScatter(rank, t, counts, seg) }, 0})
+		}
+	}
+	return best(t, m, elemSize, cands...)
 }
 
-// ChooseBarrierOn is the dissemination barrier with the time m predicts.
+// ChooseBarrierOn is the dissemination barrier, or across hosts whichever
+// of it and TwoLevelBarrier m predicts faster, with its time.
 func ChooseBarrierOn(t Topology, m Model) Plan {
 	size := t.Size()
-	return Plan{"dissemination", 1, func(rank int) Schedule { return DisseminationBarrier(rank, size) }, 0}.predicted(t, m, 1)
+	flat := Plan{"dissemination", 1, func(rank int) Schedule { return DisseminationBarrier(rank, size) }, 0}
+	if len(t.Hosts) <= 1 || len(t.Hosts) == size {
+		return flat.predicted(t, m, 1)
+	}
+	return best(t, m, 1, flat, Plan{"two-level", 1, func(rank int) Schedule { return TwoLevelBarrier(rank, t) }, 0})
 }
 
 // overlaps reports whether two transfers touch a common element.

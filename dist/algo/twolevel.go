@@ -183,3 +183,198 @@ func (b *builder) mapped(members []int, build func(sub *builder)) {
 		b.s = append(b.s, rd)
 	}
 }
+
+// span is a range of a buffer: a chunk, or a piece of one.
+type span struct{ off, n int }
+
+// blockRing appends a ring over size members whose "chunk" j is block j,
+// a list of spans (possibly several, not contiguous): in step s member
+// rank sends block sendAt(s) to rank+1 and receives block recvAt(s) from
+// rank−1, each span cut into segments pieces, piece p of every span in
+// round p. reduce makes the receives reducing; final marks the last
+// step's receives Final.
+func blockRing(b *builder, rank, size int, blocks [][]span, segments int, sendAt, recvAt func(s int) int, reduce, final bool) {
+	right, left := mod(rank+1, size), mod(rank-1, size)
+	for s := range size - 1 {
+		sb, rb := blocks[sendAt(s)], blocks[recvAt(s)]
+		for p := range segments {
+			for _, sp := range sb {
+				offs, lens := Chunks(sp.n, segments)
+				b.send(right, sp.off+offs[p], lens[p])
+			}
+			for _, sp := range rb {
+				offs, lens := Chunks(sp.n, segments)
+				b.recv(left, sp.off+offs[p], lens[p], reduce)
+				if final && s == size-2 {
+					b.final(lens[p])
+				}
+			}
+			b.end()
+		}
+	}
+}
+
+// twoLevelPlace checks a two-level schedule's arguments and returns rank's
+// host and local index, the ranks per host, and the ranks with its local
+// index (one per host).
+func twoLevelPlace(fn string, rank int, t Topology) (h, i, perHost int, across []int) {
+	size := t.Size()
+	checkGroup(fn, rank, size)
+	if err := t.Check(size); err != nil {
+		panic(err.Error())
+	}
+	perHost, ok := t.Uniform()
+	if !ok {
+		panic("algo: " + fn + " needs the same number of ranks on every host")
+	}
+	h, i = t.place(rank)
+	across = make([]int, len(t.Hosts))
+	for k, ranks := range t.Hosts {
+		across[k] = ranks[i]
+	}
+	return h, i, perHost, across
+}
+
+// TwoLevelAllGather is the all-gather of a group spread over hosts with
+// the same number of ranks each (r ranks on each of h hosts), in two
+// phases:
+//
+//  1. across hosts, for each local index i, the h ranks with index i ring
+//     all-gather their chunks: r rings side by side, on disjoint chunks;
+//  2. on each host, a ring all-gather among the r ranks, where local rank
+//     j's block is the h chunks of the ranks with local index j (gathered
+//     in phase 1).
+//
+// Layout as RingAllGather's: the buffer is the whole output, chunk q of
+// counts[q] elements at Offsets(counts)[q], only chunk rank valid before.
+// Traffic: a host's network link carries (h−1)/h of the output each way,
+// where a flat ring over hosts in blocks carries (n−1)/n (n = h·r).
+func TwoLevelAllGather(rank int, t Topology, counts []int, segments int) Schedule {
+	size := t.Size()
+	offs := checkCounts("TwoLevelAllGather", size, counts)
+	checkSegments("TwoLevelAllGather", segments)
+	h, i, perHost, across := twoLevelPlace("TwoLevelAllGather", rank, t)
+	if size == 1 {
+		return nil
+	}
+	var b builder
+	if n := len(t.Hosts); n > 1 {
+		aoffs, alens := make([]int, n), make([]int, n)
+		for k, q := range across {
+			aoffs[k], alens[k] = offs[q], counts[q]
+		}
+		b.mapped(across, func(sub *builder) { ringAllGather(sub, h, n, aoffs, alens, segments) })
+	}
+	if perHost > 1 {
+		blocks := hostBlocks(t, offs, counts)
+		b.mapped(t.Hosts[h], func(sub *builder) {
+			blockRing(sub, i, perHost, blocks, segments,
+				func(s int) int { return mod(i-s, perHost) }, func(s int) int { return mod(i-s-1, perHost) }, false, false)
+		})
+	}
+	return b.s
+}
+
+// TwoLevelReduceScatter is the reduce-scatter of a group spread over hosts
+// with the same number of ranks each, in two phases:
+//
+//  1. on each host, a ring reduce-scatter among the r ranks, where local
+//     rank j's block is the h chunks of the ranks with local index j: it
+//     ends holding them reduced over its host;
+//  2. across hosts, for each local index i, the h ranks with index i ring
+//     reduce-scatter those chunks: each ends with its own, reduced over all.
+//
+// Layout as RingReduceScatter's: the buffer holds every rank's chunk q of
+// counts[q] elements at Offsets(counts)[q]; afterwards chunk rank holds
+// the reduction, the others are scratch. Traffic: a host's network link
+// carries (h−1)/h of the buffer each way. Unlike RingReduceScatter's, the
+// schedule may receive into any chunk.
+func TwoLevelReduceScatter(rank int, t Topology, counts []int, segments int) Schedule {
+	size := t.Size()
+	offs := checkCounts("TwoLevelReduceScatter", size, counts)
+	checkSegments("TwoLevelReduceScatter", segments)
+	h, i, perHost, across := twoLevelPlace("TwoLevelReduceScatter", rank, t)
+	if size == 1 {
+		return nil
+	}
+	var b builder
+	if perHost > 1 {
+		blocks := hostBlocks(t, offs, counts)
+		b.mapped(t.Hosts[h], func(sub *builder) {
+			blockRing(sub, i, perHost, blocks, segments,
+				func(s int) int { return mod(i-s-1, perHost) }, func(s int) int { return mod(i-s-2, perHost) }, true, false)
+		})
+	}
+	if n := len(t.Hosts); n > 1 {
+		aoffs, alens := make([]int, n), make([]int, n)
+		for k, q := range across {
+			aoffs[k], alens[k] = offs[q], counts[q]
+		}
+		b.mapped(across, func(sub *builder) { ringReduceScatter(sub, h, n, aoffs, alens, segments, false) })
+	}
+	return b.s
+}
+
+// hostBlocks returns, for each local index j, the spans of the chunks of
+// the ranks with local index j on every host.
+func hostBlocks(t Topology, offs, counts []int) [][]span {
+	perHost := len(t.Hosts[0])
+	blocks := make([][]span, perHost)
+	for j := range blocks {
+		for _, ranks := range t.Hosts {
+			q := ranks[j]
+			blocks[j] = append(blocks[j], span{offs[q], counts[q]})
+		}
+	}
+	return blocks
+}
+
+// TwoLevelBarrier is the barrier of a group spread over hosts: each
+// host's first rank (its leader) hears from the host's other ranks, the
+// leaders run the dissemination barrier among themselves, and each leader
+// then releases its host's ranks. Only the leaders' rounds cross the
+// network: ceil(log2 h) network latencies where the dissemination barrier
+// over all n ranks crosses hosts in most of its ceil(log2 n) rounds.
+// Hosts may have different numbers of ranks. Transfers are empty, as
+// DisseminationBarrier's.
+func TwoLevelBarrier(rank int, t Topology) Schedule {
+	size := t.Size()
+	checkGroup("TwoLevelBarrier", rank, size)
+	if err := t.Check(size); err != nil {
+		panic(err.Error())
+	}
+	if size == 1 {
+		return nil
+	}
+	h, i := t.place(rank)
+	local := t.Hosts[h]
+	var s Schedule
+	if i > 0 {
+		// Tell the leader, wait for its release.
+		return Schedule{{Sends: []Xfer{{Peer: local[0]}}}, {Recvs: []Xfer{{Peer: local[0]}}}}
+	}
+	if len(local) > 1 {
+		var rd Round
+		for _, q := range local[1:] {
+			rd.Recvs = append(rd.Recvs, Xfer{Peer: q})
+		}
+		s = append(s, rd)
+	}
+	leaders := make([]int, len(t.Hosts))
+	for k, ranks := range t.Hosts {
+		leaders[k] = ranks[0]
+	}
+	for _, rd := range DisseminationBarrier(h, len(leaders)) {
+		rd.Sends[0].Peer = leaders[rd.Sends[0].Peer]
+		rd.Recvs[0].Peer = leaders[rd.Recvs[0].Peer]
+		s = append(s, rd)
+	}
+	if len(local) > 1 {
+		var rd Round
+		for _, q := range local[1:] {
+			rd.Sends = append(rd.Sends, Xfer{Peer: q})
+		}
+		s = append(s, rd)
+	}
+	return s
+}

@@ -143,3 +143,101 @@ func TestTopology(t *testing.T) {
 	}()
 	TwoLevelAllReduce(0, topo, 10, 1)
 }
+
+func TestTwoLevelAllGatherReduceScatter(t *testing.T) {
+	for _, hr := range [][2]int{{1, 1}, {1, 3}, {2, 1}, {2, 2}, {3, 2}, {2, 3}, {4, 1}, {4, 2}} {
+		h, r := hr[0], hr[1]
+		for name, topo := range map[string]Topology{"block": blockTopology(h, r), "round-robin": roundRobinTopology(h, r)} {
+			size := h * r
+			for _, each := range []int{0, 1, 3, 10} {
+				counts := make([]int, size)
+				for q := range counts {
+					counts[q] = each + q%2 // uneven
+				}
+				for _, seg := range []int{1, 2} {
+					desc := fmt.Sprintf("%d hosts × %d (%s) counts=%v seg=%d", h, r, name, counts, seg)
+					checkAllGather(t, "TwoLevelAllGather "+desc, size, counts, func(rank int) Schedule {
+						return TwoLevelAllGather(rank, topo, counts, seg)
+					})
+					for _, op := range []simOp{opSum, opMax} {
+						checkReduceScatter(t, "TwoLevelReduceScatter "+desc, size, counts, op, func(rank int) Schedule {
+							return TwoLevelReduceScatter(rank, topo, counts, seg)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTwoLevelGatherTraffic: the two-level all-gather and reduce-scatter
+// carry (h−1)/h of the buffer over each host's link, the flat rings
+// (n−1)/n with the ranks in blocks.
+func TestTwoLevelGatherTraffic(t *testing.T) {
+	for _, hr := range [][2]int{{2, 2}, {2, 4}, {4, 2}} {
+		h, r := hr[0], hr[1]
+		size, each := h*r, 1<<10
+		counts := make([]int, size)
+		for q := range counts {
+			counts[q] = each
+		}
+		topo := blockTopology(h, r)
+		total := size * each
+		want := (h - 1) * total / h
+		for name, build := range map[string]func(int) Schedule{
+			"all-gather":     func(rank int) Schedule { return TwoLevelAllGather(rank, topo, counts, 2) },
+			"reduce-scatter": func(rank int) Schedule { return TwoLevelReduceScatter(rank, topo, counts, 2) },
+		} {
+			scheds := make([]Schedule, size)
+			for q := range scheds {
+				scheds[q] = build(q)
+			}
+			for host, n := range crossHost(topo, scheds) {
+				if n != want {
+					t.Errorf("%d hosts × %d, %s: host %d sends %d elements to other hosts, want %d", h, r, name, host, n, want)
+				}
+			}
+		}
+	}
+}
+
+func TestTwoLevelBarrier(t *testing.T) {
+	for _, hosts := range [][]int{{0}, {0, 0}, {0, 1}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1, 2, 2}, {0, 1, 2, 3, 4}, {0, 0, 1, 1, 2, 2, 3, 3, 4}} {
+		topo := NewTopology(hosts)
+		size := len(hosts)
+		desc := fmt.Sprintf("TwoLevelBarrier(%v)", topo.Hosts)
+		scheds, res := run(t, desc, size, 0, func(r int) Schedule { return TwoLevelBarrier(r, topo) }, make([][]float64, size), opSum)
+		for r := range scheds {
+			checkKnows(t, desc, r, res, allKnown(size))
+		}
+		// Only the leaders talk across hosts, once per dissemination round.
+		cross := 0
+		for _, n := range crossHostMessages(topo, scheds) {
+			cross += n
+		}
+		if h := len(topo.Hosts); cross != h*ceilLog2(h) {
+			t.Errorf("%s: %d messages cross hosts, want %d", desc, cross, h*ceilLog2(h))
+		}
+	}
+}
+
+// crossHostMessages counts each host's messages to other hosts.
+func crossHostMessages(topo Topology, scheds []Schedule) []int {
+	hostOf := make([]int, topo.Size())
+	for h, ranks := range topo.Hosts {
+		for _, r := range ranks {
+			hostOf[r] = h
+		}
+	}
+	out := make([]int, len(topo.Hosts))
+	for r, s := range scheds {
+		for _, rd := range s {
+			for _, x := range rd.Sends {
+				if hostOf[x.Peer] != hostOf[r] {
+					out[hostOf[r]]++
+				}
+			}
+		}
+	}
+	return out
+}

@@ -89,7 +89,7 @@ type Options struct {
 	// choose their algorithms (algo.Model: the latency and bandwidth of
 	// shared memory and of the network, the reduction rate, the cost of a
 	// call). When zero, rank 0 of a job that spans hosts measures it at
-	// Init against a rank of another host and one of its own (about 60
+	// Init against a rank of another host and one of its own (about 80
 	// ms at 1 Gbit/s) and gives it to every rank through the store; a job
 	// on one host chooses by size thresholds and needs none. Group.Choice
 	// says what a call runs and the time the model predicts.

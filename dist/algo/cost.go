@@ -113,11 +113,12 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 	// counts those dst has received.
 	sent := make([]map[int][]arrival, n)
 	taken := make([]map[int]int, n)
-	// done[r][k][i]: when receive i of rank r's round k completed.
-	done := make([][][]float64, n)
+	// written[r]: when each element range of rank r's buffer was last
+	// written by a receive, as far as its rounds have completed.
+	written := make([]readyMap, n)
 	for r := range n {
 		sent[r], taken[r] = map[int][]arrival{}, map[int]int{}
-		done[r] = make([][]float64, len(scheds[r]))
+		written[r] = newReadyMap(scheds[r])
 	}
 	next := make([]int, n)     // each rank's first round whose receives are not all in
 	issued := make([]int, n)   // each rank's rounds whose sends are out
@@ -139,14 +140,7 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 				for issued[r] < len(s) && issued[r] <= next[r] {
 					k := issued[r]
 					for _, x := range s[k].Sends {
-						at := free[r]
-						for j := range k {
-							for i, y := range s[j].Recvs {
-								if x.Len == 0 || y.Len == 0 || overlaps(x, y) {
-									at = max(at, done[r][j][i])
-								}
-							}
-						}
+						at := max(free[r], written[r].at(x))
 						l, share := m.Local, 1
 						if hostOf[x.Peer] != hostOf[r] {
 							l = m.Network
@@ -174,8 +168,7 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 				if !ready {
 					break
 				}
-				done[r][k] = make([]float64, len(rd.Recvs))
-				for i, y := range rd.Recvs {
+				for _, y := range rd.Recvs {
 					a := sent[y.Peer][r][taken[r][y.Peer]]
 					taken[r][y.Peer]++
 					end := a.end
@@ -187,7 +180,7 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 							end = max(end, a.start+red)
 						}
 					}
-					done[r][k][i] = end
+					written[r].wrote(y, end)
 					finish = max(finish, end)
 				}
 				next[r]++
@@ -350,7 +343,62 @@ func ChooseBarrierOn(t Topology, m Model) Plan {
 	return best(t, m, 1, flat, Plan{"two-level", 1, func(rank int) Schedule { return TwoLevelBarrier(rank, t) }, 0})
 }
 
-// overlaps reports whether two transfers touch a common element.
-func overlaps(a, b Xfer) bool {
-	return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
+// readyMap is when each part of one rank's buffer was last written by a
+// receive (the latest of the receives that wrote it), over the cells
+// that the boundaries of the rank's transfers cut the buffer into, so
+// that finding what a send waits for costs the cells it covers, not a
+// scan of every earlier receive. An empty transfer (a barrier's) waits
+// for every earlier receive.
+type readyMap struct {
+	bounds []int     // cell i is [bounds[i], bounds[i+1])
+	t      []float64 // when each cell was last written
+	all    float64   // when the last receive of all completed
+}
+
+func newReadyMap(s Schedule) readyMap {
+	var b []int
+	for _, rd := range s {
+		for _, xs := range [][]Xfer{rd.Sends, rd.Recvs} {
+			for _, x := range xs {
+				if x.Len > 0 {
+					b = append(b, x.Off, x.Off+x.Len)
+				}
+			}
+		}
+	}
+	slices.Sort(b)
+	b = slices.Compact(b)
+	return readyMap{bounds: b, t: make([]float64, max(0, len(b)-1))}
+}
+
+// cells returns the range of cells x covers.
+func (m *readyMap) cells(x Xfer) (lo, hi int) {
+	lo, _ = slices.BinarySearch(m.bounds, x.Off)
+	hi, _ = slices.BinarySearch(m.bounds, x.Off+x.Len)
+	return lo, hi
+}
+
+// at is when the data send x reads was last written.
+func (m *readyMap) at(x Xfer) float64 {
+	if x.Len == 0 {
+		return m.all
+	}
+	lo, hi := m.cells(x)
+	t := 0.0
+	for _, c := range m.t[lo:hi] {
+		t = max(t, c)
+	}
+	return t
+}
+
+// wrote records receive y, completed at end.
+func (m *readyMap) wrote(y Xfer, end float64) {
+	m.all = max(m.all, end)
+	if y.Len == 0 {
+		return
+	}
+	lo, hi := m.cells(y)
+	for i := lo; i < hi; i++ {
+		m.t[i] = max(m.t[i], end)
+	}
 }

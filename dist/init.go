@@ -573,10 +573,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		g.Destroy()
 		return nil, fmt.Errorf("dist: rank %d: the control block of small collectives: %w", rank, err)
 	}
-	mctx, cancel := context.WithTimeout(ctx, opt.Timeout)
-	err = w.measureModel(mctx, opt.Model)
-	cancel()
-	if err != nil {
+	if err := g.measureModel(ctx, opt.Model); err != nil {
 		g.Destroy()
 		return nil, fmt.Errorf("dist: rank %d: the cost model of calls across hosts (Options.Model): %w", rank, err)
 	}

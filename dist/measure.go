@@ -38,8 +38,23 @@ const (
 	modelKey     = "dist/model"
 )
 
-// measureModel sets w.model: opt's when given, the default when the
-// job runs on one host, else what rank 0 measures.
+// measureModel sets the world's model through its world group g, within
+// g's timeout; it ends as soon as g fails (a peer died: a survivor may
+// be waiting for rank 0's model) with an error that says why.
+func (g *Group) measureModel(ctx context.Context, given algo.Model) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	stop := context.AfterFunc(g.ctx, cancel)
+	defer stop()
+	err := g.world.measureModel(ctx, given)
+	if err != nil && g.ctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, context.Cause(g.ctx))
+	}
+	return err
+}
+
+// measureModel sets w.model: the given one when not zero, the default
+// when the job runs on one host, else what rank 0 measures.
 func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 	if given != (algo.Model{}) {
 		if err := given.Check(); err != nil {

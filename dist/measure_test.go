@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestMeasureModel(t *testing.T) {
 			g := FromEndpoint(ep, st, "inproc", time.Minute)
 			defer g.Destroy()
 			wg.Go(func() {
-				errs[r] = g.world.measureModel(ctx, given)
+				errs[r] = g.measureModel(ctx, given)
 				models[r] = g.Model()
 			})
 		}
@@ -67,5 +68,39 @@ func TestMeasureModel(t *testing.T) {
 	models, errs = run([]string{"a", "a"}, algo.Model{})
 	if errs[0] != nil || models[0] != algo.DefaultModel {
 		t.Errorf("one host: %v (%v), want the default", models[0], errs[0])
+	}
+}
+
+// TestMeasureModelPeerDies: when the rank rank 0 measures against dies,
+// every survivor's Init fails at once, naming it, rather than waiting
+// for a model that will never come.
+func TestMeasureModelPeerDies(t *testing.T) {
+	m := transport.NewInProc(4, transport.Faults{})
+	defer m.Close()
+	m.SetHosts([]string{"a", "a", "b", "b"})
+	st := store.NewMem()
+	defer st.Close()
+	gs := make([]*Group, 4)
+	for r, ep := range m.Endpoints {
+		gs[r] = FromEndpoint(ep, st, "inproc", time.Minute)
+		defer gs[r].Destroy()
+	}
+	m.Kill(2)
+	start := time.Now()
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for _, r := range []int{0, 1, 3} {
+		wg.Go(func() { errs[r] = gs[r].measureModel(context.Background(), algo.Model{}) })
+	}
+	wg.Wait()
+	for _, r := range []int{0, 1, 3} {
+		if errs[r] == nil || !strings.Contains(errs[r].Error(), "rank 2") {
+			t.Errorf("rank %d: %v, want an error naming rank 2", r, errs[r])
+		} else if r == 0 {
+			t.Logf("rank 0: %v", errs[r])
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the survivors took %v to fail", d)
 	}
 }

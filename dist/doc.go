@@ -68,8 +68,18 @@
 // (RankStatus), where godist top shows every rank's live and names a rank
 // that stopped.
 //
-// The algorithms are pure schedules in package dist/algo, chosen by world
-// size and message size; the group runs them over the transport. Spawn
+// Hosts. A group knows which members share a host (Topology, from the
+// host identity every rank publishes at Init). On one host its calls
+// choose their algorithm by world size and message size; across hosts by
+// a cost model (Model: shared memory's and the network's latency and
+// bandwidth, measured at Init by rank 0 against a rank of another host,
+// or Options.Model), which predicts every candidate's time, two-level
+// schedules among them (reduce on each host, exchange across hosts,
+// spread on each host), and takes the fastest. Choice says what a call
+// runs and the predicted time.
+//
+// The algorithms are pure schedules in package dist/algo; the group runs
+// them over the transport. Spawn
 // starts ranks as processes (torch.multiprocessing.spawn); package
 // dist/disttest runs them as goroutines in a test.
 //

@@ -29,7 +29,10 @@
 // Each algorithm takes the same arguments on every rank (size, count or
 // counts, root, segments) and panics if they are out of range: checking user
 // input is the caller's job. The Choose functions pick an algorithm from the
-// world size and the message size; see Plan.
+// world size and the message size; the Choose…On functions, for a group
+// spread over hosts (Topology), pick by the time a cost Model predicts
+// for each candidate (Model.Predict simulates the ranks' schedules with
+// the hosts' links shared); see Plan.
 package algo
 
 import "fmt"

@@ -298,3 +298,17 @@ func TestSetBlock(t *testing.T) {
 		t.Fatal("BlockFits")
 	}
 }
+
+// TestLayout: the block's layout is the package doc's (members of
+// different builds share it).
+func TestLayout(t *testing.T) {
+	if slotBytes != 4160 || offWaiters != 8320 || BlockBytes != 8384 || MaxInput != 4096 || headBytes != 64 {
+		t.Fatalf("slot %d, sleepers at %d, block %d", slotBytes, offWaiters, BlockBytes)
+	}
+	mem := aligned(BlockBytes)
+	slot := slotOf(mem, 3)
+	seqWord(slot).Store(3)
+	if &slot[0] != &mem[4160] || le.Uint64(mem[4160:]) != 3 {
+		t.Fatal("call 3 is not in slot 1")
+	}
+}

@@ -32,7 +32,7 @@
 //
 //	// issuing call seq (under the lock that numbers the group's calls,
 //	// so that the block's calls are numbered in the same order):
-//	if n <= samehost.MaxInput && e.Block() != nil {
+//	if e.BlockFits(n) { // n: a member's largest input, in bytes
 //		e.Block().Issue(seq)
 //	}
 //	// running it, on any goroutine, once:
@@ -54,13 +54,13 @@
 // others map. All integers are little-endian and the block starts on a
 // 64-byte boundary (a mapping starts on a page).
 //
-//	off             size      field
-//	0               64        slot 0's header: sequence word (8), fingerprint (8), length (4), zero
-//	64              MaxInput  slot 0's input
-//	slotBytes       64        slot 1's header
-//	slotBytes+64    MaxInput  slot 1's input
-//	2*slotBytes     4         sleepers: members asleep on this member's sequence words
-//	2*slotBytes+4   60        zero
+//	 off  size  field
+//	   0    64  slot 0's header: sequence word (8), fingerprint (8), length (4), zero
+//	  64  4096  slot 0's input (MaxInput)
+//	4160    64  slot 1's header
+//	4224  4096  slot 1's input
+//	8320     4  sleepers: members asleep on this member's sequence words
+//	8324    60  zero (BlockBytes: 8384)
 //
 // In call k (its ordinal, from Turns) a member writes its input (if any)
 // into its slot Slot(k), then the header's fingerprint and length, then

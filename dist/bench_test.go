@@ -127,7 +127,7 @@ func BenchmarkAllReduceInProc(b *testing.B) {
 	}
 }
 
-// BenchmarkSmallCollectives measures the control block's path (ctl.go):
+// BenchmarkSmallCollectives measures the control block's path (samehost.go):
 // barriers and 8-byte all-reduces of goroutine ranks over loopback TCP
 // with shared memory; allocs/op is the group's cost per call, summed over
 // the ranks.

@@ -48,9 +48,9 @@ type call struct {
 	count int // elements (per rank, where the op has a per-rank count)
 	root  int // -1 when the op has none
 	rop   ReduceOp
-	// ctl: the call goes through the group's control block (ctl.go),
-	// decided when it is issued. Not part of the fingerprint.
-	ctl bool
+	// via is the engine that runs the call (samehost.go), decided when
+	// it is issued (route). Not part of the fingerprint.
+	via engine
 }
 
 const noRoot = 0x7ff

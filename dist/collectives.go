@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/dist/internal/scratch"
 	"github.com/godist/godist/tensor"
 )
 
@@ -93,18 +94,19 @@ func (g *Group) allReduceCall(t *tensor.Tensor, op ReduceOp) (call, error) {
 	if err := checkReduce(op, t.DType()); err != nil {
 		return call{}, &InputError{"all_reduce", err.Error()}
 	}
-	return call{op: opAllReduce, dtype: t.DType(), count: t.Numel(), root: -1, rop: op, ctl: g.ctlFits(len(t.Bytes()))}, nil
+	b := t.Bytes()
+	return call{op: opAllReduce, dtype: t.DType(), count: t.Numel(), root: -1, rop: op, via: g.route(len(b), b)}, nil
 }
 
 func (g *Group) allReduce(ctx context.Context, seq uint64, c call, t *tensor.Tensor, op ReduceOp) error {
 	es, b := t.DType().Size(), t.Bytes()
+	switch c.via {
+	case byBlock:
+		return g.host.Block().AllReduce(ctx, hostCall(seq, c), b, g.reduction(op, t.DType()))
+	case byShared:
+		return g.sharedError(c, g.host.Tensors.AllReduce(ctx, hostCall(seq, c), b, es, g.reduction(op, t.DType())))
+	}
 	final := avgFinal(op, t.DType(), g.Size())
-	if c.ctl {
-		return g.allReduceCtl(ctx, seq, c, b, reduceFunc(op, t.DType()), final, op)
-	}
-	if sb, off := g.sharedFor(b); sb != nil {
-		return explainShared(g.allReduceShared(ctx, seq, c, b, es, sb, off, reduceFunc(op, t.DType()), final, op), true)
-	}
 	sched := g.cached(schedKey{opAllReduce, t.Numel(), es, -1}, func() algo.Plan {
 		return g.planAllReduce(t.Numel(), es)
 	}).sched
@@ -139,17 +141,18 @@ func (g *Group) broadcastCall(t *tensor.Tensor, root int) (call, error) {
 	if err := g.checkRoot("broadcast", root); err != nil {
 		return call{}, err
 	}
-	return call{op: opBroadcast, dtype: t.DType(), count: t.Numel(), root: root, ctl: g.ctlFits(len(t.Bytes()))}, nil
+	b := t.Bytes()
+	return call{op: opBroadcast, dtype: t.DType(), count: t.Numel(), root: root, via: g.route(len(b), b)}, nil
 }
 
 // broadcast sends bytes (elements of one byte for the schedule: the
 // choice depends on the byte count, which all ranks share).
 func (g *Group) broadcast(ctx context.Context, seq uint64, c call, b []byte, root int) error {
-	if c.ctl {
-		return g.broadcastCtl(ctx, seq, c, b, root)
-	}
-	if sb, off := g.sharedFor(b); sb != nil {
-		return explainShared(g.broadcastShared(ctx, seq, c, b, sb, off, root), true)
+	switch c.via {
+	case byBlock:
+		return g.host.Block().Broadcast(ctx, hostCall(seq, c), b, root)
+	case byShared:
+		return g.sharedError(c, g.host.Tensors.Broadcast(ctx, hostCall(seq, c), b, root))
 	}
 	sched := g.cached(schedKey{opBroadcast, len(b), 1, root}, func() algo.Plan {
 		return g.planBroadcast(root, len(b), 1)
@@ -286,17 +289,18 @@ func (g *Group) allGatherIntoCall(out, in *tensor.Tensor) (call, error) {
 	if out.DType() != in.DType() || out.Numel() != in.Numel()*g.Size() {
 		return call{}, &InputError{op, fmt.Sprintf("output %v with %d elements for input %v with %d in a group of %d", out.DType(), out.Numel(), in.DType(), in.Numel(), g.Size())}
 	}
-	return call{op: opAllGather, dtype: in.DType(), count: in.Numel(), root: -1, ctl: g.ctlFits(len(in.Bytes()))}, nil
+	b := in.Bytes()
+	return call{op: opAllGather, dtype: in.DType(), count: in.Numel(), root: -1, via: g.route(len(b), b)}, nil
 }
 
 func (g *Group) allGatherInto(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor) error {
 	n := len(in.Bytes())
 	buf := out.Bytes()
-	if c.ctl {
-		return g.allGatherCtl(ctx, seq, c, buf, in.Bytes())
-	}
-	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
-		return explainShared(g.allGatherShared(ctx, seq, c, buf, in.Bytes(), sb, off), true)
+	switch c.via {
+	case byBlock:
+		return g.host.Block().AllGather(ctx, hostCall(seq, c), buf, in.Bytes())
+	case byShared:
+		return g.sharedError(c, g.host.Tensors.AllGather(ctx, hostCall(seq, c), buf, in.Bytes()))
 	}
 	mine := buf[g.rank*n : (g.rank+1)*n]
 	counts := equalCounts(g.Size(), n)
@@ -445,15 +449,6 @@ func split(b []byte, n int) [][]byte {
 	return bs
 }
 
-// scratchCopy copies b into a scratch buffer (recycled memory: a fresh
-// allocation of tens of megabytes costs more in page faults than the
-// collective's transfers).
-func scratchCopy(b []byte) []byte {
-	s := getScratch(len(b))
-	copy(s, b)
-	return s
-}
-
 func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op ReduceOp) (call, error) {
 	if err := g.checkTensor("reduce_scatter", out); err != nil {
 		return call{}, err
@@ -488,7 +483,7 @@ func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tens
 		sendOnly = -1
 	}
 	buf := parts{bufs: make([][]byte, size), offs: make([]int, size), es: es}
-	var scratch [][]byte
+	var copies [][]byte
 	for r, in := range ins {
 		buf.offs[r] = r * n
 		switch {
@@ -498,8 +493,10 @@ func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tens
 		case r == sendOnly && r != g.rank && !aliased:
 			buf.bufs[r] = in
 		default:
-			buf.bufs[r] = scratchCopy(in)
-			scratch = append(scratch, buf.bufs[r])
+			// A scratch buffer: a fresh allocation of tens of megabytes
+			// costs more in page faults than the collective's transfers.
+			buf.bufs[r] = scratch.Copy(in)
+			copies = append(copies, buf.bufs[r])
 		}
 	}
 	if err := g.execute(ctx, seq, c, s, buf, es, reduceFunc(op, out.DType()), nil); err != nil {
@@ -511,8 +508,8 @@ func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tens
 	if op == Avg {
 		finishAvg(ob, out.DType(), size)
 	}
-	for _, b := range scratch {
-		putScratch(b)
+	for _, b := range copies {
+		scratch.Put(b)
 	}
 	return nil
 }
@@ -549,11 +546,11 @@ func (g *Group) ReduceScatterTensorAsync(out, in *tensor.Tensor, op ReduceOp) *W
 // reduceScatterTensor reduce-scatters in straight out of the others'
 // memory when in is a piece of a shared tensor, else with the ring.
 func (g *Group) reduceScatterTensor(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor, op ReduceOp) error {
-	if c.ctl {
-		return g.reduceScatterCtl(ctx, seq, c, out.Bytes(), in.Bytes(), reduceFunc(op, out.DType()), op)
-	}
-	if sb, off := g.sharedFor(in.Bytes()); sb != nil {
-		return explainShared(g.reduceScatterShared(ctx, seq, c, out.Bytes(), in.Bytes(), sb, off, reduceFunc(op, out.DType()), op), true)
+	switch c.via {
+	case byBlock:
+		return g.host.Block().ReduceScatter(ctx, hostCall(seq, c), out.Bytes(), in.Bytes(), g.reduction(op, out.DType()))
+	case byShared:
+		return g.sharedError(c, g.host.Tensors.ReduceScatter(ctx, hostCall(seq, c), out.Bytes(), in.Bytes(), g.reduction(op, out.DType())))
 	}
 	return explainShared(g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op), false)
 }
@@ -571,24 +568,25 @@ func (g *Group) reduceScatterTensorCall(out, in *tensor.Tensor, op ReduceOp) (ca
 	if err := checkReduce(op, out.DType()); err != nil {
 		return call{}, &InputError{name, err.Error()}
 	}
-	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op, ctl: g.ctlFits(len(in.Bytes()))}, nil
+	b := in.Bytes()
+	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op, via: g.route(len(b), b)}, nil
 }
 
 // Barrier returns once every member has entered it.
 func (g *Group) Barrier(ctx context.Context) error {
-	c := call{op: opBarrier, root: -1, ctl: g.ctlFits(0)}
+	c := call{op: opBarrier, root: -1, via: g.route(0, nil)}
 	return g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) })
 }
 
 // BarrierAsync is Barrier returning a Work.
 func (g *Group) BarrierAsync() *Work {
-	c := call{op: opBarrier, root: -1, ctl: g.ctlFits(0)}
+	c := call{op: opBarrier, root: -1, via: g.route(0, nil)}
 	return g.async(c, nil, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) })
 }
 
 func (g *Group) barrier(ctx context.Context, seq uint64, c call) error {
-	if c.ctl {
-		return g.barrierCtl(ctx, seq, c)
+	if c.via == byBlock {
+		return g.host.Block().Barrier(ctx, hostCall(seq, c))
 	}
 	sched := g.cached(schedKey{opBarrier, 0, 0, -1}, g.planBarrier).sched
 	return g.execute(ctx, seq, c, sched, flat{nil, 1}, 1, nil, nil)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/dist/internal/scratch"
 	"github.com/godist/godist/transport"
 )
 
@@ -182,12 +182,12 @@ func (x *executor) scratch(n int) []byte {
 			return b[:n]
 		}
 	}
-	return getScratch(n)
+	return scratch.Get(n)
 }
 
 func (x *executor) release() {
 	for _, b := range x.free {
-		putScratch(b)
+		scratch.Put(b)
 	}
 }
 
@@ -292,35 +292,6 @@ func (x *executor) retry(current int) {
 		}
 	}
 	x.deferred = kept
-}
-
-// Scratch buffers for receives are recycled across calls by size class
-// (powers of two): a training step's all-reduces would otherwise allocate
-// and zero megabytes each time.
-var scratchPools [48]sync.Pool
-
-func sizeClass(n int) int {
-	c := 0
-	for 1<<c < n {
-		c++
-	}
-	return c
-}
-
-func getScratch(n int) []byte {
-	c := sizeClass(n)
-	if b, ok := scratchPools[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, 1<<c)
-}
-
-func putScratch(b []byte) {
-	c := sizeClass(cap(b))
-	if cap(b) != 1<<c {
-		return
-	}
-	scratchPools[c].Put(&b)
 }
 
 // withdraw cancels posted receives that will not be waited for.

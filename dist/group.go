@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/dist/internal/samehost"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -36,8 +37,8 @@ type world struct {
 	host       string     // this rank's host, as the other ranks reach it
 	model      algo.Model // the cost model of calls across hosts (topology.go)
 	jobID      string     // the job id of every handshake (Options.JobID)
-	noCtl      bool       // no control blocks (ctl.go): FromEndpoint's worlds, or Options.SmallCollectives off
-	yield      bool       // waits yield the CPU between polls: more ranks than CPUs (ctl.go)
+	noCtl      bool       // no control blocks (samehost.go): FromEndpoint's worlds, or Options.SmallCollectives off
+	yield      bool       // the control block's waits yield the CPU between polls: more ranks than CPUs
 	stopStatus func()     // stops the status publisher (status.go)
 	// statusEvery is how often the publisher runs (0: it does not), and
 	// statusOK when it last published (Unix nanoseconds): a store that
@@ -132,34 +133,23 @@ type Group struct {
 	timeout time.Duration
 	topo    algo.Topology // the members by host (topology.go)
 
-	sharedCalls atomic.Int64 // collectives done through shared memory (sharedreduce.go, ctl.go)
-
-	// The control block of small collectives (ctl.go), when every member
-	// shares this host's memory: made by InitSmallCollectives.
-	ctl atomic.Pointer[ctlBlock]
-	// Calls through it run one at a time, in the order they were issued
-	// (ctl.go): the ordinal of each, and the last that ended.
-	ctlTurn struct {
-		sync.Mutex
-		ended   uint64
-		changed chan struct{} // closed when ended moves
-	}
+	// The same-host engine (samehost.go): the control block of small
+	// collectives, once InitSmallCollectives has made one, and the
+	// tensors from NewSharedTensor.
+	host *samehost.Engine
 
 	ctx    context.Context // cancelled, with the failure as cause, when the group fails
 	cancel context.CancelCauseFunc
 
 	mu struct {
 		sync.Mutex
-		st        *callState
-		timer     *time.Timer          // calls st.tick; armed as st decides
-		told      chan struct{}        // closed when the peers have been told of the failure
-		children  uint32               // subgroups made from this group so far
-		plans     map[schedKey]planned // calls' plans and this rank's schedules (topology.go)
-		shared    []*sharedBuf         // tensors every member has mapped from every other (sharedreduce.go)
-		running   int                  // calls between runCall's start and end
-		ctlIssued uint64               // control-block calls issued (ctl.go)
-		ctlOrd    map[uint64]uint64    // their ordinals, by sequence number, until they start
-		idle      chan struct{}        // closed when running drops to 0 (waitIdle)
+		st       *callState
+		timer    *time.Timer          // calls st.tick; armed as st decides
+		told     chan struct{}        // closed when the peers have been told of the failure
+		children uint32               // subgroups made from this group so far
+		plans    map[schedKey]planned // calls' plans and this rank's schedules (topology.go)
+		running  int                  // calls between runCall's start and end
+		idle     chan struct{}        // closed when running drops to 0 (waitIdle)
 	}
 }
 
@@ -174,6 +164,7 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g.mu.st.flight = newFlightRing(w.flightSize)
 	g.mu.plans = map[schedKey]planned{}
 	g.topo = topologyOf(w.ep.Hosts(), ranks)
+	g.host = samehost.New(samehost.Config{ID: id, Ranks: ranks, Rank: g.rank, Yield: w.yield, Group: (*hostGroup)(g)})
 	w.register(g)
 	return g
 }
@@ -351,8 +342,9 @@ func (g *Group) beginCollective(c call) (ticket, error) {
 	g.mu.Lock()
 	id, seq, out, err := g.mu.st.beginCollective(c, now)
 	g.armLocked(out.Arm, now)
-	if c.ctl && err == nil {
-		g.ctlIssueLocked(seq)
+	if c.via == byBlock && err == nil {
+		// Numbered in the order of the calls' sequence numbers.
+		g.host.Block().Issue(seq)
 	}
 	g.mu.Unlock()
 	g.carry(out)

@@ -98,7 +98,7 @@ type Options struct {
 	// all-reduces, broadcasts, all-gathers and reduce-scatters of at most
 	// 4 KiB a member go through a control block in the members' shared
 	// memory instead of the transport, when every member of the group is
-	// on this host (ctl.go; default: on, unless the GODIST_SHM_CTL
+	// on this host (samehost.go; default: on, unless the GODIST_SHM_CTL
 	// variable is 0).
 	SmallCollectives SharedMemoryMode
 	// LocalWorldSize is how many ranks of the job run on this host

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unsafe"
 
+	"github.com/godist/godist/dist/internal/samehost"
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
 )
@@ -13,7 +13,7 @@ import (
 // NewSharedTensor returns a zeroed contiguous tensor that, when all of g
 // is on one host, every member maps from every other. Collectives whose
 // input is it, or a piece of at least 128 KiB of it, then send no payload
-// (sharedreduce.go):
+// (package samehost's Tensors):
 //   - AllReduce (the same piece on every member): each member reduces its
 //     share straight out of the others' copies and writes the result into
 //     them;
@@ -39,8 +39,15 @@ import (
 // panics, naming who released it). Release it only when no call in flight
 // uses it. An ordinary tensor returned instead ignores Release.
 func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, error) {
+	t, _, err := g.newShared(ctx, d, shape...)
+	return t, err
+}
+
+// newShared is NewSharedTensor, also returning the tensor as g's
+// same-host engine knows it (nil for an ordinary tensor).
+func (g *Group) newShared(ctx context.Context, d tensor.DType, shape ...int) (*tensor.Tensor, *samehost.Tensor, error) {
 	if g.Size() == 1 {
-		return tensor.New(d, shape...), nil
+		return tensor.New(d, shape...), nil, nil
 	}
 	n := d.Size()
 	for _, s := range shape {
@@ -60,11 +67,11 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		mine = regionDesc{region.ID(), region.Name(), n}
 		defer region.Unlink()
 	}
-	fail := func(err error) (*tensor.Tensor, error) {
+	fail := func(err error) (*tensor.Tensor, *samehost.Tensor, error) {
 		if region != nil {
 			region.Close()
 		}
-		return nil, fmt.Errorf("dist: rank %d: new shared tensor: %w", g.rank, err)
+		return nil, nil, fmt.Errorf("dist: rank %d: new shared tensor: %w", g.rank, err)
 	}
 	descs, err := AllGatherObject(ctx, g, mine)
 	if err != nil {
@@ -86,7 +93,7 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		return fail(err)
 	}
 	// Shared only when every member mapped every other's copy: then
-	// all-reduces of the tensor go through shared memory (sharedreduce.go).
+	// all-reduces of the tensor go through shared memory (samehost.Tensors).
 	// In a group that spans hosts it is an ordinary tensor, and this rank
 	// lets go of the copies it mapped.
 	full := region != nil
@@ -101,18 +108,18 @@ func (g *Group) NewSharedTensor(ctx context.Context, d tensor.DType, shape ...in
 		if region != nil {
 			region.Close()
 		}
-		return tensor.New(d, shape...), nil
+		return tensor.New(d, shape...), nil, nil
 	}
 	ids := make([]uint8, g.Size())
 	for q, dq := range descs {
 		ids[q] = dq.ID
 	}
-	sb := &sharedBuf{pm: pm, base: uintptr(unsafe.Pointer(unsafe.SliceData(region.Bytes()))), n: n, ids: ids}
 	// The release forgets the tensor before its memory is unmapped;
 	// Region.Close waits for a shared all-reduce still reading the memory.
-	sb.t = tensor.NewMapped(d, region.Bytes(), func() { g.forgetShared(sb); region.Close() }, shape...)
-	g.registerShared(sb)
-	return sb.t, nil
+	var st *samehost.Tensor
+	t := tensor.NewMapped(d, region.Bytes(), func() { g.host.Tensors.Remove(st); region.Close() }, shape...)
+	st = g.host.Tensors.Add(region.Bytes(), pm, ids, t.Release)
+	return t, st, nil
 }
 
 // regionDesc is what a member of NewSharedTensor says of its region: none

@@ -29,7 +29,7 @@ func (g *Group) NewGroup(ctx context.Context, ranks []int) (*Group, error) {
 	}
 	// A barrier whose fingerprint carries the list: a member passing a
 	// different list gets a desync error naming it.
-	c := call{op: opNewGroup, count: int(h.Sum64() & (1<<40 - 1)), root: -1, ctl: g.ctlFits(0)}
+	c := call{op: opNewGroup, count: int(h.Sum64() & (1<<40 - 1)), root: -1, via: g.route(0, nil)}
 	if err := g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.barrier(ctx, seq, c) }); err != nil {
 		return nil, err
 	}

@@ -131,14 +131,14 @@ type Choice struct {
 // (SharedAllReduceApplies).
 func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok bool) {
 	es := dtype.Size()
-	ctlBytes := count * es // what the call's ctlFits looks at
+	ctlBytes := count * es // what the call's route looks at
 	switch op {
 	case "reduce_scatter":
 		ctlBytes *= g.Size()
 	case "barrier":
 		ctlBytes = 0
 	}
-	if g.ctlFits(ctlBytes) {
+	if g.route(ctlBytes, nil) == byBlock {
 		return Choice{Algo: "control block"}, true
 	}
 	var plan algo.Plan

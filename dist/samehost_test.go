@@ -16,8 +16,8 @@ import (
 
 // TestSmallCollectives: with a control block (all ranks on this host),
 // barriers and small all-reduces, broadcasts, all-gathers and
-// reduce-scatters go through
-// shared memory and give what the transport gives.
+// reduce-scatters go through shared memory (and Choice says so) and give
+// what the transport gives.
 func TestSmallCollectives(t *testing.T) {
 	for _, world := range []int{2, 3, 4} {
 		t.Run(fmt.Sprint("world", world), func(t *testing.T) {
@@ -25,6 +25,22 @@ func TestSmallCollectives(t *testing.T) {
 			disttest.SpawnWith(t, world, opt, func(_ *disttest.Job, g *dist.Group) error {
 				ctx := context.Background()
 				r := g.Rank()
+				// Choice names the control block for the calls that fit
+				// (a member's largest input at most 4 KiB).
+				for _, c := range []struct {
+					op    string
+					count int
+					block bool
+				}{
+					{"barrier", 0, true}, {"all_reduce", 1024, true}, {"all_reduce", 1025, false},
+					{"broadcast", 1024, true}, {"all_gather", 1024, true}, {"all_gather", 1025, false},
+					{"reduce_scatter", 1024 / world, true}, {"reduce_scatter", 1024/world + 1, false},
+				} {
+					ch, ok := g.Choice(c.op, c.count, tensor.Float32)
+					if !ok || (ch.Algo == "control block") != c.block {
+						return fmt.Errorf("%s of %d float32: %q %v, want the control block: %v", c.op, c.count, ch.Algo, ok, c.block)
+					}
+				}
 				before := dist.SharedCalls(g)
 				for it := range 50 {
 					if err := g.Barrier(ctx); err != nil {

@@ -1,0 +1,5 @@
+//go:build race
+
+package samehost
+
+const raceEnabled = true

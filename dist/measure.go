@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 // measureWarmBulk untimed, give the bandwidth (the median, less the round
 // trip's latency): sustained, not what a link's burst allowance or a
 // first touch of memory shows. It times its
-// own reduction of 8 MiB for the reduce rate. At 1 Gbit/s
+// own reduction of 8 MiB for the reduce rate, and counts the CPUs it may
+// run on (runtime.NumCPU: its affinity mask) against its host's ranks. At 1 Gbit/s
 // the network's part takes about 80 ms.
 
 const (
@@ -91,6 +93,10 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 			}
 		}
 		m.Reduce = reduceRate()
+		// Fewer CPUs here than ranks on this host: their messages queue.
+		if cpus := runtime.NumCPU(); cpus < len(topo.Hosts[0]) {
+			m.CPUs = cpus
+		}
 		b, _ := json.Marshal(m)
 		if err := w.store.Set(ctx, modelKey, b); err != nil {
 			return err

@@ -33,6 +33,11 @@ type Model struct {
 	// Call is the fixed cost of one collective call (issuing it, waking
 	// the rank that finishes it).
 	Call time.Duration
+	// CPUs is how many CPUs each host gives the job's ranks; 0: one
+	// each. A host with fewer CPUs than ranks handles its ranks' messages
+	// of one round in turn: a message's latency is multiplied by how
+	// many of them each CPU handles.
+	CPUs int
 }
 
 // DefaultModel is the model of a group that measured nothing: shared
@@ -46,7 +51,11 @@ var DefaultModel = Model{
 }
 
 func (m Model) String() string {
-	return fmt.Sprintf("local %v, network %v, reduce %.3g GB/s, call %v", m.Local, m.Network, m.Reduce/1e9, m.Call)
+	cpus := ""
+	if m.CPUs > 0 {
+		cpus = fmt.Sprintf(", %d CPUs a host", m.CPUs)
+	}
+	return fmt.Sprintf("local %v, network %v, reduce %.3g GB/s, call %v%s", m.Local, m.Network, m.Reduce/1e9, m.Call, cpus)
 }
 
 // Check returns an error unless every bandwidth is positive and every
@@ -55,8 +64,8 @@ func (m Model) Check() error {
 	if m.Local.Bandwidth <= 0 || m.Network.Bandwidth <= 0 || m.Reduce <= 0 {
 		return fmt.Errorf("algo: model %v: bandwidths must be positive", m)
 	}
-	if m.Local.Latency < 0 || m.Network.Latency < 0 || m.Call < 0 {
-		return fmt.Errorf("algo: model %v: latencies must not be negative", m)
+	if m.Local.Latency < 0 || m.Network.Latency < 0 || m.Call < 0 || m.CPUs < 0 {
+		return fmt.Errorf("algo: model %v: latencies and CPUs must not be negative", m)
 	}
 	return nil
 }
@@ -98,9 +107,13 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 	// Transfers crossing each host's link in each round index.
 	type hk struct{ host, round int }
 	egress, ingress := map[hk]int{}, map[hk]int{}
+	// Messages each host's ranks send in each round index (any length):
+	// with fewer CPUs than ranks, their handling queues (m.CPUs).
+	msgs := map[hk]int{}
 	for r, s := range scheds {
 		for k, rd := range s {
 			for _, x := range rd.Sends {
+				msgs[hk{hostOf[r], k}]++
 				if x.Len > 0 && hostOf[x.Peer] != hostOf[r] {
 					egress[hk{hostOf[r], k}]++
 					ingress[hk{hostOf[x.Peer], k}]++
@@ -148,6 +161,9 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 						}
 						free[r] = at + float64(x.Len*elemSize)*float64(share)/l.Bandwidth
 						lat := l.Latency.Seconds()
+						if m.CPUs > 0 {
+							lat *= float64(max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs))
+						}
 						sent[r][x.Peer] = append(sent[r][x.Peer], arrival{at + lat, free[r] + lat})
 					}
 					issued[r]++
@@ -244,7 +260,8 @@ func segmentChoices(bytes, most int) []int {
 // project's machines). Across hosts it is whichever of recursive
 // doubling, halving-doubling, the ring and (with the same number of ranks
 // on every host, more than one) TwoLevelAllReduce, each with the segment
-// counts worth trying, m predicts fastest.
+// counts worth trying, and for small vectors LeaderAllReduce, m predicts
+// fastest.
 func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 	size := t.Size()
 	if len(t.Hosts) <= 1 || count == 0 {
@@ -262,6 +279,9 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 		for _, seg := range segmentChoices(count*elemSize/size, maxRingSegments) {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllReduce(rank, t, count, seg) }, 0})
 		}
+	}
+	if len(t.Hosts) < size && count*elemSize <= smallAllReduceBytes {
+		cands = append(cands, Plan{"leaders", 1, func(rank int) Schedule { return LeaderAllReduce(rank, t, count) }, 0})
 	}
 	return best(t, m, elemSize, cands...)
 }

@@ -123,3 +123,27 @@ func TestChooseOnPredictsEveryOp(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictSharedCPUs: on hosts with one CPU for two ranks, messages of
+// one round queue, so a small all-reduce through the host leaders beats
+// recursive doubling, whose every rank crosses the network at once; with
+// a CPU per rank, doubling's fewer rounds win.
+func TestPredictSharedCPUs(t *testing.T) {
+	topo := NewTopology([]int{0, 0, 1, 1})
+	if p := ChooseAllReduceOn(topo, lab, 2, 4); p.Name != "recursive-doubling" {
+		t.Errorf("a CPU per rank: %v, want recursive-doubling", p)
+	}
+	one := lab
+	one.CPUs = 1
+	p := ChooseAllReduceOn(topo, one, 2, 4)
+	if p.Name != "leaders" {
+		t.Errorf("one CPU a host: %v, want leaders", p)
+	}
+	rd := one.Predict(topo, Plan{"", 1, func(r int) Schedule { return RecursiveDoublingAllReduce(r, 4, 2) }, 0}.Schedules(4), 4)
+	if p.Predicted >= rd {
+		t.Errorf("one CPU a host: leaders predicted %v, doubling %v", p.Predicted, rd)
+	}
+	if bad := (Model{Local: lab.Local, Network: lab.Network, Reduce: 1, CPUs: -1}); bad.Check() == nil {
+		t.Error("a model with -1 CPUs passed Check")
+	}
+}

@@ -378,3 +378,48 @@ func TwoLevelBarrier(rank int, t Topology) Schedule {
 	}
 	return s
 }
+
+// LeaderAllReduce is the all-reduce of small vectors across hosts: each
+// host reduces onto its first rank (its leader) with a binomial tree, the
+// leaders all-reduce by recursive doubling, and each leader broadcasts
+// the result on its host with a binomial tree. Only the leaders cross the
+// network, one message each per doubling round, where recursive doubling
+// over all n ranks has every rank of a host send across in the same
+// round: on hosts whose ranks share few CPUs, those sends queue behind
+// each other. Hosts may have different numbers of ranks.
+//
+// Final marks: the leaders' doubling marks the receives that complete the
+// sum (with one host, the leader's last reducing receive); the other
+// ranks get the result by copy.
+func LeaderAllReduce(rank int, t Topology, count int) Schedule {
+	size := t.Size()
+	checkGroup("LeaderAllReduce", rank, size)
+	checkCount("LeaderAllReduce", count)
+	if err := t.Check(size); err != nil {
+		panic(err.Error())
+	}
+	if size == 1 || count == 0 {
+		return nil
+	}
+	h, i := t.place(rank)
+	local := t.Hosts[h]
+	leaders := make([]int, len(t.Hosts))
+	for k, ranks := range t.Hosts {
+		leaders[k] = ranks[0]
+	}
+	var b builder
+	if len(local) > 1 {
+		b.mapped(local, func(sub *builder) { sub.s = BinomialReduce(i, len(local), 0, count) })
+		if i == 0 && len(leaders) == 1 {
+			last := &b.s[len(b.s)-1]
+			last.Recvs[len(last.Recvs)-1].Final = true
+		}
+	}
+	if i == 0 && len(leaders) > 1 {
+		b.mapped(leaders, func(sub *builder) { sub.s = RecursiveDoublingAllReduce(h, len(leaders), count) })
+	}
+	if len(local) > 1 {
+		b.mapped(local, func(sub *builder) { sub.s = BinomialBroadcast(i, len(local), 0, count) })
+	}
+	return b.s
+}

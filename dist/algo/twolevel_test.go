@@ -241,3 +241,29 @@ func crossHostMessages(topo Topology, scheds []Schedule) []int {
 	}
 	return out
 }
+
+func TestLeaderAllReduce(t *testing.T) {
+	for _, hosts := range [][]int{{0}, {0, 0}, {0, 0, 0}, {0, 1}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1, 2, 2}, {0, 1, 2, 3, 4}, {0, 0, 1, 1, 2, 2, 3, 3, 4}} {
+		topo := NewTopology(hosts)
+		size := len(hosts)
+		for _, count := range []int{0, 1, 5, 64} {
+			desc := fmt.Sprintf("LeaderAllReduce(%v) count=%d op=sum", topo.Hosts, count)
+			sched := func(r int) Schedule { return LeaderAllReduce(r, topo, count) }
+			checkAllReduce(t, desc, size, count, opSum, sched)
+			checkAllReduce(t, desc, size, count, opMax, sched)
+			checkAverage(t, desc, size, count, sched)
+		}
+		// Only the leaders cross hosts.
+		scheds := make([]Schedule, size)
+		for r := range scheds {
+			scheds[r] = LeaderAllReduce(r, topo, 8)
+		}
+		cross := 0
+		for _, n := range crossHostMessages(topo, scheds) {
+			cross += n
+		}
+		if h := len(topo.Hosts); h > 1 && cross > h*(ceilLog2(h)+1) {
+			t.Errorf("LeaderAllReduce(%v): %d messages cross hosts, want at most %d", topo.Hosts, cross, h*(ceilLog2(h)+1))
+		}
+	}
+}

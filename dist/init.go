@@ -107,8 +107,9 @@ type Options struct {
 	LocalWorldSize int
 	// Spin is how long this rank's connections poll their sockets before
 	// they park; negative never polls. When zero: the GODIST_SPIN_US
-	// variable (microseconds; 0 never polls), else transport.DefaultSpin
-	// of LocalWorldSize, GOMAXPROCS and the CPUs.
+	// variable (microseconds; 0 never polls), else transport.DefaultPolling
+	// of LocalWorldSize, GOMAXPROCS and the CPUs. On a host with more
+	// ranks than CPUs, a polling reader yields its CPU between polls.
 	Spin time.Duration
 	// FlightRecorder is how many calls each group remembers for its
 	// flight record (FlightRecord, DumpFlight); zero: the
@@ -510,9 +511,10 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 			fmt.Fprintf(os.Stderr, "dist: warning: no job token: rank %d accepts unauthenticated connections at %s (GODIST_INSECURE)\n", rank, host)
 		})
 	}
+	spin, yield := opt.polling()
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
-		Spin: opt.spin(), SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
+		Spin: spin, Yield: yield, SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
 		// The store stays up a moment after a failed Init (in the
@@ -715,13 +717,21 @@ func logger(log *slog.Logger) *slog.Logger {
 
 // spin is TCPOptions.Spin for opt.
 func (opt Options) spin() time.Duration {
+	spin, _ := opt.polling()
+	return spin
+}
+
+// polling is how this rank's readers poll: Spin when set, else
+// transport.DefaultPolling, which on a host with more ranks than CPUs
+// polls yielding the CPU between polls.
+func (opt Options) polling() (time.Duration, bool) {
 	switch {
 	case opt.Spin < 0:
-		return 0
+		return 0, false
 	case opt.Spin > 0:
-		return opt.Spin
+		return opt.Spin, opt.LocalWorldSize > runtime.NumCPU()
 	}
-	return transport.DefaultSpin(opt.LocalWorldSize, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	return transport.DefaultPolling(opt.LocalWorldSize, runtime.GOMAXPROCS(0), runtime.NumCPU())
 }
 
 // localAddrFor returns the local address that routes to host (without

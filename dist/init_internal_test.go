@@ -85,7 +85,7 @@ func TestOptionsSpin(t *testing.T) {
 	}{
 		{Options{Spin: -1}, 0},
 		{Options{Spin: 3 * time.Millisecond}, 3 * time.Millisecond},
-		{Options{LocalWorldSize: 1 << 20}, 0},
+		{Options{LocalWorldSize: 1 << 20}, 100 * time.Millisecond},
 		{Options{}, 50 * time.Microsecond},
 	} {
 		if got := c.opt.spin(); got != c.want {

@@ -22,8 +22,9 @@ import (
 // goroutine yields (runtime.Gosched), so other goroutines of the process
 // (backward, the optimizer) lose nothing; only an otherwise idle P spins.
 type spinReader struct {
-	rc   syscall.RawConn
-	spin time.Duration
+	rc    syscall.RawConn
+	spin  time.Duration
+	yield bool
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
@@ -47,7 +48,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 			now := time.Now()
 			if start.IsZero() {
 				start = now
-			} else if now.Sub(start) > s.spin || now.Sub(last) > preempted {
+			} else if now.Sub(start) > s.spin || !s.yield && now.Sub(last) > preempted {
 				// Park until the poller says it is readable: the time is
 				// up, or the thread lost its CPU since the last poll
 				// (other work wants it; see readRing).
@@ -60,6 +61,9 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				cgobusy.Wait()
 			} else {
 				runtime.Gosched()
+				if s.yield {
+					osYield()
+				}
 			}
 		}
 	})
@@ -76,7 +80,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 
 // socketReader returns what readLoop reads conn through: a spinReader when
 // spin is positive and conn is a socket, else conn itself.
-func socketReader(conn net.Conn, spin time.Duration) io.Reader {
+func socketReader(conn net.Conn, spin time.Duration, yield bool) io.Reader {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || spin <= 0 {
 		return conn
@@ -85,7 +89,7 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 	if err != nil {
 		return conn
 	}
-	return &spinReader{rc: rc, spin: spin}
+	return &spinReader{rc: rc, spin: spin, yield: yield}
 }
 
 // DefaultSpin is how long a reader polls its socket before parking, for a
@@ -95,9 +99,11 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 // gomaxprocs (each rank's, runtime.GOMAXPROCS) and numCPU (the host's,
 // runtime.NumCPU). It reads nothing else:
 //
-//   - 0 when this host runs more ranks than it has CPUs: a polling rank
-//     takes the CPU another rank needs (`godist bench` measured world 4 on
-//     2 CPUs 1.3x slower with 20 µs of polling, 2x with 50);
+//   - 100 ms, yielding between polls (DefaultPolling), when this host
+//     runs more ranks than it has CPUs: a rank that polls without
+//     yielding takes the CPU another rank needs (`godist bench` measured
+//     world 4 on 2 CPUs 1.3x slower with 20 µs of polling, 2x with 50),
+//     and one that parks pays a wake-up for each message;
 //   - 100 ms when every rank's Ps fit in the CPUs (localWorldSize x
 //     gomaxprocs <= numCPU, as `godist run` arranges), so that a rank with
 //     CPUs of its own polls through the compute between one collective and
@@ -117,14 +123,32 @@ func socketReader(conn net.Conn, spin time.Duration) io.Reader {
 // vCPUs near each other): 1.09-1.14 ms a step polling 100 ms, 1.21-1.37
 // polling 50 µs.
 func DefaultSpin(localWorldSize, gomaxprocs, numCPU int) time.Duration {
+	spin, _ := DefaultPolling(localWorldSize, gomaxprocs, numCPU)
+	return spin
+}
+
+// DefaultPolling is DefaultSpin with the yield of TCPOptions.Yield: on a
+// host that runs more ranks than it has CPUs a reader polls for
+// yieldSpin, yielding its CPU between polls, as MPI's progress engines do
+// there (mpi_yield_when_idle), rather than park: a parked rank pays a
+// wake-up for every message, queued behind the ranks that share its CPU.
+// Measured on 2 namespace hosts × 2 ranks, one CPU a host, 1 Gbit/s
+// (issue 28): see the README's benchmarks.
+func DefaultPolling(localWorldSize, gomaxprocs, numCPU int) (spin time.Duration, yield bool) {
 	const short, long = 50 * time.Microsecond, 100 * time.Millisecond
 	switch {
 	case localWorldSize < 1:
-		return short
+		return short, false
 	case localWorldSize > numCPU:
-		return 0
+		return yieldSpin, true
 	case localWorldSize*gomaxprocs > numCPU:
-		return short
+		return short, false
 	}
-	return long
+	return long, false
 }
+
+// yieldSpin is how long a yielding reader polls before it parks: through
+// a training step's compute, as the long spin of a rank with CPUs of its
+// own, so that it is polling when the next collective's frames come.
+const yieldSpin = 100 * time.Millisecond
+

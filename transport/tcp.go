@@ -52,10 +52,13 @@ type TCPOptions struct {
 	// parks in the runtime's poller (DefaultSpin computes the usual
 	// value); 0 or less never polls.
 	Spin time.Duration
-	// Yield makes a polling reader of the frame ring give its CPU to
-	// other processes between polls (sched_yield), not only to this
-	// process's goroutines: for a host running more ranks than CPUs,
-	// where a rank that polls holds the CPU its peer needs to answer.
+	// Yield makes a polling reader (of a socket or of the frame ring)
+	// give its CPU to other processes between polls (sched_yield), not
+	// only to this process's goroutines, and keep polling when it finds
+	// it lost its CPU meanwhile (which yielding makes the rule): for a
+	// host running more ranks than CPUs, where a rank that polls without
+	// yielding holds the CPU its peer needs to answer, and one that parks
+	// pays a wake-up for every message (DefaultPolling).
 	Yield bool
 	// SharedMemory lets peers on the same host move large payloads through
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
@@ -325,7 +328,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		if in := shmIns[r]; in != nil && in.ring != nil {
 			go e.readRing(r, c, opt.Spin, opt.Yield, in)
 		} else {
-			go e.readLoop(r, c, opt.Spin, in)
+			go e.readLoop(r, c, opt.Spin, opt.Yield, in)
 		}
 	}
 	return e, nil
@@ -726,9 +729,9 @@ func (l *tcpLink) close() error {
 }
 
 // readLoop reads frames from rank r until the connection ends.
-func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, shm *shmSeg) {
+func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
 	defer shm.unmap()
-	br := bufio.NewReaderSize(socketReader(conn, spin), viewMax)
+	br := bufio.NewReaderSize(socketReader(conn, spin, yield), viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	for {
@@ -893,7 +896,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		}
 		if polls++; wait > 0 && polls%32 == 0 {
 			now := time.Now()
-			if now.Sub(checked) > preempted {
+			if !yield && now.Sub(checked) > preempted {
 				// The thread was off its CPU between two looks at the
 				// clock: other work wants this CPU, and a poller that
 				// holds it only delays the peer's answer (a busy host

@@ -183,20 +183,24 @@ func TestDefaultSpin(t *testing.T) {
 	for _, c := range []struct {
 		local, procs, cpus int
 		want               time.Duration
+		yield              bool
 	}{
-		{1, 1, 2, 100 * time.Millisecond},  // the rank's Ps fit in the CPUs
-		{2, 1, 2, 100 * time.Millisecond},  // one P per CPU
-		{2, 2, 2, 50 * time.Microsecond},   // more Ps than CPUs
-		{1, 3, 2, 50 * time.Microsecond},   // one rank, more Ps than CPUs
-		{3, 1, 2, 0},                       // more ranks than CPUs
-		{100000, 1, 64, 0},                 // more ranks than CPUs
-		{0, 1, 64, 50 * time.Microsecond},  // not launched: unknown neighbours
-		{-1, 1, 64, 50 * time.Microsecond}, // unknown
-		{8, 8, 64, 100 * time.Millisecond}, // 8 ranks of 8 Ps on 64 CPUs
-		{8, 9, 64, 50 * time.Microsecond},  // one P too many
+		{1, 1, 2, 100 * time.Millisecond, false},      // the rank's Ps fit in the CPUs
+		{2, 1, 2, 100 * time.Millisecond, false},      // one P per CPU
+		{2, 2, 2, 50 * time.Microsecond, false},       // more Ps than CPUs
+		{1, 3, 2, 50 * time.Microsecond, false},       // one rank, more Ps than CPUs
+		{3, 1, 2, 100 * time.Millisecond, true},       // more ranks than CPUs: poll, yielding
+		{100000, 1, 64, 100 * time.Millisecond, true}, // more ranks than CPUs
+		{0, 1, 64, 50 * time.Microsecond, false},      // not launched: unknown neighbours
+		{-1, 1, 64, 50 * time.Microsecond, false},     // unknown
+		{8, 8, 64, 100 * time.Millisecond, false},     // 8 ranks of 8 Ps on 64 CPUs
+		{8, 9, 64, 50 * time.Microsecond, false},      // one P too many
 	} {
 		if got := transport.DefaultSpin(c.local, c.procs, c.cpus); got != c.want {
 			t.Errorf("DefaultSpin(%d ranks, %d Ps, %d CPUs) = %v, want %v", c.local, c.procs, c.cpus, got, c.want)
+		}
+		if got, yield := transport.DefaultPolling(c.local, c.procs, c.cpus); got != c.want || yield != c.yield {
+			t.Errorf("DefaultPolling(%d ranks, %d Ps, %d CPUs) = %v, %v, want %v, %v", c.local, c.procs, c.cpus, got, yield, c.want, c.yield)
 		}
 	}
 }

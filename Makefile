@@ -102,10 +102,11 @@ bench:
 	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
 
 # Collectives: godist bench, OpenMPI over shared memory (vader) and over
-# loopback TCP (shared/anchors/bench_mpi.py under mpirun) and PyTorch gloo
-# (shared/anchors/bench_gloo.py) one after the other, as one table per world
-# and op with each peer's median over godist's. A peer not installed is
-# skipped. DISTCMP_FLAGS narrows it, e.g. DISTCMP_FLAGS='--target 0.3s'.
+# loopback TCP (internal/tools/peers/bench_mpi.py under mpirun) and PyTorch
+# gloo (internal/tools/peers/bench_gloo.py) one after the other, as one table
+# per world and op with each peer's median over godist's. A peer not
+# installed is skipped. DISTCMP_FLAGS narrows it, e.g.
+# DISTCMP_FLAGS='--target 0.3s'.
 bench-dist:
 	$(GO) run ./internal/tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
 

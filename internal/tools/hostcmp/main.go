@@ -151,6 +151,10 @@ func main() {
 		"transfers can pass it a little). godist algo is the algorithm godist bench names for the op (its JSON's algo).\n",
 		payloadShare*100)
 
+	if len(run) == 0 {
+		fmt.Println("\nnothing to run")
+		return
+	}
 	failed := false
 	for _, cfg := range labs {
 		if ctx.Err() != nil {

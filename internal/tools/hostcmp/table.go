@@ -154,7 +154,8 @@ func (s series) hasPred() bool {
 }
 
 // algos lists the algorithms s's cells name for op at size, in the order
-// first seen, joined by "/"; "-" if none.
+// of the rounds and without repeats, joined by ", " (godist's names hold
+// slashes: chain/16); "-" if none.
 func (s series) algos(op string, size int) string {
 	var out []string
 	for _, cells := range s.Rounds {
@@ -165,7 +166,7 @@ func (s series) algos(op string, size int) string {
 	if len(out) == 0 {
 		return "-"
 	}
-	return strings.Join(out, "/")
+	return strings.Join(out, ", ")
 }
 
 // bytesOf is the byte count s's cells report for op at size (what the

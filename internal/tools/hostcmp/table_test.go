@@ -120,7 +120,7 @@ func TestRenderTables(t *testing.T) {
 		// mpi/godist 100/300.
 		{"8 B", "300.0 (200.0–400.0)", "900.0", "100.0", "3.00×", "0.33×", "-", "-", "-", "recursive-doubling"},
 		// 1 MiB in 11 ms: algbw 0.0953 GB/s, busbw ×1.5; 80% of 0.119.
-		{"1 MiB", "11000 (10000–12000)", "22000", "-", "2.00×", "-", "0.143 / 0.071 / -", "0.119", "80%", "halving-doubling/ring"},
+		{"1 MiB", "11000 (10000–12000)", "22000", "-", "2.00×", "-", "0.143 / 0.071 / -", "0.119", "80%", "halving-doubling, ring"},
 	}
 	if got := rows(out, "all_reduce"); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("all_reduce rows:\n got %q\nwant %q", got, want)
@@ -142,7 +142,7 @@ func TestRenderTablesPredAndStatus(t *testing.T) {
 	t.Logf("\n%s", out)
 	want := [][]string{
 		{"8 B", "300.0 (200.0–400.0)", "900.0", "100.0", "3.00×", "0.33×", "1.10", "-", "recursive-doubling"},
-		{"1 MiB", "11000 (10000–12000)", "22000", "unsupported", "2.00×", "-", "-", "0.143 / 0.071 / -", "halving-doubling/ring"},
+		{"1 MiB", "11000 (10000–12000)", "22000", "unsupported", "2.00×", "-", "-", "0.143 / 0.071 / -", "halving-doubling, ring"},
 	}
 	if got := rows(out, "all_reduce"); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("all_reduce rows:\n got %q\nwant %q", got, want)

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -102,12 +102,24 @@ bench:
 	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
 
 # Collectives: godist bench, OpenMPI over shared memory (vader) and over
-# loopback TCP (shared/anchors/bench_mpi.py under mpirun) and PyTorch gloo
-# (shared/anchors/bench_gloo.py) one after the other, as one table per world
-# and op with each peer's median over godist's. A peer not installed is
-# skipped. DISTCMP_FLAGS narrows it, e.g. DISTCMP_FLAGS='--target 0.3s'.
+# loopback TCP (internal/tools/peers/bench_mpi.py under mpirun) and PyTorch
+# gloo (internal/tools/peers/bench_gloo.py) one after the other, as one table
+# per world and op with each peer's median over godist's. A peer not
+# installed is skipped. DISTCMP_FLAGS narrows it, e.g.
+# DISTCMP_FLAGS='--target 0.3s'.
 bench-dist:
 	$(GO) run ./internal/tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
+
+# Collectives across hosts made on this machine (internal/clustertest: a
+# network namespace, /dev/shm and CPUs per host, links shaped by tbf; needs
+# root): for 2 hosts × 2 ranks and 4 × 1 at 1 Gbit/s and 2 × 2 at 10 Gbit/s,
+# godist (godist run on each host), PyTorch gloo (torchrun on each host) and
+# OpenMPI over TCP (mpirun across the hosts) in interleaved rounds, as one
+# table per configuration and op with each peer's median over godist's and,
+# for all_reduce, the two-level bound. A peer not installed is skipped.
+# HOSTCMP_FLAGS narrows it, e.g. HOSTCMP_FLAGS='--target 0.5s --configs 2x2@1G'.
+bench-hosts:
+	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) $(HOSTCMP_FLAGS)
 
 # RPC: godist bench --rpc and PyTorch's TensorPipe RPC
 # (shared/anchors/bench_rpc.py), 3 rounds taking turns to go first, as one

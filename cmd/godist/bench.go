@@ -71,6 +71,7 @@ func benchMain(args []string) int {
 	shared := fs.Bool("shared", false, "inputs of all_reduce, broadcast, all_gather and reduce_scatter made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks then read them straight out of each other's memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
 	timeout := durationFlag(fs, "timeout", 10*time.Minute, "limit for the whole run (seconds or a duration); the ranks are killed when it passes")
+	worker := fs.Bool("worker", false, "be one rank of a benchmark whose ranks a launcher started (godist run, torchrun, mpirun; across hosts too): join from the launcher's environment (dist.Init's env://), run the cells the flags give, and on rank 0 print one JSON result per line (a result of --json); --nproc does not apply, and --timeout bounds each collective")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: godist bench [flags]
 
@@ -83,6 +84,13 @@ busbw with nccl-tests' factors (all_reduce 2(n-1)/n; all_gather,
 reduce_scatter, all_to_all (n-1)/n; broadcast 1). For all_gather,
 reduce_scatter and all_to_all the size is the total over ranks (each rank's
 share is size/n), as in bench_gloo.py and nccl-tests.
+
+With --worker, this process is one rank and a launcher starts them all,
+on this host or across hosts (the same GODIST_TOKEN on every node), each
+with the same flags:
+
+	godist run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 2 \
+	    godist bench --worker --ops all_reduce --target 1s   # and node rank 1
 
 Set GODIST_CPUPROFILE=prefix to write each rank's CPU profile to
 prefix.rank<N>, and GODIST_TRACE=prefix for its execution trace
@@ -130,6 +138,9 @@ Flags:
 		}
 		cfg.MinIters, cfg.MaxIters = 20, 20000
 		*nproc = 2
+	}
+	if *worker {
+		return benchRank(cfg)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

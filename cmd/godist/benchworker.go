@@ -15,15 +15,22 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// benchWorker is one rank of godist bench: it joins the job from the
-// environment spawnRanks sets, runs every cell, and on rank 0 prints one
-// JSON result per line on stdout. Errors go to stderr and the exit status.
+// benchWorker is one rank of godist bench: it reads the configuration
+// spawnRanks passes in the environment and is benchRank.
 func benchWorker() int {
 	var cfg benchConfig
 	if err := json.Unmarshal([]byte(os.Getenv(benchConfigEnv)), &cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "godist bench worker: bad %s (this mode is started by godist bench): %v\n", benchConfigEnv, err)
 		return exitUsage
 	}
+	return benchRank(cfg)
+}
+
+// benchRank is one rank of a benchmark, started by godist bench or, with
+// godist bench --worker, by a launcher: it joins the job from the
+// environment, runs every cell of cfg, and on rank 0 prints one JSON
+// result per line on stdout. Errors go to stderr and the exit status.
+func benchRank(cfg benchConfig) int {
 	dt, err := tensor.ParseDType(cfg.DType)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "godist bench worker: %v\n", err)

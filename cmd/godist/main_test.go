@@ -341,6 +341,46 @@ func TestBenchJSON(t *testing.T) {
 	}
 }
 
+// TestBenchWorkerUnderRun: godist bench --worker ranks started by godist
+// run (this binary as both) join from the launcher's environment, and rank
+// 0 prints one JSON result per line, which godist run tags with its rank.
+func TestBenchWorkerUnderRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := godist(t, "run", "--standalone", "--nproc-per-node", "2", self,
+		"bench", "--worker", "--ops", "all_reduce,barrier", "--sizes", "8,4KiB", "--iters", "10", "--warmup", "1", "--timeout", "60s")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("godist run ... bench --worker: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		js, ok := strings.CutPrefix(l, "[rank 0] ")
+		if !ok {
+			t.Errorf("a line not from rank 0: %q", l)
+			continue
+		}
+		var r result
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
+			t.Fatalf("rank 0 printed %q: %v", js, err)
+		}
+		if r.World != 2 || r.Iters != 10 || r.LatUsMedian <= 0 {
+			t.Errorf("result %+v", r)
+		}
+		got = append(got, fmt.Sprintf("%s %d", r.Op, r.Size))
+	}
+	if want := []string{"all_reduce 8", "all_reduce 4096", "barrier 0"}; !slices.Equal(got, want) {
+		t.Errorf("results %q, want %q", got, want)
+	}
+}
+
 // TestBenchRankFailure checks that a rank that cannot start is reported
 // with its rank and output, and that the run fails.
 func TestBenchRankFailure(t *testing.T) {

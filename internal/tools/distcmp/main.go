@@ -3,7 +3,8 @@
 // (world, op): each one's median latency, each peer's median over godist's
 // (above 1, godist is faster) and, from 1 MiB, the bus bandwidths.
 //
-// The peers are the anchors' scripts (shared/anchors): bench_mpi.py under
+// The peers are the anchors' scripts, kept in internal/tools/peers (a copy
+// of the team's shared/anchors) and carried in this binary: bench_mpi.py under
 // OpenMPI's mpirun with shared memory (ob1 over the vader BTL) and with
 // loopback TCP (ob1 over the tcp BTL), and bench_gloo.py with PyTorch's
 // gloo.
@@ -32,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	peerscripts "github.com/godist/godist/internal/tools/peers"
 )
 
 func main() {
@@ -46,7 +49,7 @@ func main() {
 	timeout := flag.Duration("timeout", 15*time.Minute, "limit for one benchmark at one world size; it is killed when it passes")
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch) and mpi4py (python3-mpi4py)")
-	anchors := flag.String("anchors", "/work/shared/anchors", "directory holding bench_gloo.py and bench_mpi.py")
+	anchors := flag.String("anchors", "", "directory holding bench_gloo.py and bench_mpi.py (default: the copies in internal/tools/peers, which this binary carries)")
 	keep := flag.String("keep", "", "directory to keep every benchmark's JSON in")
 	flag.Parse()
 
@@ -55,6 +58,10 @@ func main() {
 	dir, err := os.MkdirTemp("", "distcmp")
 	check(err)
 	defer os.RemoveAll(dir)
+	if *anchors == "" {
+		*anchors, err = peerscripts.Write(filepath.Join(dir, "peers"))
+		check(err)
+	}
 	if *keep != "" {
 		check(os.MkdirAll(*keep, 0o755))
 		dir = *keep

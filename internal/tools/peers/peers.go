@@ -1,0 +1,41 @@
+// Package peers holds the scripts that measure godist's peers with the
+// method godist bench uses (barrier; t0; op; t1, the max over ranks, the
+// median over iterations): bench_gloo.py (PyTorch's gloo, on this host or
+// under torchrun across hosts) and bench_mpi.py (OpenMPI through mpi4py,
+// under mpirun). They are the team's anchors (shared/anchors) kept in the
+// repository, so that the benchmark tools need nothing outside it; the
+// tools carry them in their binaries and write them out to run them.
+//
+//	dir, err := peers.Write(tmp) // tmp/bench_gloo.py, tmp/bench_mpi.py
+package peers
+
+import (
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+//go:embed bench_gloo.py bench_mpi.py
+var scripts embed.FS
+
+// Scripts are the file names Write writes.
+var Scripts = []string{"bench_gloo.py", "bench_mpi.py"}
+
+// Write writes the scripts into dir (made if missing), side by side, since
+// bench_mpi.py imports bench_gloo.py's table, and returns dir.
+func Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("peers: %w", err)
+	}
+	for _, name := range Scripts {
+		b, err := scripts.ReadFile(name)
+		if err != nil {
+			return "", fmt.Errorf("peers: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			return "", fmt.Errorf("peers: %w", err)
+		}
+	}
+	return dir, nil
+}

@@ -267,9 +267,10 @@ func newResult(op string, size, bytes, world int, ts []float64) result {
 }
 
 // tableHeader is the anchors' collective table (shared/anchors/
-// measured-*.md) for one run, plus the algorithm dist chose.
-const tableHeader = "| op | size | median us | p10..p90 us | best..worst iter us | algbw GB/s | busbw GB/s | iters | algo |\n" +
-	"|---|---|---|---|---|---|---|---|---|\n"
+// measured-*.md) for one run, plus the algorithm dist chose and the time
+// its cost model predicted.
+const tableHeader = "| op | size | median us | p10..p90 us | best..worst iter us | algbw GB/s | busbw GB/s | iters | algo | predicted us |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|\n"
 
 // tableRow formats r as a row of tableHeader, with the anchors' number
 // formats.
@@ -283,6 +284,10 @@ func tableRow(r result) string {
 	if algo == "" {
 		algo = "-"
 	}
-	return fmt.Sprintf("| %s | %s | %.1f | %.1f..%.1f | %.1f..%.0f | %s | %s | %d | %s |\n",
-		r.Op, size, r.LatUsMedian, r.LatUsP10, r.LatUsP90, r.LatUsMin, r.LatUsMax, alg, bus, r.Iters, algo)
+	pred := "-" // the cost model's time (dist.Group.Choice), where it has one
+	if r.PredUs > 0 {
+		pred = fmt.Sprintf("%.1f", r.PredUs)
+	}
+	return fmt.Sprintf("| %s | %s | %.1f | %.1f..%.1f | %.1f..%.0f | %s | %s | %d | %s | %s |\n",
+		r.Op, size, r.LatUsMedian, r.LatUsP10, r.LatUsP90, r.LatUsMin, r.LatUsMax, alg, bus, r.Iters, algo, pred)
 }

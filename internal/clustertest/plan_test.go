@@ -121,7 +121,7 @@ func TestScripts(t *testing.T) {
 		"ip link add br0 type bridge\n",
 		"ip link add p0 type veth peer name eth0 netns 101\n",
 		"ip link set p1 master br0\n",
-		"tc qdisc replace dev p1 root tbf rate 100mbit burst 50000 latency 50ms\n",
+		"tc qdisc replace dev p1 root tbf rate 100mbit burst 16384 latency 50ms\n",
 	} {
 		if !strings.Contains(sw, want) {
 			t.Errorf("switch script lacks %q:\n%s", want, sw)
@@ -153,7 +153,7 @@ func TestScripts(t *testing.T) {
 	if got := tbf(Mbit); !strings.Contains(got, "burst 16384 ") {
 		t.Errorf("tbf(1mbit) = %q", got)
 	}
-	if got := tbf(10 * Gbit); !strings.Contains(got, "burst 5000000 ") {
+	if got := tbf(10 * Gbit); !strings.Contains(got, "burst 1250000 ") {
 		t.Errorf("tbf(10gbit) = %q", got)
 	}
 	if got, want := hostsFile(p), "127.0.0.1\tlocalhost\n::1\tlocalhost\n10.77.0.1\tnode0\n10.77.0.2\tnode1\n"; got != want {

@@ -147,7 +147,7 @@ func main() {
 		"bound is the most algorithm bandwidth (bytes / latency) an all_reduce across h hosts can have: each host's link\n"+
 		"carries 2(h-1)/h of the vector each way, so bound = payload rate × h / (2(h-1)), the payload rate taken as %.0f%% of\n"+
 		"the link rate (tbf counts whole frames; 1448 B of TCP payload per 1514 B frame); godist's share of it is its\n"+
-		"algorithm bandwidth over the bound (tbf lets 4 ms of traffic through at once after idle time, so a run of small\n"+
+		"algorithm bandwidth over the bound (tbf lets 1 ms of traffic through at once after idle time, so a run of small\n"+
 		"transfers can pass it a little). godist algo is the algorithm godist's group chose (its JSON's algo), each round's\n"+
 		"in turn when they differ; pred/measured, when its results carry pred_us, is its cost model's predicted latency over the\n"+
 		"measured one.\n",

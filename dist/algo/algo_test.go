@@ -90,6 +90,7 @@ func TestAllReduce(t *testing.T) {
 	algos := []algo{
 		{"RecursiveDoublingAllReduce", 1, RecursiveDoublingAllReduce},
 		{"HalvingDoublingAllReduce", 1, HalvingDoublingAllReduce},
+		{"HalvingDoublingNearAllReduce", 1, HalvingDoublingNearAllReduce},
 	}
 	for _, seg := range segments {
 		algos = append(algos, algo{"RingAllReduce", seg, func(rank, size, count int) Schedule {
@@ -135,7 +136,7 @@ func checkAllReduceShape(t *testing.T, desc, name string, size, count, seg int, 
 				t.Fatalf("%s rank %d: %d rounds, want log2(size) = %d\n%s", desc, r, len(s), log2(size), s)
 			}
 		}
-	case "HalvingDoublingAllReduce":
+	case "HalvingDoublingAllReduce", "HalvingDoublingNearAllReduce":
 		if count >= p {
 			depth = 2 * log2(p)
 			if !isPow2(size) {

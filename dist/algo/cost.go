@@ -258,7 +258,7 @@ func segmentChoices(bytes, most int) []int {
 // bytes for a group laid out as t, and predicts its time under m. On one
 // host it is ChooseAllReduce's choice (thresholds measured on this
 // project's machines). Across hosts it is whichever of recursive
-// doubling, halving-doubling, the ring and (with the same number of ranks
+// doubling, halving-doubling (in either order of partners), the ring and (with the same number of ranks
 // on every host, more than one) TwoLevelAllReduce, each with the segment
 // counts worth trying, and for small vectors LeaderAllReduce, m predicts
 // fastest.
@@ -271,6 +271,7 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 	cands := []Plan{
 		{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllReduce(rank, size, count) }, 0},
 		{"halving-doubling", 1, func(rank int) Schedule { return HalvingDoublingAllReduce(rank, size, count) }, 0},
+		{"halving-doubling-near", 1, func(rank int) Schedule { return HalvingDoublingNearAllReduce(rank, size, count) }, 0},
 	}
 	for _, seg := range segmentChoices(count*elemSize/size, maxRingSegments) {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllReduce(rank, size, count, seg) }, 0})

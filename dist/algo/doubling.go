@@ -1,5 +1,7 @@
 package algo
 
+import "slices"
+
 // Non-powers of two: RecursiveDoublingAllReduce and HalvingDoublingAllReduce
 // run their exchanges among the p = largest power of two <= size "core"
 // ranks 0..p-1. Each extra rank e >= p first sends its whole vector to core
@@ -97,6 +99,24 @@ func RecursiveDoublingAllReduce(rank, size, count int) Schedule {
 func HalvingDoublingAllReduce(rank, size, count int) Schedule {
 	checkGroup("HalvingDoublingAllReduce", rank, size)
 	checkCount("HalvingDoublingAllReduce", count)
+	return halvingDoubling(rank, size, count, false)
+}
+
+// HalvingDoublingNearAllReduce is HalvingDoublingAllReduce with the
+// dimensions taken in the other order: the reduce-scatter first halves the
+// vector with the partner at distance 1, then 2, 4..., so that the largest
+// exchanges are between near ranks. With the ranks of a host numbered
+// together (2^k on each), those are on one host, and the network carries
+// only the smaller halves: on 2 hosts × 2 ranks, a quarter of the vector
+// each way per rank where the far-first order sends half. Core rank r
+// owns, between the phases, the chunk whose index is r's bits reversed.
+func HalvingDoublingNearAllReduce(rank, size, count int) Schedule {
+	checkGroup("HalvingDoublingNearAllReduce", rank, size)
+	checkCount("HalvingDoublingNearAllReduce", count)
+	return halvingDoubling(rank, size, count, true)
+}
+
+func halvingDoubling(rank, size, count int, nearFirst bool) Schedule {
 	if size == 1 || count == 0 {
 		return nil
 	}
@@ -109,34 +129,42 @@ func HalvingDoublingAllReduce(rank, size, count int) Schedule {
 	offs, _ := Chunks(count, p)
 	offs = append(offs, count)
 	span := func(lo, hi int) (off, n int) { return offs[lo], offs[hi] - offs[lo] }
+	var dims []int // the order in which the bits of the rank are taken
+	for mask := p / 2; mask >= 1; mask >>= 1 {
+		dims = append(dims, mask)
+	}
+	if nearFirst {
+		slices.Reverse(dims)
+	}
 
 	lo, hi := 0, p // the chunks this rank is still responsible for
-	for mask := p / 2; mask >= 1; mask >>= 1 {
-		peer, mid := rank^mask, lo+mask
+	for i, dim := range dims {
+		peer, mid := rank^dim, lo+(hi-lo)/2
 		keepLo, keepHi, giveLo, giveHi := lo, mid, mid, hi
-		if rank&mask != 0 {
+		if rank&dim != 0 {
 			keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
 		}
 		off, n := span(giveLo, giveHi)
 		b.send(peer, off, n)
 		off, n = span(keepLo, keepHi)
 		b.recv(peer, off, n, true)
-		if mask == 1 {
+		if i == len(dims)-1 {
 			b.final(n)
 		}
 		b.end()
 		lo, hi = keepLo, keepHi
 	}
-	for mask := 1; mask < p; mask <<= 1 {
-		peer := rank ^ mask
+	for i := len(dims) - 1; i >= 0; i-- {
+		dim := dims[i]
+		peer, width := rank^dim, hi-lo
 		off, n := span(lo, hi)
 		b.send(peer, off, n)
-		if rank&mask == 0 {
-			off, n = span(hi, hi+mask)
-			hi += mask
+		if rank&dim == 0 {
+			off, n = span(hi, hi+width)
+			hi += width
 		} else {
-			off, n = span(lo-mask, lo)
-			lo -= mask
+			off, n = span(lo-width, lo)
+			lo -= width
 		}
 		b.recv(peer, off, n, false)
 		b.end()

@@ -267,3 +267,24 @@ func TestLeaderAllReduce(t *testing.T) {
 		}
 	}
 }
+
+// TestHalvingDoublingNearTraffic: on 2 hosts × r ranks, the near-first
+// order sends r times less across hosts than the far-first one (which
+// starts with the halves exchanged between the hosts): the vector each
+// way, the two-level bound, where far-first sends r vectors.
+func TestHalvingDoublingNearTraffic(t *testing.T) {
+	for _, hr := range [][2]int{{2, 2}, {2, 4}} {
+		h, r := hr[0], hr[1]
+		topo, size, count := blockTopology(h, r), h*r, 1<<12
+		far, near := make([]Schedule, size), make([]Schedule, size)
+		for q := range size {
+			far[q], near[q] = HalvingDoublingAllReduce(q, size, count), HalvingDoublingNearAllReduce(q, size, count)
+		}
+		f, n := crossHost(topo, far), crossHost(topo, near)
+		for host := range f {
+			if r*n[host] != f[host] || n[host] != count {
+				t.Errorf("%d × %d, host %d: near-first sends %d elements across, far-first %d, want %d and %d", h, r, host, n[host], f[host], count, r*count)
+			}
+		}
+	}
+}

@@ -18,8 +18,9 @@ import (
 // Every rank must choose the same algorithm for a call, so every rank
 // must hold the same model: rank 0 measures, and publishes the model in
 // the store, where the others read it. Rank 0 measures the network
-// against the first rank of the second host and shared memory against
-// another rank of its own host (when it has one): measureRounds small
+// against the first rank of the second host, while the other ranks of the
+// two hosts do the same in pairs (measureModel), and then shared memory
+// against another rank of its own host (when it has one): measureRounds small
 // round trips give the latency (the median, halved), then measureBulk
 // bytes sent and acknowledged, measureBulkRounds times after
 // measureWarmBulk untimed, give the bandwidth (the median, less the round
@@ -75,19 +76,38 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		w.model = algo.DefaultModel
 		return nil
 	}
-	remote := topo.Hosts[1][0]
+	// The network: the ranks of the first two hosts pair up by local
+	// index and all measure at once, as a collective's ranks all send at
+	// once (a host's link, and on a host with fewer CPUs than ranks its
+	// CPUs, are shared): rank 0 takes the latency it saw and the bytes of
+	// all the pairs over the time of its own.
+	pairs := min(len(topo.Hosts[0]), len(topo.Hosts[1]))
 	local := -1
 	if h0 := topo.Hosts[0]; len(h0) > 1 {
 		local = h0[1]
 	}
+	var net algo.Link
+	for i := range pairs {
+		p, q := topo.Hosts[0][i], topo.Hosts[1][i]
+		var err error
+		switch w.rank {
+		case p:
+			if net, err = w.probeLink(ctx, q); err != nil {
+				return fmt.Errorf("measuring the network against rank %d: %w", q, err)
+			}
+		case q:
+			if err := w.answerProbe(ctx, p); err != nil {
+				return fmt.Errorf("answering rank %d's measurement of the network: %w", p, err)
+			}
+		}
+	}
 	switch w.rank {
 	case 0:
 		m := algo.DefaultModel
-		var err error
-		if m.Network, err = w.probeLink(ctx, remote); err != nil {
-			return fmt.Errorf("measuring the network against rank %d: %w", remote, err)
-		}
+		m.Network = net
+		m.Network.Bandwidth *= float64(pairs)
 		if local >= 0 {
+			var err error
 			if m.Local, err = w.probeLink(ctx, local); err != nil {
 				return fmt.Errorf("measuring shared memory against rank %d: %w", local, err)
 			}
@@ -103,9 +123,9 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		}
 		w.model = m
 		return nil
-	case remote, local:
+	case local:
 		if err := w.answerProbe(ctx, 0); err != nil {
-			return fmt.Errorf("answering rank 0's measurement: %w", err)
+			return fmt.Errorf("answering rank 0's measurement of shared memory: %w", err)
 		}
 	}
 	b, err := w.store.Get(ctx, modelKey)

@@ -35,8 +35,10 @@ type Model struct {
 	Call time.Duration
 	// CPUs is how many CPUs each host gives the job's ranks; 0: one
 	// each. A host with fewer CPUs than ranks handles its ranks' messages
-	// of one round in turn: a message's latency is multiplied by how
-	// many of them each CPU handles.
+	// of one round in turn: a message's latency, and the time to copy it
+	// through shared memory and reduce it, are multiplied by how many of
+	// them each CPU handles. (The network's bandwidth, measured with the
+	// ranks of two hosts sending at once, has the CPUs' share in it.)
 	CPUs int
 }
 
@@ -154,16 +156,20 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					k := issued[r]
 					for _, x := range s[k].Sends {
 						at := max(free[r], written[r].at(x))
-						l, share := m.Local, 1
+						// The host's CPUs copy for all its ranks: with
+						// fewer than the round's messages, each gets a
+						// share of them.
+						cpu := 1
+						if m.CPUs > 0 {
+							cpu = max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs)
+						}
+						l, share := m.Local, cpu
 						if hostOf[x.Peer] != hostOf[r] {
 							l = m.Network
 							share = max(1, egress[hk{hostOf[r], k}], ingress[hk{hostOf[x.Peer], k}])
 						}
 						free[r] = at + float64(x.Len*elemSize)*float64(share)/l.Bandwidth
-						lat := l.Latency.Seconds()
-						if m.CPUs > 0 {
-							lat *= float64(max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs))
-						}
+						lat := l.Latency.Seconds() * float64(cpu)
 						sent[r][x.Peer] = append(sent[r][x.Peer], arrival{at + lat, free[r] + lat})
 					}
 					issued[r]++
@@ -190,6 +196,9 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					end := a.end
 					if y.Reduce {
 						red := float64(y.Len*elemSize) / m.Reduce
+						if m.CPUs > 0 {
+							red *= float64(max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs))
+						}
 						if rd.Snapshot {
 							end += red
 						} else {

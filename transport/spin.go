@@ -151,4 +151,3 @@ func DefaultPolling(localWorldSize, gomaxprocs, numCPU int) (spin time.Duration,
 // a training step's compute, as the long spin of a rank with CPUs of its
 // own, so that it is polling when the next collective's frames come.
 const yieldSpin = 100 * time.Millisecond
-

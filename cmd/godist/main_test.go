@@ -196,8 +196,13 @@ func TestElemCountAndResult(t *testing.T) {
 		t.Errorf("newResult bandwidths: algbw %g busbw %g", r.AlgbwGBps, r.BusbwGBps)
 	}
 	row := tableRow(r)
-	if want := "| all_reduce | 1 MiB | 1000.0 | 500.0..1000.0 | 500.0..2000 | 1.049 | 1.573 | 3 | - |\n"; row != want {
+	if want := "| all_reduce | 1 MiB | 1000.0 | 500.0..1000.0 | 500.0..2000 | 1.049 | 1.573 | 3 | - | - |\n"; row != want {
 		t.Errorf("tableRow = %q\nwant       %q", row, want)
+	}
+	// With the algorithm and the cost model's prediction.
+	r.Algo, r.PredUs = "two-level/4", 950.25
+	if want := "| all_reduce | 1 MiB | 1000.0 | 500.0..1000.0 | 500.0..2000 | 1.049 | 1.573 | 3 | two-level/4 | 950.2 |\n"; tableRow(r) != want {
+		t.Errorf("tableRow = %q\nwant       %q", tableRow(r), want)
 	}
 	b := newResult("barrier", 0, 0, 2, []float64{1e-4})
 	if b.AlgbwGBps != 0 || !strings.HasPrefix(tableRow(b), "| barrier | - | 100.0 |") || !strings.Contains(tableRow(b), "| - | - | 1 |") {

@@ -80,7 +80,7 @@ func NewMapped(d DType, mem []byte, release func(), shape ...int) *Tensor {
 // Float32s and the like returned must not be used: the memory is unmapped.
 // Built with the tag godist_guard, a use through the tensor's methods
 // panics with "tensor: use of a released tensor (released by ...)" naming
-// the caller of Release; without the tag that check costs nothing and is
+// the caller of Release and its callers; without the tag that check costs nothing and is
 // not made.
 //
 // Release may be called any number of times, from any goroutine, but not
@@ -104,9 +104,11 @@ func (t *Tensor) Release() {
 // Released reports whether t's storage has been freed by Release.
 func (t *Tensor) Released() bool { return t.keep != nil && t.keep.released.Load() }
 
-// releaser names the code that called Release, and its caller.
+// releaser names the code that called Release and its two callers (a
+// release inside a library names the user's call that led to it: a
+// group's Destroy).
 func releaser() string {
-	var pc [2]uintptr
+	var pc [3]uintptr
 	frames := runtime.CallersFrames(pc[:runtime.Callers(3, pc[:])])
 	var out []string
 	for {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/godist/godist/internal/tools/benchfmt"
 )
 
 // cell is the part of one (op, size) result that the comparison needs.
@@ -97,10 +99,10 @@ func renderTables(ops []string, base column, peers []column) string {
 			head = append(head, "busbw GB/s ("+strings.Join(labels, " / ")+")")
 		}
 		head = append(head, base.Label+" algo")
-		sb.WriteString(markdownRow(head))
+		sb.WriteString(benchfmt.Row(head))
 		sb.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 		for _, size := range sizes {
-			sb.WriteString(markdownRow(tableRow(op, size, base, peers)))
+			sb.WriteString(benchfmt.Row(tableRow(op, size, base, peers)))
 		}
 	}
 	return sb.String()
@@ -110,7 +112,7 @@ func renderTables(ops []string, base column, peers []column) string {
 func tableRow(op string, size int, base column, peers []column) []string {
 	row := []string{"-"}
 	if op != "barrier" {
-		row[0] = formatSize(size)
+		row[0] = benchfmt.Size(size)
 	}
 	b, bok := base.find(op, size)
 	all := append([]column{base}, peers...)
@@ -120,7 +122,7 @@ func tableRow(op string, size int, base column, peers []column) []string {
 	for _, p := range peers {
 		ratio := "-"
 		if x, ok := p.find(op, size); ok && bok && x.ok() && b.ok() {
-			ratio = formatRatio(x.LatUsMedian / b.LatUsMedian)
+			ratio = benchfmt.Ratio(x.LatUsMedian / b.LatUsMedian)
 		}
 		row = append(row, ratio)
 	}
@@ -180,27 +182,4 @@ func sizesOf(op string, cols []column) []int {
 	}
 	slices.Sort(sizes)
 	return sizes
-}
-
-// formatRatio keeps two significant digits of a ratio below 0.1.
-func formatRatio(r float64) string {
-	if r < 0.1 {
-		return fmt.Sprintf("%.2g×", r)
-	}
-	return fmt.Sprintf("%.2f×", r)
-}
-
-func markdownRow(fields []string) string {
-	return "| " + strings.Join(fields, " | ") + " |\n"
-}
-
-// formatSize is the anchors' (and godist bench's) size format.
-func formatSize(b int) string {
-	switch {
-	case b >= 1<<20:
-		return fmt.Sprintf("%.6g MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.6g KiB", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", b)
 }

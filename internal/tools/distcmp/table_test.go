@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/godist/godist/internal/tools/benchfmt"
 )
 
 // Canned results, trimmed from real runs at world 2.
@@ -134,8 +136,8 @@ func TestPeerCommands(t *testing.T) {
 
 func TestFormatRatio(t *testing.T) {
 	for r, want := range map[float64]string{0.00049: "0.00049×", 0.1: "0.10×", 1: "1.00×", 72.654: "72.65×"} {
-		if got := formatRatio(r); got != want {
-			t.Errorf("formatRatio(%g) = %q, want %q", r, got, want)
+		if got := benchfmt.Ratio(r); got != want {
+			t.Errorf("benchfmt.Ratio(%g) = %q, want %q", r, got, want)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/godist/godist/internal/tools/benchfmt"
 )
 
 // cell is the part of one (op, size) result that the tables need. godist
@@ -268,10 +270,10 @@ func renderTables(t tables) string {
 			head = append(head, "two-level bound GB/s", t.Godist.Label+" % of bound")
 		}
 		head = append(head, t.Godist.Label+" algo")
-		sb.WriteString(markdownRow(head))
+		sb.WriteString(benchfmt.Row(head))
 		sb.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 		for _, size := range sizes {
-			sb.WriteString(markdownRow(tableRow(t, op, size, pred)))
+			sb.WriteString(benchfmt.Row(tableRow(t, op, size, pred)))
 		}
 	}
 	return sb.String()
@@ -281,7 +283,7 @@ func renderTables(t tables) string {
 func tableRow(t tables, op string, size int, pred bool) []string {
 	row := []string{"-"}
 	if op != "barrier" {
-		row[0] = formatSize(size)
+		row[0] = benchfmt.Size(size)
 	}
 	all := append([]series{t.Godist}, t.Peers...)
 	for _, s := range all {
@@ -296,7 +298,7 @@ func tableRow(t tables, op string, size int, pred bool) []string {
 	for _, p := range t.Peers {
 		ratio := "-"
 		if x, ok := p.latency(op, size); ok && gok {
-			ratio = formatRatio(x.Median / g.Median)
+			ratio = benchfmt.Ratio(x.Median / g.Median)
 		}
 		row = append(row, ratio)
 	}
@@ -352,27 +354,4 @@ func formatLatency(us float64) string {
 		return fmt.Sprintf("%.0f", us)
 	}
 	return fmt.Sprintf("%.1f", us)
-}
-
-// formatRatio keeps two significant digits of a ratio below 0.1.
-func formatRatio(r float64) string {
-	if r < 0.1 {
-		return fmt.Sprintf("%.2g×", r)
-	}
-	return fmt.Sprintf("%.2f×", r)
-}
-
-func markdownRow(fields []string) string {
-	return "| " + strings.Join(fields, " | ") + " |\n"
-}
-
-// formatSize is the anchors' (and godist bench's) size format.
-func formatSize(b int) string {
-	switch {
-	case b >= 1<<20:
-		return fmt.Sprintf("%.6g MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.6g KiB", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", b)
 }

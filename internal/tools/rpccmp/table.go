@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/godist/godist/internal/tools/benchfmt"
 )
 
 // unit is what a case is compared by.
@@ -109,7 +111,7 @@ func renderTable(cases []string, godist, peer []run, peerLabel string) string {
 		g, p := valuesOf(godist, c), valuesOf(peer, c)
 		adv := "-"
 		if len(g) > 0 && len(p) > 0 {
-			adv = formatRatio(favour(u, median(g), median(p)))
+			adv = benchfmt.Ratio(favour(u, median(g), median(p)))
 			var paired []float64
 			for i := range min(len(godist), len(peer)) {
 				gv, gok := lookup(godist[i], c)
@@ -119,7 +121,7 @@ func renderTable(cases []string, godist, peer []run, peerLabel string) string {
 				}
 			}
 			if len(paired) > 1 {
-				adv += fmt.Sprintf(" (%s..%s)", formatRatio(slices.Min(paired)), formatRatio(slices.Max(paired)))
+				adv += fmt.Sprintf(" (%s..%s)", benchfmt.Ratio(slices.Min(paired)), benchfmt.Ratio(slices.Max(paired)))
 			}
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", c, u, summary(g), summary(p), adv)
@@ -188,11 +190,4 @@ func formatValue(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	return fmt.Sprintf("%.2f", v)
-}
-
-func formatRatio(r float64) string {
-	if r < 0.1 {
-		return fmt.Sprintf("%.2g×", r)
-	}
-	return fmt.Sprintf("%.2f×", r)
 }

@@ -259,10 +259,7 @@ func TwoLevelAllGather(rank int, t Topology, counts []int, segments int) Schedul
 	}
 	var b builder
 	if n := len(t.Hosts); n > 1 {
-		aoffs, alens := make([]int, n), make([]int, n)
-		for k, q := range across {
-			aoffs[k], alens[k] = offs[q], counts[q]
-		}
+		aoffs, alens := pick(across, offs, counts)
 		b.mapped(across, func(sub *builder) { ringAllGather(sub, h, n, aoffs, alens, segments) })
 	}
 	if perHost > 1 {
@@ -306,13 +303,19 @@ func TwoLevelReduceScatter(rank int, t Topology, counts []int, segments int) Sch
 		})
 	}
 	if n := len(t.Hosts); n > 1 {
-		aoffs, alens := make([]int, n), make([]int, n)
-		for k, q := range across {
-			aoffs[k], alens[k] = offs[q], counts[q]
-		}
+		aoffs, alens := pick(across, offs, counts)
 		b.mapped(across, func(sub *builder) { ringReduceScatter(sub, h, n, aoffs, alens, segments, false) })
 	}
 	return b.s
+}
+
+// pick returns the offsets and counts of the chunks of ranks.
+func pick(ranks, offs, counts []int) (po, pc []int) {
+	po, pc = make([]int, len(ranks)), make([]int, len(ranks))
+	for k, q := range ranks {
+		po[k], pc[k] = offs[q], counts[q]
+	}
+	return po, pc
 }
 
 // hostBlocks returns, for each local index j, the spans of the chunks of

@@ -47,6 +47,16 @@ func TestTwoLevelAllReduce(t *testing.T) {
 // crossHost counts the elements that each host sends to other hosts under
 // the schedules.
 func crossHost(topo Topology, scheds []Schedule) []int {
+	return crossHostBy(topo, scheds, func(x Xfer) int { return x.Len })
+}
+
+// crossHostMessages counts each host's messages to other hosts.
+func crossHostMessages(topo Topology, scheds []Schedule) []int {
+	return crossHostBy(topo, scheds, func(Xfer) int { return 1 })
+}
+
+// crossHostBy sums weight over each host's sends to other hosts.
+func crossHostBy(topo Topology, scheds []Schedule, weight func(Xfer) int) []int {
 	hostOf := make([]int, topo.Size())
 	for h, ranks := range topo.Hosts {
 		for _, r := range ranks {
@@ -58,7 +68,7 @@ func crossHost(topo Topology, scheds []Schedule) []int {
 		for _, rd := range s {
 			for _, x := range rd.Sends {
 				if hostOf[x.Peer] != hostOf[r] {
-					out[hostOf[r]] += x.Len
+					out[hostOf[r]] += weight(x)
 				}
 			}
 		}
@@ -219,27 +229,6 @@ func TestTwoLevelBarrier(t *testing.T) {
 			t.Errorf("%s: %d messages cross hosts, want %d", desc, cross, h*ceilLog2(h))
 		}
 	}
-}
-
-// crossHostMessages counts each host's messages to other hosts.
-func crossHostMessages(topo Topology, scheds []Schedule) []int {
-	hostOf := make([]int, topo.Size())
-	for h, ranks := range topo.Hosts {
-		for _, r := range ranks {
-			hostOf[r] = h
-		}
-	}
-	out := make([]int, len(topo.Hosts))
-	for r, s := range scheds {
-		for _, rd := range s {
-			for _, x := range rd.Sends {
-				if hostOf[x.Peer] != hostOf[r] {
-					out[hostOf[r]]++
-				}
-			}
-		}
-	}
-	return out
 }
 
 func TestLeaderAllReduce(t *testing.T) {

@@ -123,6 +123,15 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 			}
 		}
 	}
+	// cpuShare is how many of round k's messages each CPU of host h
+	// handles (copies, reductions): 1 unless the host has fewer CPUs
+	// than the round's messages.
+	cpuShare := func(h, k int) int {
+		if m.CPUs == 0 {
+			return 1
+		}
+		return max(1, (msgs[hk{h, k}]+m.CPUs-1)/m.CPUs)
+	}
 	type arrival struct{ start, end float64 } // when the data begins and ends arriving
 	// sent[src][dst] lists src's sends to dst, in order; taken[dst][src]
 	// counts those dst has received.
@@ -156,13 +165,7 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					k := issued[r]
 					for _, x := range s[k].Sends {
 						at := max(free[r], written[r].at(x))
-						// The host's CPUs copy for all its ranks: with
-						// fewer than the round's messages, each gets a
-						// share of them.
-						cpu := 1
-						if m.CPUs > 0 {
-							cpu = max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs)
-						}
+						cpu := cpuShare(hostOf[r], k)
 						l, share := m.Local, cpu
 						if hostOf[x.Peer] != hostOf[r] {
 							l = m.Network
@@ -196,9 +199,7 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					end := a.end
 					if y.Reduce {
 						red := float64(y.Len*elemSize) / m.Reduce
-						if m.CPUs > 0 {
-							red *= float64(max(1, (msgs[hk{hostOf[r], k}]+m.CPUs-1)/m.CPUs))
-						}
+						red *= float64(cpuShare(hostOf[r], k))
 						if rd.Snapshot {
 							end += red
 						} else {

@@ -111,6 +111,14 @@ type Options struct {
 	// of LocalWorldSize, GOMAXPROCS and the CPUs. On a host with more
 	// ranks than CPUs, a polling reader yields its CPU between polls.
 	Spin time.Duration
+	// Yield makes this rank's polling waits (the readers of its
+	// connections, the same-host engine's waits) give up the CPU between
+	// polls, as OpenMPI's mpi_yield_when_idle does: for CPUs shared with
+	// work the rank cannot see (other jobs, a host's neighbours on one
+	// machine). A yielding reader polls only while a receive waits. When
+	// false: the GODIST_YIELD variable (1 yields), else only on a host
+	// that runs more ranks than it has CPUs.
+	Yield bool
 	// FlightRecorder is how many calls each group remembers for its
 	// flight record (FlightRecord, DumpFlight); zero: the
 	// GODIST_FLIGHT_ENTRIES variable, else DefaultFlightEntries; negative:
@@ -547,7 +555,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 		w.storeHost = 0
 	}
 	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
-	w.yield = opt.LocalWorldSize > runtime.NumCPU()
+	w.yield = opt.Yield || opt.LocalWorldSize > runtime.NumCPU()
 	switch {
 	case opt.FlightRecorder == 0:
 		w.flightSize = DefaultFlightEntries
@@ -694,6 +702,15 @@ func withEnv(opt Options, get func(string) string) Options {
 			opt.Timeout = d
 		}
 	}
+	if v := get("GODIST_YIELD"); !opt.Yield && v != "" {
+		switch v {
+		case "1":
+			opt.Yield = true
+		case "0":
+		default:
+			log.Warn("dist: ignoring GODIST_YIELD: want 1 or 0", "value", v)
+		}
+	}
 	if v := get("GODIST_SPIN_US"); opt.Spin == 0 && v != "" {
 		switch us, err := strconv.Atoi(v); {
 		case err != nil || us < 0:
@@ -721,15 +738,19 @@ func (opt Options) spin() time.Duration {
 	return spin
 }
 
-// polling is how this rank's readers poll: Spin when set, else
+// polling is how this rank's readers poll: Spin when set (yielding with
+// Yield or on a host with more ranks than CPUs), else
 // transport.DefaultPolling, which on a host with more ranks than CPUs
-// polls yielding the CPU between polls.
+// polls yielding the CPU between polls, as every rank does with Yield.
 func (opt Options) polling() (time.Duration, bool) {
 	switch {
 	case opt.Spin < 0:
 		return 0, false
 	case opt.Spin > 0:
-		return opt.Spin, opt.LocalWorldSize > runtime.NumCPU()
+		return opt.Spin, opt.Yield || opt.LocalWorldSize > runtime.NumCPU()
+	}
+	if opt.Yield {
+		return transport.YieldSpin, true
 	}
 	return transport.DefaultPolling(opt.LocalWorldSize, runtime.GOMAXPROCS(0), runtime.NumCPU())
 }

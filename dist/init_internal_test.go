@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/godist/godist/transport"
 )
 
 // TestWithEnv: a field the caller left zero takes its variable, a field
@@ -39,6 +41,8 @@ func TestWithEnv(t *testing.T) {
 		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
 			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
 		{"GODIST_SPIN_US=0 never polls", map[string]string{"GODIST_SPIN_US": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn, Spin: -1}},
+		{"GODIST_YIELD=1 yields", map[string]string{"GODIST_YIELD": "1"}, Options{}, Options{SharedMemory: SharedMemoryOn, Yield: true}},
+		{"GODIST_YIELD=0 leaves the default", map[string]string{"GODIST_YIELD": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"GODIST_TIMEOUT in seconds", map[string]string{"GODIST_TIMEOUT": "90"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 90 * time.Second}},
 		{"GODIST_TIMEOUT as a duration", map[string]string{"GODIST_TIMEOUT": "2m"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 2 * time.Minute}},
 		{"a bad GODIST_TIMEOUT is ignored", map[string]string{"GODIST_TIMEOUT": "-3"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
@@ -53,7 +57,7 @@ func TestWithEnv(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
 			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout || got.InitMethod != c.want.InitMethod ||
-				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin ||
+				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin || got.Yield != c.want.Yield ||
 				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval ||
 				got.CPUProfile != c.want.CPUProfile || got.ExecutionTrace != c.want.ExecutionTrace {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)
@@ -76,20 +80,24 @@ func TestWithEnv(t *testing.T) {
 }
 
 // TestOptionsSpin: a negative Spin never polls, a positive one is used
-// as it is, and zero asks DefaultSpin (which never polls with more ranks
-// on the host than CPUs).
+// as it is, and zero asks DefaultPolling (which yields with more ranks on
+// the host than CPUs); Yield makes every reader yield.
 func TestOptionsSpin(t *testing.T) {
 	for _, c := range []struct {
-		opt  Options
-		want time.Duration
+		opt   Options
+		want  time.Duration
+		yield bool
 	}{
-		{Options{Spin: -1}, 0},
-		{Options{Spin: 3 * time.Millisecond}, 3 * time.Millisecond},
-		{Options{LocalWorldSize: 1 << 20}, 100 * time.Millisecond},
-		{Options{}, 50 * time.Microsecond},
+		{Options{Spin: -1}, 0, false},
+		{Options{Spin: -1, Yield: true}, 0, false},
+		{Options{Spin: 3 * time.Millisecond}, 3 * time.Millisecond, false},
+		{Options{Spin: 3 * time.Millisecond, Yield: true}, 3 * time.Millisecond, true},
+		{Options{LocalWorldSize: 1 << 20}, 100 * time.Millisecond, true},
+		{Options{}, 50 * time.Microsecond, false},
+		{Options{Yield: true}, transport.YieldSpin, true},
 	} {
-		if got := c.opt.spin(); got != c.want {
-			t.Errorf("Spin %v, LocalWorldSize %d: %v, want %v", c.opt.Spin, c.opt.LocalWorldSize, got, c.want)
+		if got, yield := c.opt.polling(); got != c.want || yield != c.yield {
+			t.Errorf("Spin %v, Yield %v, LocalWorldSize %d: %v, yield %v; want %v, %v", c.opt.Spin, c.opt.Yield, c.opt.LocalWorldSize, got, yield, c.want, c.yield)
 		}
 	}
 }

@@ -135,6 +135,11 @@ type Endpoint struct {
 	hosts      []string      // each rank's host label (Hosts); nil: all on one host
 	log        *slog.Logger  // never nil (see Logger)
 
+	// wanted counts the posted receives; wakers wakes each peer's parked
+	// reader, when readers yield (wake.go).
+	wanted atomic.Int32
+	wakers []*waker
+
 	// regionUse is held for reading while code outside the peer's reader
 	// uses a peer's region (UsePeerRegions), and for writing while a
 	// region is unmapped, so that no read meets unmapped memory.
@@ -454,6 +459,7 @@ func (e *Endpoint) post(p *pending) *Receive {
 		return r
 	}
 	e.mu.posted = append(e.mu.posted, p)
+	e.wantLocked(p, 1)
 	e.mu.Unlock()
 	r.p = p
 	return r
@@ -523,6 +529,7 @@ func (e *Endpoint) removePostedLocked(p *pending) {
 	for i, q := range e.mu.posted {
 		if q == p {
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
+			e.wantLocked(p, -1)
 			return
 		}
 	}
@@ -727,6 +734,7 @@ func (e *Endpoint) claimLocked(src int, h *Header) *pending {
 		if (p.peer == AnySource || p.peer == src) && p.match(src, h) {
 			p.claimed = true
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
+			e.wantLocked(p, -1)
 			return p
 		}
 	}
@@ -759,6 +767,7 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	for _, p := range e.mu.posted {
 		if p.peer == rank || p.peer == AnySource {
 			p.claimed = true
+			e.wantLocked(p, -1)
 			failed = append(failed, p)
 		} else {
 			kept = append(kept, p)
@@ -879,6 +888,9 @@ func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
+	for _, p := range posted {
+		e.wantLocked(p, -1)
+	}
 	e.mu.posted = nil
 	e.mu.unexpected = nil
 	e.mu.Unlock()

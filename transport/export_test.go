@@ -6,6 +6,9 @@ func (e *Endpoint) Crash() {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
+	for _, p := range posted {
+		e.wantLocked(p, -1)
+	}
 	e.mu.posted = nil
 	e.mu.Unlock()
 	for _, p := range posted {
@@ -24,3 +27,18 @@ func UsesSharedMemory(e *Endpoint, peer int) bool { return e.SharesMemoryWith(pe
 
 // ShmPrefix is how this process's /dev/shm file names begin.
 var ShmPrefix = shmPrefix
+
+// ParkedReaders reports how many of e's yielding readers are parked on
+// their sockets (wake.go); -1 when its readers do not yield.
+func ParkedReaders(e *Endpoint) int {
+	if e.wakers == nil {
+		return -1
+	}
+	n := 0
+	for _, w := range e.wakers {
+		if w != nil && w.state.Load() == readerParked {
+			n++
+		}
+	}
+	return n
+}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -25,12 +26,26 @@ type spinReader struct {
 	rc    syscall.RawConn
 	spin  time.Duration
 	yield bool
+	// With yield, w wakes the reader when a receive is posted, and the
+	// reader polls only while wanted (wake.go).
+	w      *waker
+	wanted func() bool
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	for {
+		n, err := s.read(p)
+		if s.w != nil && s.w.resume() && errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // a receive was posted: poll for its frame
+		}
+		return n, err
+	}
+}
+
+func (s *spinReader) read(p []byte) (int, error) {
 	var n int
 	var err error
 	rerr := s.rc.Read(func(fd uintptr) bool {
@@ -52,7 +67,18 @@ func (s *spinReader) Read(p []byte) (int, error) {
 				// Park until the poller says it is readable: the time is
 				// up, or the thread lost its CPU since the last poll
 				// (other work wants it; see readRing).
+				if s.w != nil {
+					s.w.park()
+				}
 				return false
+			} else if s.w != nil && now.Sub(start) > yieldGrace && !s.wanted() {
+				// A yielding reader with no receive to poll for parks,
+				// unless one was posted as it parked.
+				s.w.park()
+				if !s.wanted() || !s.w.state.CompareAndSwap(readerParked, readerRunning) {
+					return false
+				}
+				start = now
 			}
 			last = now
 			if cgobusy.Saturated() {
@@ -80,7 +106,7 @@ func (s *spinReader) Read(p []byte) (int, error) {
 
 // socketReader returns what readLoop reads conn through: a spinReader when
 // spin is positive and conn is a socket, else conn itself.
-func socketReader(conn net.Conn, spin time.Duration, yield bool) io.Reader {
+func socketReader(conn net.Conn, spin time.Duration, yield bool, w *waker, wanted func() bool) io.Reader {
 	sc, ok := conn.(syscall.Conn)
 	if !ok || spin <= 0 {
 		return conn
@@ -89,7 +115,7 @@ func socketReader(conn net.Conn, spin time.Duration, yield bool) io.Reader {
 	if err != nil {
 		return conn
 	}
-	return &spinReader{rc: rc, spin: spin, yield: yield}
+	return &spinReader{rc: rc, spin: spin, yield: yield, w: w, wanted: wanted}
 }
 
 // DefaultSpin is how long a reader polls its socket before parking, for a
@@ -129,9 +155,11 @@ func DefaultSpin(localWorldSize, gomaxprocs, numCPU int) time.Duration {
 
 // DefaultPolling is DefaultSpin with the yield of TCPOptions.Yield: on a
 // host that runs more ranks than it has CPUs a reader polls for
-// yieldSpin, yielding its CPU between polls, as MPI's progress engines do
+// YieldSpin, yielding its CPU between polls, as MPI's progress engines do
 // there (mpi_yield_when_idle), rather than park: a parked rank pays a
 // wake-up for every message, queued behind the ranks that share its CPU.
+// A yielding reader polls only while a receive waits (wake.go), so that
+// between collectives it leaves the CPU to the other ranks.
 // Measured on 2 namespace hosts × 2 ranks, one CPU a host, 1 Gbit/s
 // (issue 28): see the README's benchmarks.
 func DefaultPolling(localWorldSize, gomaxprocs, numCPU int) (spin time.Duration, yield bool) {
@@ -140,14 +168,14 @@ func DefaultPolling(localWorldSize, gomaxprocs, numCPU int) (spin time.Duration,
 	case localWorldSize < 1:
 		return short, false
 	case localWorldSize > numCPU:
-		return yieldSpin, true
+		return YieldSpin, true
 	case localWorldSize*gomaxprocs > numCPU:
 		return short, false
 	}
 	return long, false
 }
 
-// yieldSpin is how long a yielding reader polls before it parks: through
-// a training step's compute, as the long spin of a rank with CPUs of its
-// own, so that it is polling when the next collective's frames come.
-const yieldSpin = 100 * time.Millisecond
+// YieldSpin is the longest a yielding reader polls before it parks while
+// a receive waits: through a slow peer's compute, as the long spin of a
+// rank with CPUs of its own.
+const YieldSpin = 100 * time.Millisecond

@@ -58,7 +58,9 @@ type TCPOptions struct {
 	// it lost its CPU meanwhile (which yielding makes the rule): for a
 	// host running more ranks than CPUs, where a rank that polls without
 	// yielding holds the CPU its peer needs to answer, and one that parks
-	// pays a wake-up for every message (DefaultPolling).
+	// pays a wake-up for every message (DefaultPolling). A yielding
+	// reader polls only while a receive from its peer is posted, and
+	// posting one wakes it (wake.go).
 	Yield bool
 	// SharedMemory lets peers on the same host move large payloads through
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
@@ -310,6 +312,14 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		return fail(fmt.Errorf("transport: rank %d: finishing the setup (shared memory, every rank ready): %w", opt.Rank, err))
 	}
 	e.hosts = hosts
+	if opt.Yield && opt.Spin > 0 {
+		e.wakers = make([]*waker, opt.Size)
+		for r, c := range conns {
+			if c != nil {
+				e.wakers[r] = &waker{conn: c}
+			}
+		}
+	}
 	for r, c := range conns {
 		if c == nil {
 			continue
@@ -731,7 +741,11 @@ func (l *tcpLink) close() error {
 // readLoop reads frames from rank r until the connection ends.
 func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
 	defer shm.unmap()
-	br := bufio.NewReaderSize(socketReader(conn, spin, yield), viewMax)
+	var w *waker
+	if e.wakers != nil {
+		w = e.wakers[r]
+	}
+	br := bufio.NewReaderSize(socketReader(conn, spin, yield, w, func() bool { return e.wantedFrom(r) }), viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	for {
@@ -815,6 +829,10 @@ func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *a
 // comes on the socket after an empty frame in the ring that says so.
 func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
 	defer shm.unmap()
+	var w *waker // yielding: poll only while a receive waits (wake.go)
+	if e.wakers != nil {
+		w = e.wakers[r]
+	}
 	br := bufio.NewReaderSize(conn, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
@@ -891,6 +909,10 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		// reader polls longer (fragSpin) rather than make the sender wake
 		// it for each fragment.
 		wait := spin
+		unwanted := w != nil && !e.wantedFrom(r)
+		if unwanted {
+			wait = min(spin, yieldGrace)
+		}
 		if asm.active {
 			wait = max(spin, fragSpin)
 		}
@@ -918,10 +940,27 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		if !ring.Park() {
 			continue
 		}
-		// Asleep on the socket: a wakeup, or the connection's end.
+		if w != nil {
+			w.park()
+			if unwanted && e.wantedFrom(r) && w.state.CompareAndSwap(readerParked, readerRunning) {
+				// A receive was posted as it parked. (One that waits
+				// longer than spin does not keep it polling: parked, it
+				// reads the socket, which brings the peer's end.)
+				ring.Unpark()
+				idle = time.Time{}
+				continue
+			}
+		}
+		// Asleep on the socket: a wakeup, the connection's end, or a
+		// receive posted (the waker's deadline).
 		b, err := br.ReadByte()
+		woke := w != nil && w.resume()
 		ring.Unpark()
 		if err != nil {
+			if woke && errors.Is(err, os.ErrDeadlineExceeded) {
+				idle = time.Time{}
+				continue
+			}
 			e.endRead(r, conn, err)
 			return
 		}

@@ -524,3 +524,62 @@ func TestTCPHosts(t *testing.T) {
 		t.Errorf("in-process hosts after SetHosts %q, want [a b]", h)
 	}
 }
+
+// TestTCPYield runs the suite with yielding readers that may poll for
+// 100 ms (as on a host with more ranks than CPUs): they poll only while
+// a receive waits, and parking, waking and peer death behave.
+func TestTCPYield(t *testing.T) {
+	for _, ring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh {
+				return newTCPMeshRing(t, size, transport.YieldSpin, ring, ring, true)
+			})
+		})
+	}
+}
+
+// TestYieldingReadersParkAndWake checks the policy of wake.go: with no
+// receive posted a yielding reader parks within its grace (it must not
+// hold a shared CPU between collectives), and posting a receive wakes it
+// before any frame comes.
+func TestYieldingReadersParkAndWake(t *testing.T) {
+	for _, ring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
+			m := newTCPMeshRing(t, 3, transport.YieldSpin, ring, ring, true)
+			defer m.Close()
+			e0, e1 := m.Endpoints[0], m.Endpoints[1]
+			waitFor := func(what string, cond func() bool) {
+				t.Helper()
+				deadline := time.Now().Add(5 * time.Second)
+				for !cond() {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: still not after 5 s (parked readers of rank 0: %d)", what, transport.ParkedReaders(e0))
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitFor("rank 0's two readers parked with no receive posted", func() bool { return transport.ParkedReaders(e0) == 2 })
+			k := transport.Key{Tag: 7}
+			r := e0.Post(1, transport.ExactMatch(1, k), 0, make([]byte, 5))
+			waitFor("rank 0's readers woken by a posted receive", func() bool { return transport.ParkedReaders(e0) == 0 })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := e1.Send(ctx, 0, k, 0, []byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			if src, err := r.Wait(ctx); err != nil || src != 1 {
+				t.Fatalf("receive: from %d, %v", src, err)
+			}
+			waitFor("rank 0's readers parked again after the receive", func() bool { return transport.ParkedReaders(e0) == 2 })
+			// A second round: the readers' deadlines were cleared, so a
+			// frame that arrives while parked is read.
+			if err := e1.Send(ctx, 0, k, 0, []byte("again")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 5)
+			if _, err := e0.Recv(ctx, 1, transport.ExactMatch(1, k), 0, buf); err != nil || string(buf) != "again" {
+				t.Fatalf("second receive: %q, %v", buf, err)
+			}
+		})
+	}
+}

@@ -95,8 +95,9 @@ var benches = []bench{
 			tok := make([]byte, 16)
 			rand.Read(tok)
 			env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
-			if l.sharedCPUs() {
-				env = append(env, "GODIST_SPIN_US=0") // see lab.sharedCPUs
+			if l.oversubscribed() {
+				// As mpi_yield_when_idle for OpenMPI: see lab.oversubscribed.
+				env = append(env, "GODIST_YIELD=1")
 			}
 			var cmds []hostCmd
 			for i := range l.cfg.Hosts {
@@ -202,23 +203,6 @@ type lab struct {
 	cfg  labConfig
 	c    *clustertest.Cluster
 	runs int // runs so far: each takes the next master port
-}
-
-// sharedCPUs reports whether the lab's hosts share CPUs, which a rank
-// cannot see (its affinity mask names CPUs of its own): godist, which on
-// a host with more ranks than CPUs polls yielding its CPU and otherwise
-// polls without yielding, is told not to poll there.
-func (l *lab) sharedCPUs() bool {
-	seen := map[int]bool{}
-	for _, h := range l.c.Hosts() {
-		for _, c := range h.CPUs {
-			if seen[c] {
-				return true
-			}
-			seen[c] = true
-		}
-	}
-	return false
 }
 
 // oversubscribed reports whether the lab has more ranks than CPUs: more

@@ -209,11 +209,7 @@ func runLab(ctx context.Context, cfg labConfig, run []bench, t tools, p params, 
 	}
 	l := &lab{cfg: cfg, c: c}
 	if l.oversubscribed() {
-		fmt.Printf("- more ranks than CPUs: mpi-tcp with mpi_yield_when_idle 1 (its ranks poll yielding the CPU); godist at its default (on a host with more ranks than CPUs its readers poll yielding the CPU)")
-		if l.sharedCPUs() {
-			fmt.Printf(", except that the hosts share CPUs, which its ranks cannot see: GODIST_SPIN_US=0 (no polling)")
-		}
-		fmt.Printf("; gloo does not poll\n")
+		fmt.Printf("- more ranks than CPUs: mpi-tcp with mpi_yield_when_idle 1 and godist with GODIST_YIELD=1 (their ranks poll yielding the CPU, as each does by itself on a host with more ranks than CPUs, which hosts that share CPUs cannot see); gloo does not poll\n")
 	}
 	results := make([]series, len(run))
 	for i, b := range run {

@@ -53,6 +53,7 @@ type world struct {
 		sync.Mutex
 		groups map[uint32]*Group
 	}
+	probe []byte // measureModel's buffer, while it measures (measure.go)
 }
 
 func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend string) *world {

@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -20,12 +21,12 @@ import (
 // the store, where the others read it. Rank 0 measures the network
 // against the first rank of the second host, while the other ranks of the
 // two hosts do the same in pairs (measureModel), and then shared memory
-// against another rank of its own host (when it has one): measureRounds small
-// round trips give the latency (the median, halved), then measureBulk
-// bytes sent and acknowledged, measureBulkRounds times after
-// measureWarmBulk untimed, give the bandwidth (the median, less the round
-// trip's latency): sustained, not what a link's burst allowance or a
-// first touch of memory shows. It times its
+// against another rank of its own host (when it has one): small round
+// trips give the latency (the median, halved), then measureBulk bytes
+// sent and acknowledged, measureBulkRounds times after measureWarmBulk
+// untimed, give the bandwidth (the median, each less the small round
+// trip just before it): sustained, not what a link's burst allowance or
+// a first touch of memory shows. It times its
 // own reduction of 8 MiB for the reduce rate, and counts the CPUs it may
 // run on (runtime.NumCPU: its affinity mask) against its host's ranks. At 1 Gbit/s
 // the network's part takes about 80 ms.
@@ -33,6 +34,8 @@ import (
 const (
 	measureRounds     = 16
 	measureBulk       = 1 << 20
+	measureBulkMax    = 16 << 20
+	measureBulkTime   = 4 * time.Millisecond
 	measureWarmBulk   = 4 // untimed: the shared-memory slots' first use, a shaper's burst
 	measureBulkRounds = 5
 	// measureGroup is the group id of the measuring frames: no group has
@@ -143,65 +146,124 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 	return nil
 }
 
-// probeLink measures the link to peer, which runs answerProbe.
+// probeLink measures the link to peer, which runs answerProbe: the
+// latency from small round trips (while the other pairs make theirs);
+// the bandwidth from bulk round trips, each less the small one just
+// before it. Taken in pairs, a bulk and a
+// small exchange see the link and the CPUs in the same state: a latency
+// measured apart from the bulk (the first round trips of a job can be
+// several times slower than later ones) once made a 10 Gbit/s link's
+// 1 MiB look free (238 GB/s). The bulk grows from measureBulk until a
+// round trip takes measureBulkTime (or measureBulkMax bytes), so that a
+// shaper's burst allowance (tbf lets a millisecond of traffic through
+// at once) is a small part of it: a 1 MiB bulk on a 10 Gbit/s link
+// measured 2 GB/s.
 func (w *world) probeLink(ctx context.Context, peer int) (algo.Link, error) {
 	tag := uint32(0)
-	small, bulk := make([]byte, 8), make([]byte, measureBulk)
+	defer func() { w.probe = nil }()
+	roundTrip := func(n int) (float64, error) {
+		t0 := time.Now()
+		err := w.probeExchange(ctx, peer, &tag, n)
+		return time.Since(t0).Seconds(), err
+	}
+	defer w.probeExchange(ctx, peer, &tag, probeDone)
 	rtts := make([]float64, measureRounds)
 	for i := range rtts {
-		t0 := time.Now()
-		if err := w.exchange(ctx, peer, &tag, small, small); err != nil {
+		var err error
+		if rtts[i], err = roundTrip(0); err != nil {
 			return algo.Link{}, err
 		}
-		rtts[i] = time.Since(t0).Seconds()
+	}
+	n := measureBulk
+	var ds []float64
+	for i := 0; i < measureWarmBulk+measureBulkRounds; i++ {
+		s, err := roundTrip(0)
+		if err != nil {
+			return algo.Link{}, err
+		}
+		b, err := roundTrip(n)
+		if err != nil {
+			return algo.Link{}, err
+		}
+		if b < measureBulkTime.Seconds() && n < measureBulkMax {
+			n, i, ds = n*4, -1, ds[:0] // too short to tell: start over, larger
+			continue
+		}
+		if i >= measureWarmBulk {
+			ds = append(ds, b-s)
+		}
 	}
 	slices.Sort(rtts)
 	rtt := rtts[len(rtts)/2]
-	var ds []float64
-	for i := range measureWarmBulk + measureBulkRounds {
-		t0 := time.Now()
-		if err := w.exchange(ctx, peer, &tag, bulk, small); err != nil {
-			return algo.Link{}, err
-		}
-		if i >= measureWarmBulk {
-			ds = append(ds, time.Since(t0).Seconds()-rtt)
-		}
-	}
 	slices.Sort(ds)
-	d := max(ds[len(ds)/2], rtt/100)
-	return algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(measureBulk) / d}, nil
+	d := max(ds[len(ds)/2], float64(n)/maxBandwidth)
+	return algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(n) / d}, nil
 }
 
-// answerProbe answers probeLink's exchanges from peer.
-func (w *world) answerProbe(ctx context.Context, peer int) error {
-	tag := uint32(0)
-	small, bulk := make([]byte, 8), make([]byte, measureBulk)
-	for i := range measureRounds + measureWarmBulk + measureBulkRounds {
-		in := small
-		if i >= measureRounds {
-			in = bulk
-		}
-		if err := w.recvProbe(ctx, peer, tag, in); err != nil {
-			return err
-		}
-		if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 1}, 0, small); err != nil {
-			return err
-		}
-		tag += 2
+// maxBandwidth bounds a measured bandwidth (bytes per second): a bulk
+// round trip no slower than a small one says only that the link is
+// fast.
+const maxBandwidth = 100e9
+
+// probeDone is the size that ends answerProbe.
+const probeDone = -1
+
+// probeExchange is one round trip of probeLink: an 8-byte message that
+// says how many bytes follow (n, or probeDone), those bytes, and the
+// peer's 8-byte answer, each with a tag of its own.
+func (w *world) probeExchange(ctx context.Context, peer int, tag *uint32, n int) error {
+	var head [8]byte
+	binary.LittleEndian.PutUint64(head[:], uint64(int64(n)))
+	answer := make([]byte, 8)
+	r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: *tag + 2}), 0, answer)
+	err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag}, 0, head[:])
+	if err == nil && n > 0 {
+		err = w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag + 1}, 0, w.probeBuf(n))
 	}
-	return nil
-}
-
-// exchange sends out to peer and waits for its answer in into.
-func (w *world) exchange(ctx context.Context, peer int, tag *uint32, out, into []byte) error {
-	r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: *tag + 1}), 0, into)
-	if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag}, 0, out); err != nil {
+	*tag += 3
+	if err != nil || n == probeDone {
 		r.Wait(canceled)
 		return err
 	}
-	*tag += 2
-	_, err := r.Wait(ctx)
+	_, err = r.Wait(ctx)
 	return err
+}
+
+// probeBuf returns a buffer of n bytes for probes, kept for the next.
+func (w *world) probeBuf(n int) []byte {
+	if cap(w.probe) < n {
+		w.probe = make([]byte, n)
+	}
+	return w.probe[:n]
+}
+
+// answerProbe answers probeLink's round trips from peer until it says
+// it is done.
+func (w *world) answerProbe(ctx context.Context, peer int) error {
+	defer func() { w.probe = nil }()
+	var tag uint32
+	head := make([]byte, 8)
+	for {
+		if err := w.recvProbe(ctx, peer, tag, head); err != nil {
+			return err
+		}
+		n := int64(binary.LittleEndian.Uint64(head))
+		if n == probeDone {
+			return nil
+		}
+		if n < 0 || n > measureBulkMax {
+			return fmt.Errorf("rank %d asked to measure with %d bytes (at most %d)", peer, n, measureBulkMax)
+		}
+		if n > 0 {
+			if err := w.recvProbe(ctx, peer, tag+1, w.probeBuf(int(n))); err != nil {
+				return err
+			}
+		}
+		if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, 0, head); err != nil {
+			return err
+		}
+		tag += 3
+	}
 }
 
 func (w *world) recvProbe(ctx context.Context, peer int, tag uint32, into []byte) error {

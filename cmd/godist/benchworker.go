@@ -76,6 +76,9 @@ func benchRank(cfg benchConfig) int {
 		return exitFail
 	}
 	defer g.Destroy()
+	if g.Rank() == 0 && len(g.Topology().Hosts) > 1 {
+		fmt.Fprintf(os.Stderr, "godist bench worker: %d hosts; cost model: %v\n", len(g.Topology().Hosts), g.Model())
+	}
 	enc := json.NewEncoder(os.Stdout)
 	for _, op := range cfg.Ops {
 		sizes := cfg.Sizes

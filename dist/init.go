@@ -52,6 +52,16 @@ type Options struct {
 	// GODIST_TIMEOUT variable, seconds or a duration, which godist run
 	// --timeout sets; else DefaultTimeout).
 	Timeout time.Duration
+	// PeerTimeout is how long a peer may send this rank nothing, not even
+	// a heartbeat, before it is declared lost: its host down or cut off,
+	// its process stopped. Every call waiting on it, and every later
+	// one, then fails with a *RankError naming it, its host and the ranks
+	// there, within PeerTimeout rather than Timeout. Each rank sends a
+	// heartbeat to every peer it has sent nothing to for PeerTimeout/5.
+	// When zero: the GODIST_PEER_TIMEOUT variable (seconds or a
+	// duration; 0 never), else transport.DefaultPeerTimeout (15 s);
+	// negative: never (a silent peer is found at Timeout).
+	PeerTimeout time.Duration
 	// JobID and Token authenticate every connection; by default the
 	// GODIST_RUN_ID/TORCHELASTIC_RUN_ID and GODIST_TOKEN variables (set by
 	// godist run; the token in hex, or raw when it is not hex). Without a
@@ -522,7 +532,7 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	spin, yield := opt.polling()
 	ep, err := transport.NewTCP(rctx, transport.TCPOptions{
 		Rank: rank, Size: size, Store: st, Host: host, JobID: opt.JobID, Token: opt.Token,
-		Spin: spin, Yield: yield, SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
+		Spin: spin, Yield: yield, PeerTimeout: opt.PeerTimeout, SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, Logger: opt.Logger,
 	})
 	if err != nil {
 		// The store stays up a moment after a failed Init (in the
@@ -703,14 +713,19 @@ func withEnv(opt Options, get func(string) string) Options {
 	}
 	if v := get("GODIST_TIMEOUT"); opt.Timeout == 0 && v != "" {
 		// Seconds ("600") or a duration ("10m"), as godist run --timeout.
-		d, err := time.ParseDuration(v)
-		if secs, serr := strconv.ParseFloat(v, 64); serr == nil {
-			d, err = time.Duration(secs*float64(time.Second)), nil
-		}
-		if err != nil || d <= 0 {
-			log.Warn("dist: ignoring GODIST_TIMEOUT: want seconds or a duration such as 10m", "value", v)
-		} else {
+		if d, ok := parseSeconds(v); ok {
 			opt.Timeout = d
+		} else {
+			log.Warn("dist: ignoring GODIST_TIMEOUT: want seconds or a duration such as 10m", "value", v)
+		}
+	}
+	if v := get("GODIST_PEER_TIMEOUT"); opt.PeerTimeout == 0 && v != "" {
+		if v == "0" {
+			opt.PeerTimeout = -1 // never
+		} else if d, ok := parseSeconds(v); ok {
+			opt.PeerTimeout = d
+		} else {
+			log.Warn("dist: ignoring GODIST_PEER_TIMEOUT: want seconds or a duration such as 15s", "value", v)
 		}
 	}
 	if v := get("GODIST_YIELD"); !opt.Yield && v != "" {
@@ -733,6 +748,16 @@ func withEnv(opt Options, get func(string) string) Options {
 		}
 	}
 	return opt
+}
+
+// parseSeconds reads a positive duration written as seconds ("600",
+// "1.5") or as a Go duration ("10m").
+func parseSeconds(v string) (time.Duration, bool) {
+	d, err := time.ParseDuration(v)
+	if secs, serr := strconv.ParseFloat(v, 64); serr == nil {
+		d, err = time.Duration(secs*float64(time.Second)), nil
+	}
+	return d, err == nil && d > 0
 }
 
 // logger returns log, or one that discards when it is nil.

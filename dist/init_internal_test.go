@@ -41,6 +41,9 @@ func TestWithEnv(t *testing.T) {
 		{"torchelastic's run id, a raw token", map[string]string{"TORCHELASTIC_RUN_ID": "elastic", "GODIST_TOKEN": "not hex"}, Options{},
 			Options{JobID: "elastic", Token: []byte("not hex"), SharedMemory: SharedMemoryOn}},
 		{"GODIST_SPIN_US=0 never polls", map[string]string{"GODIST_SPIN_US": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn, Spin: -1}},
+		{"GODIST_PEER_TIMEOUT as a duration", map[string]string{"GODIST_PEER_TIMEOUT": "2s"}, Options{}, Options{SharedMemory: SharedMemoryOn, PeerTimeout: 2 * time.Second}},
+		{"GODIST_PEER_TIMEOUT=0 never", map[string]string{"GODIST_PEER_TIMEOUT": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn, PeerTimeout: -1}},
+		{"a bad GODIST_PEER_TIMEOUT is ignored", map[string]string{"GODIST_PEER_TIMEOUT": "soon"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"GODIST_YIELD=1 yields", map[string]string{"GODIST_YIELD": "1"}, Options{}, Options{SharedMemory: SharedMemoryOn, Yield: true}},
 		{"GODIST_YIELD=0 leaves the default", map[string]string{"GODIST_YIELD": "0"}, Options{}, Options{SharedMemory: SharedMemoryOn}},
 		{"GODIST_TIMEOUT in seconds", map[string]string{"GODIST_TIMEOUT": "90"}, Options{}, Options{SharedMemory: SharedMemoryOn, Timeout: 90 * time.Second}},
@@ -57,7 +60,7 @@ func TestWithEnv(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got := withEnv(c.opt, from(c.env))
 			if got.JobID != c.want.JobID || !bytes.Equal(got.Token, c.want.Token) || got.Host != c.want.Host || got.Timeout != c.want.Timeout || got.InitMethod != c.want.InitMethod ||
-				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin || got.Yield != c.want.Yield ||
+				got.SharedMemory != c.want.SharedMemory || got.LocalWorldSize != c.want.LocalWorldSize || got.Spin != c.want.Spin || got.Yield != c.want.Yield || got.PeerTimeout != c.want.PeerTimeout ||
 				got.FlightDir != c.want.FlightDir || got.FlightRecorder != c.want.FlightRecorder || got.DumpOnSignal != c.want.DumpOnSignal || got.StatusInterval != c.want.StatusInterval ||
 				got.CPUProfile != c.want.CPUProfile || got.ExecutionTrace != c.want.ExecutionTrace {
 				t.Errorf("withEnv(%+v) = %+v, want %+v", c.opt, got, c.want)

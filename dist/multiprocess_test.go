@@ -559,7 +559,20 @@ func TestMultiProcessKill(t *testing.T) {
 	if raceOn {
 		seeds = 2
 	}
-	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", seeds))
+	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", seeds), syscall.SIGKILL)
+}
+
+// TestMultiProcessStop SIGSTOPs one of 4 worker processes in the middle
+// of their all-reduce loop (issue 29): a stopped process keeps its
+// connections open and sends nothing, no FIN, no RST, as a host cut off
+// from the network does. Every survivor must report, within its peer
+// timeout (1 s here) and a second, an error naming the stopped rank and
+// its silence, not wait for the collective's timeout.
+func TestMultiProcessStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes per seed")
+	}
+	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", 2), syscall.SIGSTOP)
 }
 
 // TestMultiProcessKillThenExit: as TestMultiProcessKill, but each survivor
@@ -574,18 +587,26 @@ func TestMultiProcessKillThenExit(t *testing.T) {
 	if raceOn {
 		seeds = 3
 	}
-	multiProcessKill(t, "kill-exit", envInt("GODIST_KILL_SEEDS", seeds))
+	multiProcessKill(t, "kill-exit", envInt("GODIST_KILL_SEEDS", seeds), syscall.SIGKILL)
 }
 
-func multiProcessKill(t *testing.T, mode string, seeds int) {
+// multiProcessKill runs seeds rounds of 4 workers in mode, one of them sent
+// sig (SIGKILL, or SIGSTOP: then the workers' peer timeout is 1 s) in the
+// middle of their loop, and checks that every survivor blames it in time.
+func multiProcessKill(t *testing.T, mode string, seeds int, sig syscall.Signal) {
 	const world = 4
+	bound, extra, says := 2*time.Second, []string(nil), ""
+	if sig == syscall.SIGSTOP {
+		bound, extra, says = 2*time.Second, []string{"GODIST_PEER_TIMEOUT=1s"}, "not even a heartbeat"
+	}
 	var slowest time.Duration
+	var example string
 	var mu sync.Mutex
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		rng := mrand.New(mrand.NewPCG(seed, 7))
 		victim := rng.IntN(world)
 		delay := time.Duration(rng.Int64N(int64(30 * time.Millisecond)))
-		ws := startWorkers(t, world, mode)
+		ws := startWorkers(t, world, mode, extra...)
 		// Wait until every worker is in its loop.
 		ready := time.After(30 * time.Second)
 		for _, w := range ws {
@@ -606,8 +627,8 @@ func multiProcessKill(t *testing.T, mode string, seeds int) {
 			}
 		}
 		time.Sleep(delay)
-		if err := ws[victim].cmd.Process.Kill(); err != nil {
-			t.Fatalf("seed %d: kill rank %d: %v", seed, victim, err)
+		if err := ws[victim].cmd.Process.Signal(sig); err != nil {
+			t.Fatalf("seed %d: %v to rank %d: %v", seed, sig, victim, err)
 		}
 		killedAt := time.Now()
 		for _, w := range ws {
@@ -644,14 +665,19 @@ func multiProcessKill(t *testing.T, mode string, seeds int) {
 			}
 			lat := time.Unix(0, at).Sub(killedAt)
 			mu.Lock()
-			slowest = max(slowest, lat)
+			if lat > slowest {
+				slowest, example = lat, text
+			}
 			mu.Unlock()
-			if lat > 2*time.Second {
+			if lat > bound {
 				t.Errorf("seed %d (victim %d): rank %d noticed after %v: %s", seed, victim, rank, lat, text)
 			}
-			if dead != victim || !strings.Contains(text, fmt.Sprintf("rank %d", victim)) {
+			if dead != victim || !strings.Contains(text, fmt.Sprintf("rank %d", victim)) || !strings.Contains(text, says) {
 				t.Errorf("seed %d (victim %d, delay %v): rank %d reported %q (dead rank %d), want a *dist.RankError naming rank %d", seed, victim, delay, rank, text, dead, victim)
 			}
+		}
+		if sig == syscall.SIGSTOP {
+			ws[victim].cmd.Process.Kill()
 		}
 		for _, w := range ws {
 			w.stdin.Close()
@@ -663,7 +689,7 @@ func multiProcessKill(t *testing.T, mode string, seeds int) {
 			t.Fatalf("seed %d failed (victim %d, delay %v)", seed, victim, delay)
 		}
 	}
-	t.Logf("%d seeds; slowest time from SIGKILL to a survivor's error: %v", seeds, slowest)
+	t.Logf("%d seeds; slowest time from %v to a survivor's error: %v: %s", seeds, sig, slowest, example)
 }
 
 // childDuplicate is a worker of TestMultiProcessDuplicateRank: the third

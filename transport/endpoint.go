@@ -29,6 +29,9 @@ func (e *PeerError) Error() string {
 	if errors.Is(e.Err, ErrPeerClosed) {
 		return fmt.Sprintf("transport: rank %d closed its connections (it called Destroy or exited cleanly)", e.Rank)
 	}
+	if errors.Is(e.Err, ErrSilent) {
+		return fmt.Sprintf("transport: rank %d lost: %v", e.Rank, e.Err)
+	}
 	if errors.Is(e.Err, ErrFrame) {
 		return fmt.Sprintf("transport: connection to rank %d dropped: it sent a malformed frame: %v (the stream was corrupted, or the ranks run different godist builds; the process may well be alive)", e.Rank, e.Err)
 	}
@@ -140,6 +143,12 @@ type Endpoint struct {
 	wanted atomic.Int32
 	wakers []*waker
 
+	// live is each peer's heartbeat and watchdog state (heartbeat.go);
+	// watchDone ends the watchdog.
+	live      []liveness
+	watchDone chan struct{}
+	watchStop sync.Once
+
 	// regionUse is held for reading while code outside the peer's reader
 	// uses a peer's region (UsePeerRegions), and for writing while a
 	// region is unmapped, so that no read meets unmapped memory.
@@ -183,7 +192,7 @@ type message struct {
 }
 
 func newEndpoint(rank, size int) *Endpoint {
-	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), spares: make([]spare, size), log: discard}
+	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), spares: make([]spare, size), live: make([]liveness, size), log: discard}
 	e.mu.down = map[int]*PeerError{}
 	return e
 }
@@ -341,6 +350,9 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 		n += int64(len(p))
 	}
 	h := Header{Kind: kind, Key: key, FP: fp, Len: n}
+	if kind != KindHeartbeat {
+		defer e.live[peer].sent.Add(1)
+	}
 	if err := e.links[peer].send(ctx, &h, parts); err != nil {
 		var ns notSent
 		if errors.As(err, &ns) {
@@ -619,6 +631,8 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 		return nil
 	case KindMessage:
 		return e.deliverMessage(src, h, in)
+	case KindHeartbeat:
+		return nil // no payload; its reader counted it (heartbeat.go)
 	case KindBye:
 		if err := in.read(make([]byte, min(h.Len, 1<<10))); err != nil {
 			return err
@@ -878,6 +892,7 @@ func (e *Endpoint) Close() error {
 		down[r] = true
 	}
 	e.mu.Unlock()
+	e.stopWatching()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	for r, l := range e.links {

@@ -3,6 +3,7 @@ package transport
 // Crash closes every connection of e without the goodbye frame, as a
 // killed process's kernel would.
 func (e *Endpoint) Crash() {
+	e.stopWatching()
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
@@ -42,3 +43,7 @@ func ParkedReaders(e *Endpoint) int {
 	}
 	return n
 }
+
+// StopHeartbeats ends e's heartbeats and watchdog, as if its process
+// stopped sending (SIGSTOP) while its connections stay open.
+func StopHeartbeats(e *Endpoint) { e.stopWatching() }

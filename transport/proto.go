@@ -31,7 +31,7 @@ import (
 // Key (group, sequence, tag) and its source rank.
 const (
 	frameMagic   = 0x46544447 // "GDTF" little-endian
-	frameVersion = 2          // 2: shared-memory payloads carry no checksum
+	frameVersion = 3          // 2: shared-memory payloads carry no checksum; 3: heartbeats
 	HeaderSize   = 48
 	// MaxPayload bounds one frame's payload: a header claiming more is
 	// refused before anything is allocated.
@@ -66,6 +66,10 @@ const (
 	// KindShmMessage is a KindMessage whose payload is in the
 	// shared-memory slot the header names.
 	KindShmMessage Kind = 7
+	// KindHeartbeat carries nothing: a rank that has sent a peer nothing
+	// for a while sends it one, so that the peer knows it lives
+	// (heartbeat.go).
+	KindHeartbeat Kind = 8
 )
 
 func (k Kind) String() string {
@@ -82,6 +86,8 @@ func (k Kind) String() string {
 		return "message"
 	case KindShmMessage:
 		return "shm-message"
+	case KindHeartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -186,6 +192,10 @@ func decodeHeader(b []byte) (Header, error) {
 	h.Len = int64(n)
 	switch h.Kind {
 	case KindData, KindControl, KindBye, KindShmData, KindMessage, KindShmMessage:
+	case KindHeartbeat:
+		if h.Len != 0 {
+			return Header{}, fmt.Errorf("%w: a heartbeat with %d payload bytes", ErrFrame, h.Len)
+		}
 	default:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, b[5])
 	}

@@ -62,6 +62,13 @@ type TCPOptions struct {
 	// reader polls only while a receive from its peer is posted, and
 	// posting one wakes it (wake.go).
 	Yield bool
+	// PeerTimeout is how long a peer may send nothing, not even a
+	// heartbeat, before it is declared lost (its host down or cut off,
+	// its processes stopped): receives from it then fail with a
+	// *PeerError whose cause is a *SilentError (heartbeat.go). A rank
+	// sends a heartbeat to each peer it has sent nothing to for
+	// PeerTimeout/5. 0: DefaultPeerTimeout; negative: never.
+	PeerTimeout time.Duration
 	// SharedMemory lets peers on the same host move large payloads through
 	// shared memory (see shm.go); headers still go over TCP. A pair uses
 	// it only when both ranks enable it.
@@ -319,6 +326,14 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 				e.wakers[r] = &waker{conn: c}
 			}
 		}
+	}
+	if opt.PeerTimeout >= 0 {
+		timeout := opt.PeerTimeout
+		if timeout == 0 {
+			timeout = DefaultPeerTimeout
+		}
+		e.watchDone = make(chan struct{})
+		go e.watch(timeout, conns, e.watchDone)
 	}
 	for r, c := range conns {
 		if c == nil {
@@ -745,7 +760,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r]
 	}
-	br := bufio.NewReaderSize(socketReader(conn, spin, yield, w, func() bool { return e.wantedFrom(r) }), viewMax)
+	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, func() bool { return e.wantedFrom(r) }), &e.live[r].heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	for {
@@ -833,7 +848,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r]
 	}
-	br := bufio.NewReaderSize(conn, viewMax)
+	br := bufio.NewReaderSize(countingReader{conn, &e.live[r].heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	var ferr error
@@ -886,6 +901,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			return
 		}
 		if got {
+			e.live[r].heard.Add(1)
 			idle, polls = time.Time{}, 0
 			// While frames keep coming this loop never waits, and the
 			// goroutines its frames wake (the handler of a request, the

@@ -53,6 +53,12 @@ func newTCPMesh(t *testing.T, size int, spin time.Duration, shm bool) transportt
 }
 
 func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring, yield bool) transporttest.Mesh {
+	return newTCPMeshWith(t, size, transport.TCPOptions{Spin: spin, Yield: yield, SharedMemory: shm, ShmRing: ring})
+}
+
+// newTCPMeshWith makes size endpoints with opt's tuning (its Rank, Size,
+// Store, JobID and Token are set here).
+func newTCPMeshWith(t *testing.T, size int, opt transport.TCPOptions) transporttest.Mesh {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, size)
 	errs := make([]error, size)
@@ -63,7 +69,9 @@ func newTCPMeshRing(t *testing.T, size int, spin time.Duration, shm, ring, yield
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: size, Store: st, JobID: "test", Token: []byte("secret"), Spin: spin, Yield: yield, SharedMemory: shm, ShmRing: ring})
+			o := opt
+			o.Rank, o.Size, o.Store, o.JobID, o.Token = r, size, st, "test", []byte("secret")
+			eps[r], errs[r] = transport.NewTCP(ctx, o)
 		}()
 	}
 	wg.Wait()
@@ -581,5 +589,80 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 				t.Fatalf("second receive: %q, %v", buf, err)
 			}
 		})
+	}
+}
+
+// TestSilentPeerIsLost: a peer that stops sending anything (its
+// heartbeats stopped, its connections open, as a stopped process's or a
+// cut-off host's) is declared lost within the timeout: a receive from it
+// fails naming it, while a peer that is merely quiet (nothing to say for
+// many timeouts) is kept alive by heartbeats, over the socket and over
+// the shared-memory ring.
+func TestSilentPeerIsLost(t *testing.T) {
+	for _, ring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
+			const timeout = 300 * time.Millisecond
+			m := newTCPMeshWith(t, 3, transport.TCPOptions{PeerTimeout: timeout, SharedMemory: ring, ShmRing: ring, Spin: 50 * time.Microsecond})
+			defer m.Close()
+			e0, e2 := m.Endpoints[0], m.Endpoints[2]
+			time.Sleep(4 * timeout) // quiet, not silent: heartbeats flow
+			transport.StopHeartbeats(m.Endpoints[1])
+			ctx, cancel := context.WithTimeout(context.Background(), 20*timeout)
+			defer cancel()
+			start := time.Now()
+			_, err := e0.Recv(ctx, 1, transport.ExactMatch(1, transport.Key{Tag: 1}), 0, make([]byte, 4))
+			took := time.Since(start)
+			var pe *transport.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, transport.ErrSilent) {
+				t.Fatalf("receive from the silent rank 1 after %v: %v; want a PeerError for rank 1 caused by its silence", took, err)
+			}
+			if took > 2*timeout {
+				t.Errorf("rank 1 found silent after %v; want at most the timeout %v and a heartbeat interval", took, timeout)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "nothing from rank 1") || !strings.Contains(msg, "on this host") {
+				t.Errorf("error does not say which rank went silent and where: %v", msg)
+			}
+			// Rank 2 was as quiet as rank 1 all along, but sent heartbeats.
+			k := transport.Key{Tag: 2}
+			if err := e2.Send(ctx, 0, k, 0, []byte("live")); err != nil {
+				t.Fatalf("rank 2, quiet but alive, is cut off: %v", err)
+			}
+			buf := make([]byte, 4)
+			if _, err := e0.Recv(ctx, 2, transport.ExactMatch(2, k), 0, buf); err != nil || string(buf) != "live" {
+				t.Fatalf("receive from rank 2: %q, %v", buf, err)
+			}
+		})
+	}
+}
+
+// TestHeartbeatBehindLongPayload: a payload that takes several timeouts to
+// arrive (its reader slow) holds the sender's link, so the sender's
+// heartbeats wait behind it; its bytes, arriving all along, keep the
+// sender alive in the receiver's eyes: no false alarm.
+func TestHeartbeatBehindLongPayload(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	m := newTCPMeshWith(t, 2, transport.TCPOptions{PeerTimeout: timeout})
+	defer m.Close()
+	e0, e1 := m.Endpoints[0], m.Endpoints[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 64 << 20
+	k := transport.Key{Tag: 3}
+	var got int
+	r := e0.PostSink(1, transport.ExactMatch(1, k), 0, n, func(off int, b []byte) {
+		got += len(b)
+		time.Sleep(time.Millisecond) // about a second for 64 MiB: many timeouts
+	})
+	errc := make(chan error, 1)
+	go func() { errc <- e1.Send(ctx, 0, k, 0, make([]byte, n)) }()
+	start := time.Now()
+	if _, err := r.Wait(ctx); err != nil {
+		t.Fatalf("receive of 64 MiB over %v (timeout %v): %v", time.Since(start), timeout, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); got != n || took < 4*timeout {
+		t.Fatalf("got %d bytes in %v; want %d, over several timeouts (%v) for the test to mean anything", got, took, n, timeout)
 	}
 }

@@ -327,14 +327,6 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 			}
 		}
 	}
-	if opt.PeerTimeout >= 0 {
-		timeout := opt.PeerTimeout
-		if timeout == 0 {
-			timeout = DefaultPeerTimeout
-		}
-		e.watchDone = make(chan struct{})
-		go e.watch(timeout, conns, e.watchDone)
-	}
 	for r, c := range conns {
 		if c == nil {
 			continue
@@ -355,6 +347,14 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 		} else {
 			go e.readLoop(r, c, opt.Spin, opt.Yield, in)
 		}
+	}
+	if opt.PeerTimeout >= 0 {
+		timeout := opt.PeerTimeout
+		if timeout == 0 {
+			timeout = DefaultPeerTimeout
+		}
+		e.watchDone = make(chan struct{})
+		go e.watch(timeout, conns, e.watchDone)
 	}
 	return e, nil
 }

@@ -116,6 +116,7 @@ const (
 	succeeded outcome = iota
 	failed
 	membership
+	nodeLost // a member stopped heartbeating (attemptResult.lost)
 	interrupted
 	aborted
 )
@@ -167,6 +168,20 @@ func (a *Agent) Run(ctx context.Context) Result {
 		case membership:
 			sp.Logf("re-rendezvous: %s", res.why)
 			continue
+		case nodeLost:
+			lost := res.lost
+			restart, why := afterLoss(lost, restarts, sp.MaxRestarts)
+			if restart {
+				restarts++
+				sp.Logf("%v; %s", lost, why)
+				continue
+			}
+			rep := &Report{Program: sp.Program, Restarts: restarts, MaxRestarts: sp.MaxRestarts, Lost: lost}
+			sp.Logf("%v; %s", lost, why)
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.Rendezvous.Fail(fctx, fmt.Sprintf("on node %s: %v", sp.Host, lost))
+			cancel()
+			return Result{ExitCode: 1, Restarts: restarts, Report: rep, Err: lost}
 		case interrupted:
 			code := 128 + int(res.sig)
 			for _, f := range res.failures {
@@ -195,6 +210,23 @@ func (a *Agent) Run(ctx context.Context) Result {
 			return Result{ExitCode: rep.ExitCode(), Restarts: restarts, Report: rep}
 		}
 	}
+}
+
+// afterLoss decides what a node does when another member was lost, having
+// made restarts of maxRestarts: restart with the nodes left when both
+// restarts and nodes allow, else end the job; why says which and why.
+func afterLoss(lost *NodeLostError, restarts, maxRestarts int) (restart bool, why string) {
+	if restarts < maxRestarts && lost.Alive >= lost.MinNodes {
+		return true, fmt.Sprintf("restarting with the %d nodes left (restart %d of %d)", lost.Alive, restarts+1, maxRestarts)
+	}
+	why = fmt.Sprintf("%d restart(s) left", maxRestarts-restarts)
+	if restarts >= maxRestarts {
+		why = fmt.Sprintf("no restart left (--max-restarts %d)", maxRestarts)
+	}
+	if lost.Alive < lost.MinNodes {
+		why += fmt.Sprintf(", and %d node(s) left of the %d the job needs (--nnodes)", lost.Alive, lost.MinNodes)
+	}
+	return false, why + ": ending the job"
 }
 
 // next runs a rendezvous that a signal to the launcher cuts short.
@@ -260,6 +292,7 @@ func (a *Agent) defaults(sp *Spec) {
 
 type attemptResult struct {
 	outcome  outcome
+	lost     *NodeLostError // with nodeLost
 	why      string
 	sig      syscall.Signal
 	failures []Failure
@@ -423,7 +456,11 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 			}
 			restart, why, err := a.Rendezvous.Check(ctx, rd.Round)
 			var jf *JobFailedError
+			var lost *NodeLostError
 			switch {
+			case errors.As(err, &lost):
+				res.outcome, res.lost, res.why = nodeLost, lost, why
+				stop(syscall.SIGTERM)
 			case errors.As(err, &jf):
 				res.outcome, res.why = aborted, fmt.Sprintf("%v; stopping this node's workers", err)
 				stop(syscall.SIGTERM)

@@ -111,6 +111,29 @@ func (e *RendezvousError) Error() string {
 	return fmt.Sprintf("elastic: rendezvous round %d: node %s: %s", e.Round, e.Node, e.Reason)
 }
 
+// NodeLostError is what Check returns, with restart, when a member of the
+// running round stopped sending heartbeats: its host is down or cut off,
+// or its launcher is stopped. Unlike a node that leaves (it opens a new
+// round) or one that waits to join, a lost node is a failure of the job:
+// the agent restarts only when restarts are left and the nodes still
+// alive are enough (Alive >= MinNodes), and otherwise ends the job with
+// a report that names the node.
+type NodeLostError struct {
+	Node    Node
+	Round   int
+	Silence time.Duration // since its last heartbeat (or its joining)
+	// FirstRank and LastRank are the global ranks its workers had.
+	FirstRank, LastRank int
+	// Alive is how many members still send heartbeats (this node among
+	// them), MinNodes the fewest a round may have.
+	Alive, MinNodes int
+}
+
+func (e *NodeLostError) Error() string {
+	return fmt.Sprintf("node %s (%s, ranks %d..%d) stopped sending heartbeats %v ago, in round %d: its host is down or cut off from the network, or its launcher is stopped",
+		e.Node.Addr, e.Node.ID, e.FirstRank, e.LastRank, e.Silence.Round(100*time.Millisecond), e.Round)
+}
+
 // JobFailedError is returned when another node gave the job up.
 type JobFailedError struct{ Reason string }
 
@@ -286,26 +309,27 @@ func alive(cfg Config, ns []Node, beats map[string]Heartbeat, now time.Time, sel
 }
 
 func gone(cfg Config, n Node, beats map[string]Heartbeat, now time.Time) bool {
-	if cfg.KeepAlive <= 0 {
+	if cfg.KeepAlive <= 0 || beats[n.ID].Done {
 		return false
 	}
+	return now.Sub(lastBeat(n, beats)) > cfg.KeepAlive
+}
+
+// lastBeat is when n was last heard of: its last heartbeat, or when it
+// joined.
+func lastBeat(n Node, beats map[string]Heartbeat) time.Time {
 	last := n.Joined
-	if b, ok := beats[n.ID]; ok {
-		if b.Done {
-			return false
-		}
-		if b.At.After(last) {
-			last = b.At
-		}
+	if b, ok := beats[n.ID]; ok && b.At.After(last) {
+		last = b.At
 	}
-	return now.Sub(last) > cfg.KeepAlive
+	return last
 }
 
 // Check tells a node whose workers run in round `round` whether it must
 // stop them and re-rendezvous, and why: another node opened a newer
 // round (it failed or left), a node waits to join and there is room for
-// it, or a member stopped heartbeating. It returns a *JobFailedError when
-// the job failed on another node. No restart is asked for once a member
+// it, or a member stopped heartbeating (then with a *NodeLostError). It
+// returns a *JobFailedError when the job failed on another node. No restart is asked for once a member
 // has finished (the job is ending).
 func Check(cfg Config, s State, round int, self string, beats map[string]Heartbeat, now time.Time) (restart bool, why string, err error) {
 	if s.Failed != "" {
@@ -322,10 +346,21 @@ func Check(cfg Config, s State, round int, self string, beats map[string]Heartbe
 	if !s.Complete {
 		return true, fmt.Sprintf("rendezvous round %d is open again", s.Round), nil
 	}
+	live, rank := 0, 0
+	var lost *NodeLostError
 	for _, m := range s.Members {
-		if m.ID != self && gone(cfg, m, beats, now) {
-			return true, fmt.Sprintf("node %s (%s) stopped sending heartbeats", m.Addr, m.ID), nil
+		switch {
+		case m.ID == self || !gone(cfg, m, beats, now):
+			live++
+		case lost == nil:
+			lost = &NodeLostError{Node: m, Round: s.Round, Silence: now.Sub(lastBeat(m, beats)),
+				FirstRank: rank, LastRank: rank + m.LocalWorldSize - 1, MinNodes: cfg.MinNodes}
 		}
+		rank += m.LocalWorldSize
+	}
+	if lost != nil {
+		lost.Alive = live
+		return true, lost.Error(), lost
 	}
 	if w := alive(cfg, s.Waiting, beats, now, ""); len(w) > 0 && len(s.Members) < cfg.MaxNodes {
 		return true, fmt.Sprintf("%d node(s) waiting to join (first: %s)", len(w), w[0].Addr), nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -198,6 +199,42 @@ func TestCheck(t *testing.T) {
 		if r != c.restart || errors.As(err, &jf) != c.failed {
 			t.Errorf("%s: Check = %v, %q, %v; want restart %v, failed %v", c.name, r, why, err, c.restart, c.failed)
 		}
+		var lost *NodeLostError
+		if errors.As(err, &lost) != (c.name == "dead member") {
+			t.Errorf("%s: Check = %v, %q, %v; a *NodeLostError only for a dead member", c.name, r, why, err)
+		}
+	}
+}
+
+// TestCheckLostNode: a member that stopped heartbeating is named with its
+// address, its ranks, how long it has been silent, and how many members
+// are left against the fewest the job may run with (the agent restarts
+// only when both restarts and nodes allow).
+func TestCheckLostNode(t *testing.T) {
+	cfg := Config{MinNodes: 2, MaxNodes: 3, KeepAlive: 5 * time.Second}
+	s := State{Round: 2, Complete: true, Members: []Node{node("a", -1), node("b", -1), node("c", -1)}}
+	for i := range s.Members {
+		s.Members[i].Joined, s.Members[i].LocalWorldSize = t0, 4
+	}
+	s.Members[1].Addr = "10.0.0.2"
+	now := t0.Add(time.Minute)
+	beats := map[string]Heartbeat{"a": {At: now}, "b": {At: now.Add(-7 * time.Second)}, "c": {At: now}}
+	r, why, err := Check(cfg, s, 2, "a", beats, now)
+	var lost *NodeLostError
+	if !r || !errors.As(err, &lost) {
+		t.Fatalf("Check = %v, %q, %v; want a restart with a *NodeLostError", r, why, err)
+	}
+	want := NodeLostError{Node: s.Members[1], Round: 2, Silence: 7 * time.Second, FirstRank: 4, LastRank: 7, Alive: 2, MinNodes: 2}
+	if *lost != want {
+		t.Errorf("lost %+v, want %+v", *lost, want)
+	}
+	if msg := lost.Error(); !strings.Contains(msg, "node 10.0.0.2 (b, ranks 4..7) stopped sending heartbeats 7s ago") {
+		t.Errorf("message %q does not name the node, its ranks and its silence", msg)
+	}
+	// Two of three lost: one left, fewer than MinNodes.
+	beats["c"] = Heartbeat{At: t0}
+	if _, _, err := Check(cfg, s, 2, "a", beats, now); !errors.As(err, &lost) || lost.Alive != 1 || lost.Node.ID != "b" {
+		t.Errorf("two lost: %v (alive %d); want node b named first, 1 alive", err, lost.Alive)
 	}
 }
 
@@ -347,6 +384,26 @@ func TestDecideRandomSchedules(t *testing.T) {
 			if got := len(started[s.Round]); got != len(s.Members) {
 				t.Fatalf("%s: round %d: %d of %d members started", desc, s.Round, got, len(s.Members))
 			}
+		}
+	}
+}
+
+// TestAfterLoss: a lost node restarts the job only while restarts are
+// left and the nodes left are enough; otherwise the job ends, saying why.
+func TestAfterLoss(t *testing.T) {
+	for _, c := range []struct {
+		alive, min, restarts, max int
+		restart                   bool
+		says                      string
+	}{
+		{2, 2, 0, 3, true, "restarting with the 2 nodes left (restart 1 of 3)"},
+		{2, 2, 3, 3, false, "no restart left (--max-restarts 3): ending the job"},
+		{1, 2, 0, 3, false, "3 restart(s) left, and 1 node(s) left of the 2 the job needs (--nnodes): ending the job"},
+		{1, 2, 0, 0, false, "no restart left (--max-restarts 0), and 1 node(s) left of the 2 the job needs (--nnodes): ending the job"},
+	} {
+		restart, why := afterLoss(&NodeLostError{Alive: c.alive, MinNodes: c.min}, c.restarts, c.max)
+		if restart != c.restart || why != c.says {
+			t.Errorf("alive %d of min %d, restarts %d of %d: %v %q; want %v %q", c.alive, c.min, c.restarts, c.max, restart, why, c.restart, c.says)
 		}
 	}
 }

@@ -95,12 +95,18 @@ type Report struct {
 	// sets it up unless --rdzv-backend etcd), so that every rank loses
 	// the store when rank 0 stops responding.
 	Rank0Store bool
+	// Lost, when set, is the root cause: another node stopped sending
+	// heartbeats, and this node stopped its workers for it.
+	Lost *NodeLostError
 }
 
 // ExitCode is the launcher's exit status: the root cause's, or when the
 // launcher killed the root cause itself (it had stopped responding), the
 // first other failure's that it did not kill; 1 when there is none.
 func (r *Report) ExitCode() int {
+	if r.Lost != nil {
+		return 1
+	}
 	for _, f := range r.Failures {
 		if s := f.Status(); s != 0 && !f.Sent {
 			return s
@@ -113,6 +119,14 @@ func (r *Report) String() string {
 	var b strings.Builder
 	bar := strings.Repeat("=", 72)
 	fmt.Fprintf(&b, "%s\ngodist run: %s FAILED (after %d of %d restarts)\n%s\n", bar, r.Program, r.Restarts, r.MaxRestarts, bar)
+	if l := r.Lost; l != nil {
+		fmt.Fprintf(&b, "Root cause: a node was lost\n")
+		fmt.Fprintf(&b, "  host:       %s (node %s)\n", l.Node.Addr, l.Node.ID)
+		fmt.Fprintf(&b, "  ranks:      %d..%d\n", l.FirstRank, l.LastRank)
+		fmt.Fprintf(&b, "  why:        no heartbeat for %v (round %d): the host is down or cut off from the network, or its launcher is stopped\n", l.Silence.Round(100*time.Millisecond), l.Round)
+		b.WriteString(bar + "\n")
+		return b.String()
+	}
 	if len(r.Failures) == 0 {
 		b.WriteString("no worker failure was recorded\n")
 		return b.String()

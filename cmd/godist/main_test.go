@@ -25,6 +25,8 @@ func TestMain(m *testing.M) {
 		os.Exit(holdShmWorker())
 	case w == "stop-rank0":
 		os.Exit(stopRank0Worker())
+	case w == "loop":
+		os.Exit(loopWorker())
 	default:
 		os.Exit(2)
 	}

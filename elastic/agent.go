@@ -212,6 +212,9 @@ func (a *Agent) Run(ctx context.Context) Result {
 	}
 }
 
+// checkTimeout bounds a membership check (at least ten monitor intervals).
+const checkTimeout = 2 * time.Second
+
 // afterLoss decides what a node does when another member was lost, having
 // made restarts of maxRestarts: restart with the nodes left when both
 // restarts and nodes allow, else end the job; why says which and why.
@@ -454,7 +457,11 @@ func (a *Agent) attempt(ctx context.Context, sp *Spec, rd Round, attempt, restar
 			if stopping {
 				continue
 			}
-			restart, why, err := a.Rendezvous.Check(ctx, rd.Round)
+			// Bounded: a store that does not answer (its host cut off)
+			// must not keep this loop from the workers' exits.
+			cctx, cancel := context.WithTimeout(ctx, max(checkTimeout, 10*sp.Monitor))
+			restart, why, err := a.Rendezvous.Check(cctx, rd.Round)
+			cancel()
 			var jf *JobFailedError
 			var lost *NodeLostError
 			switch {

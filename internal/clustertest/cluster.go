@@ -323,6 +323,25 @@ func (c *Cluster) SetRate(ctx context.Context, i int, rate BitRate) error {
 	return nil
 }
 
+// SetLink takes host i's link down at the switch (up false), as a pulled
+// cable or a failed switch port does: its frames are dropped with no FIN
+// and no RST, and its own end of the link stays up; or brings it back.
+// It panics if there is no host i.
+func (c *Cluster) SetLink(ctx context.Context, i int, up bool) error {
+	h := c.hosts[i]
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	state := "down"
+	if up {
+		state = "up"
+	}
+	if err := nsSh(ctx, c.sw.pid(), []string{"--net"}, "ip link set "+portDev(i)+" "+state); err != nil {
+		return fmt.Errorf("clustertest: setting %s's link %s: %w", h.Name, state, err)
+	}
+	return nil
+}
+
 // Close removes the cluster: it kills every process still in its hosts
 // (those its commands started), ends the processes that hold the
 // namespaces (the namespaces go with them, and with them the links,

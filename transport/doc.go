@@ -31,8 +31,12 @@
 // transfer with that peer fail with a *PeerError naming the rank (its
 // cause is ErrPeerClosed when the peer said goodbye with Close, as on
 // Destroy or a clean exit), and Handlers.PeerDown hears it once: a dead
-// process is noticed from its connection, not at a timeout. Timeouts are
-// the caller's: every blocking call takes a context.
+// process is noticed from its connection, not at a timeout. A peer that
+// goes silent with its connection open (its host cut off, its process
+// stopped) is noticed by NewTCP's heartbeats: nothing read from it for
+// TCPOptions.PeerTimeout makes the *PeerError's cause a *SilentError
+// naming its host (heartbeat.go). Other timeouts are the caller's: every
+// blocking call takes a context.
 //
 // Two implementations: NewTCP, for any hosts, and NewInProc, a Mesh of
 // endpoints in one process for tests, which injects loss (with

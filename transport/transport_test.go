@@ -616,8 +616,8 @@ func TestSilentPeerIsLost(t *testing.T) {
 			if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, transport.ErrSilent) {
 				t.Fatalf("receive from the silent rank 1 after %v: %v; want a PeerError for rank 1 caused by its silence", took, err)
 			}
-			if took > 2*timeout {
-				t.Errorf("rank 1 found silent after %v; want at most the timeout %v and a heartbeat interval", took, timeout)
+			if took > 4*timeout { // the timeout and a tick, with room for a busy machine
+				t.Errorf("rank 1 found silent after %v; want about the timeout %v", took, timeout)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "nothing from rank 1") || !strings.Contains(msg, "on this host") {
 				t.Errorf("error does not say which rank went silent and where: %v", msg)
@@ -640,7 +640,7 @@ func TestSilentPeerIsLost(t *testing.T) {
 // heartbeats wait behind it; its bytes, arriving all along, keep the
 // sender alive in the receiver's eyes: no false alarm.
 func TestHeartbeatBehindLongPayload(t *testing.T) {
-	const timeout = 150 * time.Millisecond
+	const timeout = 300 * time.Millisecond
 	m := newTCPMeshWith(t, 2, transport.TCPOptions{PeerTimeout: timeout})
 	defer m.Close()
 	e0, e1 := m.Endpoints[0], m.Endpoints[1]
@@ -651,7 +651,7 @@ func TestHeartbeatBehindLongPayload(t *testing.T) {
 	var got int
 	r := e0.PostSink(1, transport.ExactMatch(1, k), 0, n, func(off int, b []byte) {
 		got += len(b)
-		time.Sleep(time.Millisecond) // about a second for 64 MiB: many timeouts
+		time.Sleep(2 * time.Millisecond) // about 2 s for 64 MiB: many timeouts
 	})
 	errc := make(chan error, 1)
 	go func() { errc <- e1.Send(ctx, 0, k, 0, make([]byte, n)) }()

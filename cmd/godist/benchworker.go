@@ -220,6 +220,9 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	r := newResult(op, size, nbytes, n, ts)
 	r.DType, r.Algo = dt.String(), plan
 	r.PredUs = pred.Seconds() * 1e6
+	if len(g.Topology().Hosts) > 1 {
+		r.Model = g.Model().String()
+	}
 	r.TStart, r.TEnd = unixSeconds(start), unixSeconds(time.Now())
 	return r, nil
 }

@@ -236,6 +236,7 @@ type result struct {
 	DType       string  `json:"dtype"`
 	Algo        string  `json:"algo,omitempty"`
 	PredUs      float64 `json:"pred_us,omitempty"` // the cost model's prediction (dist.Group.Choice)
+	Model       string  `json:"model,omitempty"`   // the cost model, for a group across hosts (dist.Group.Model)
 	Supported   bool    `json:"supported"`
 	Iters       int     `json:"iters"`
 	LatUsMin    float64 `json:"lat_us_min"`

@@ -264,14 +264,38 @@ func segmentChoices(bytes, most int) []int {
 	return out
 }
 
+// pipeSegments is the segment count of a pipelined all-reduce across
+// hosts whose chunks are of bytes bytes: the most (a power of two, up to
+// most) that keeps each piece on the network for pieceTime, and at least
+// 64 KiB. The model does not choose it: it counts a piece's fixed costs
+// as a latency, where on ranks that share a CPU each piece also costs
+// turns of that CPU, which the model cannot see, and the fill and drain
+// of a short pipeline cost more than it predicts. Measured on the
+// namespace hosts (2 × 2 ranks, a CPU a host): at 1 Gbit/s, 64 MiB
+// two-level took 709 ms in 4 segments, 610 in 8 and 596 in 16, which the
+// model ranked the other way round; at 10 Gbit/s, 16 MiB took 34 ms in
+// 4 and 60 in 16, 64 MiB 340 ms in 4 and 184 in 16.
+func pipeSegments(bytes, most int, m Model) int {
+	minPiece := max(64<<10, int(m.Network.Bandwidth*pieceTime.Seconds()))
+	s := 1
+	for s*2 <= most && bytes/(s*2) >= minPiece {
+		s *= 2
+	}
+	return s
+}
+
+// pieceTime is the least time a piece of a pipelined all-reduce spends on
+// the network (pipeSegments).
+const pieceTime = 400 * time.Microsecond
+
 // ChooseAllReduceOn picks the all-reduce of count elements of elemSize
 // bytes for a group laid out as t, and predicts its time under m. On one
 // host it is ChooseAllReduce's choice (thresholds measured on this
 // project's machines). Across hosts it is whichever of recursive
-// doubling, halving-doubling (in either order of partners), the ring and (with the same number of ranks
-// on every host, more than one) TwoLevelAllReduce, each with the segment
-// counts worth trying, and for small vectors LeaderAllReduce, m predicts
-// fastest.
+// doubling, halving-doubling (in either order of partners), the ring and
+// (with the same number of ranks on every host, more than one)
+// TwoLevelAllReduce, both in pipeSegments' segments, and for small
+// vectors LeaderAllReduce, m predicts fastest.
 func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 	size := t.Size()
 	if len(t.Hosts) <= 1 || count == 0 {
@@ -283,13 +307,10 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 		{"halving-doubling", 1, func(rank int) Schedule { return HalvingDoublingAllReduce(rank, size, count) }, 0},
 		{"halving-doubling-near", 1, func(rank int) Schedule { return HalvingDoublingNearAllReduce(rank, size, count) }, 0},
 	}
-	for _, seg := range segmentChoices(count*elemSize/size, maxRingSegments) {
-		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllReduce(rank, size, count, seg) }, 0})
-	}
+	seg := pipeSegments(count*elemSize/size, maxRingSegments, m)
+	cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllReduce(rank, size, count, seg) }, 0})
 	if per, ok := t.Uniform(); ok && per > 1 {
-		for _, seg := range segmentChoices(count*elemSize/size, maxRingSegments) {
-			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllReduce(rank, t, count, seg) }, 0})
-		}
+		cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllReduce(rank, t, count, seg) }, 0})
 	}
 	if len(t.Hosts) < size && count*elemSize <= smallAllReduceBytes {
 		cands = append(cands, Plan{"leaders", 1, func(rank int) Schedule { return LeaderAllReduce(rank, t, count) }, 0})

@@ -147,3 +147,26 @@ func TestPredictSharedCPUs(t *testing.T) {
 		t.Error("a model with -1 CPUs passed Check")
 	}
 }
+
+// TestPipeSegments: pieces stay on the network for pieceTime and hold at
+// least 64 KiB; the count is a power of two up to the most.
+func TestPipeSegments(t *testing.T) {
+	gbit := Model{Network: Link{Bandwidth: 0.125e9}}
+	tenGbit := Model{Network: Link{Bandwidth: 1.25e9}}
+	for _, c := range []struct {
+		bytes, most int
+		m           Model
+		want        int
+	}{
+		{256 << 10, 16, gbit, 4},  // 1 MiB over 4 ranks at 1 Gbit/s: 64 KiB pieces
+		{16 << 20, 16, gbit, 16},  // 64 MiB over 4 ranks: as many as allowed
+		{4 << 20, 16, tenGbit, 8}, // 10 Gbit/s: 500 KB a piece at least
+		{16 << 20, 16, tenGbit, 16},
+		{100 << 10, 16, gbit, 1}, // too small to cut
+		{16 << 20, 4, gbit, 4},   // the most
+	} {
+		if got := pipeSegments(c.bytes, c.most, c.m); got != c.want {
+			t.Errorf("pipeSegments(%d, %d, %v GB/s) = %d, want %d", c.bytes, c.most, c.m.Network.Bandwidth/1e9, got, c.want)
+		}
+	}
+}

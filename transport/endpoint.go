@@ -471,7 +471,7 @@ func (e *Endpoint) post(p *pending) *Receive {
 		return r
 	}
 	e.mu.posted = append(e.mu.posted, p)
-	e.wantLocked(p, 1)
+	e.wantLocked(1)
 	e.mu.Unlock()
 	r.p = p
 	return r
@@ -541,7 +541,7 @@ func (e *Endpoint) removePostedLocked(p *pending) {
 	for i, q := range e.mu.posted {
 		if q == p {
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
-			e.wantLocked(p, -1)
+			e.wantLocked(-1)
 			return
 		}
 	}
@@ -748,7 +748,7 @@ func (e *Endpoint) claimLocked(src int, h *Header) *pending {
 		if (p.peer == AnySource || p.peer == src) && p.match(src, h) {
 			p.claimed = true
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
-			e.wantLocked(p, -1)
+			e.wantLocked(-1)
 			return p
 		}
 	}
@@ -781,7 +781,7 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	for _, p := range e.mu.posted {
 		if p.peer == rank || p.peer == AnySource {
 			p.claimed = true
-			e.wantLocked(p, -1)
+			e.wantLocked(-1)
 			failed = append(failed, p)
 		} else {
 			kept = append(kept, p)
@@ -903,9 +903,7 @@ func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
-	for _, p := range posted {
-		e.wantLocked(p, -1)
-	}
+	e.wantLocked(-int32(len(posted)))
 	e.mu.posted = nil
 	e.mu.unexpected = nil
 	e.mu.Unlock()

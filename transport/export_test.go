@@ -7,9 +7,7 @@ func (e *Endpoint) Crash() {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
-	for _, p := range posted {
-		e.wantLocked(p, -1)
-	}
+	e.wantLocked(-int32(len(posted)))
 	e.mu.posted = nil
 	e.mu.Unlock()
 	for _, p := range posted {

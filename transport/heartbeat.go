@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -83,7 +84,7 @@ type liveness struct {
 
 // countingReader counts the reads that brought bytes.
 type countingReader struct {
-	r     interface{ Read([]byte) (int, error) }
+	r     io.Reader
 	heard *atomic.Uint64
 }
 

@@ -760,7 +760,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r]
 	}
-	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, func() bool { return e.wantedFrom(r) }), &e.live[r].heard}, viewMax)
+	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.live[r].heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	for {
@@ -925,7 +925,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		// reader polls longer (fragSpin) rather than make the sender wake
 		// it for each fragment.
 		wait := spin
-		unwanted := w != nil && !e.wantedFrom(r)
+		unwanted := w != nil && !e.receiveWaits()
 		if unwanted {
 			wait = min(spin, yieldGrace)
 		}
@@ -958,7 +958,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		}
 		if w != nil {
 			w.park()
-			if unwanted && e.wantedFrom(r) && w.state.CompareAndSwap(readerParked, readerRunning) {
+			if unwanted && e.receiveWaits() && w.state.CompareAndSwap(readerParked, readerRunning) {
 				// A receive was posted as it parked. (One that waits
 				// longer than spin does not keep it polling: parked, it
 				// reads the socket, which brings the peer's end.)

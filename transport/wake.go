@@ -70,19 +70,19 @@ func (w *waker) wake() {
 	w.state.Store(readerWoken)
 }
 
-// wantedFrom reports whether a receive waits that peer's reader should
-// poll for: any receive at all. A collective posts its receives round by
-// round, so that a peer's frame often comes before the receive that
+// receiveWaits reports whether a yielding reader should poll: whether any
+// receive of this rank is posted. A collective posts its receives round
+// by round, so that a peer's frame often comes before the receive that
 // takes it; a reader that parked then costs a wake-up through the kernel
 // (and, on a virtual machine, a halted vCPU's). So while any receive of
 // this rank waits, every reader polls.
-func (e *Endpoint) wantedFrom(peer int) bool { return e.wanted.Load() > 0 }
+func (e *Endpoint) receiveWaits() bool { return e.wanted.Load() > 0 }
 
-// wantLocked counts p as posted (d = 1) or no longer posted (d = -1) and,
-// when the count leaves zero, wakes the parked readers. The caller holds
-// e.mu.
-func (e *Endpoint) wantLocked(p *pending, d int32) {
-	if e.wanted.Add(d) != 1 || d < 0 || e.wakers == nil {
+// wantLocked adds d to the receives posted (1 for one posted, negative
+// for those taken or withdrawn) and, when the count leaves zero, wakes
+// the parked readers. The caller holds e.mu.
+func (e *Endpoint) wantLocked(d int32) {
+	if e.wanted.Add(d) != d || d <= 0 || e.wakers == nil {
 		return
 	}
 	for _, w := range e.wakers {

@@ -29,6 +29,9 @@ type benchConfig struct {
 	Sizes    []int         `json:"sizes"`
 	DType    string        `json:"dtype"`
 	Warmup   int           `json:"warmup"`
+	// WarmupJob is the job's warm-up: iterations of a barrier and a 4-byte
+	// all_reduce before the first cell (bench_gloo.py's --warmup-job).
+	WarmupJob int `json:"warmup_job"`
 	MinIters int           `json:"min_iters"`
 	MaxIters int           `json:"max_iters"`
 	Target   time.Duration `json:"target"`
@@ -65,6 +68,7 @@ func benchMain(args []string) int {
 	minIters := fs.Int("min-iters", 10, "fewest timed iterations per size (bench_gloo.py's --min-iters)")
 	target := durationFlag(fs, "target", 2*time.Second, "time budget per size (seconds or a duration): the iteration count is target / (median of 5 probe iterations), clamped to [min-iters, iters]; 0 always runs --iters")
 	warmup := fs.Int("warmup", 5, "untimed iterations per size before the 5 probe iterations")
+	warmupJob := fs.Int("warmup-job", 0, "untimed iterations of a barrier and a 4-byte all_reduce before the first size (the first calls of a job run on a heap that has not yet touched its memory)")
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
 	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
 	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of shared/anchors/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
@@ -124,11 +128,11 @@ Flags:
 	if _, err := tensor.ParseDType(*dtype); err != nil {
 		return fail("--dtype: %v", err)
 	}
-	if *iters < 1 || *minIters < 1 || *warmup < 0 || *target < 0 || *timeout <= 0 {
-		return fail("want --iters >= 1, --min-iters >= 1, --warmup >= 0, --target >= 0 and --timeout > 0")
+	if *iters < 1 || *minIters < 1 || *warmup < 0 || *warmupJob < 0 || *target < 0 || *timeout <= 0 {
+		return fail("want --iters >= 1, --min-iters >= 1, --warmup >= 0, --warmup-job >= 0, --target >= 0 and --timeout > 0")
 	}
 	cfg := benchConfig{
-		Ops: opList, Sizes: sizeList, DType: *dtype, Warmup: *warmup,
+		Ops: opList, Sizes: sizeList, DType: *dtype, Warmup: *warmup, WarmupJob: *warmupJob,
 		MinIters: *minIters, MaxIters: *iters, Target: *target, Timeout: *timeout,
 		Shared: *shared, RPC: *rpcCases,
 	}

@@ -31,6 +31,9 @@ type params struct {
 	MinIters int
 	MaxIters int
 	Warmup   int
+	// WarmupJob is the iterations of a barrier and a 4-byte all_reduce
+	// every benchmark runs before its first cell (--warmup-job).
+	WarmupJob int
 	Timeout  time.Duration // one benchmark's run on one lab
 }
 
@@ -47,7 +50,7 @@ func (p params) anchorFlags(out string) []string {
 	return []string{"--ops", strings.Join(p.Ops, ","), "--sizes", p.sizesArg(),
 		"--target", strconv.FormatFloat(p.Target.Seconds(), 'g', -1, 64),
 		"--max-iters", strconv.Itoa(p.MaxIters), "--min-iters", strconv.Itoa(p.MinIters),
-		"--warmup", strconv.Itoa(p.Warmup), "--out", out}
+		"--warmup", strconv.Itoa(p.Warmup), "--warmup-job", strconv.Itoa(p.WarmupJob), "--out", out}
 }
 
 // tools are the programs the benchmarks run.
@@ -108,6 +111,7 @@ var benches = []bench{
 					t.Godist, "bench", "--worker", "--ops", strings.Join(p.Ops, ","), "--sizes", p.sizesArg(),
 					"--target", p.Target.String(), "--iters", strconv.Itoa(p.MaxIters),
 					"--min-iters", strconv.Itoa(p.MinIters), "--warmup", strconv.Itoa(p.Warmup),
+					"--warmup-job", strconv.Itoa(p.WarmupJob),
 					"--timeout", p.Timeout.String()}})
 			}
 			return cmds

@@ -69,6 +69,7 @@ func main() {
 	maxIters := flag.Int("max-iters", 300, "most timed iterations per (op, size)")
 	minIters := flag.Int("min-iters", 10, "fewest timed iterations per (op, size)")
 	warmup := flag.Int("warmup", 5, "warm-up iterations per (op, size)")
+	warmupJob := flag.Int("warmup-job", 1000, "warm-up iterations of a barrier and a 4-byte all_reduce before each benchmark's first cell (a job's first calls touch fresh memory: see godist bench --warmup-job)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "limit for one benchmark's run on one lab; it is killed when it passes")
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch), mpi4py and numpy (python3-mpi4py)")
@@ -82,7 +83,7 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("--configs: %w", err))
 	}
-	p := params{Target: *target, MinIters: *minIters, MaxIters: *maxIters, Warmup: *warmup, Timeout: *timeout}
+	p := params{Target: *target, MinIters: *minIters, MaxIters: *maxIters, Warmup: *warmup, WarmupJob: *warmupJob, Timeout: *timeout}
 	if p.Ops, err = parseOps(*ops); err != nil {
 		fail(fmt.Errorf("--ops: %w", err))
 	}
@@ -93,14 +94,14 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("--peers: %w", err))
 	}
-	if *rounds < 1 || *minIters < 1 || *maxIters < 1 || *warmup < 0 || *target < 0 || *timeout <= 0 {
-		fail(fmt.Errorf("want --rounds >= 1, --min-iters >= 1, --max-iters >= 1, --warmup >= 0, --target >= 0 and --timeout > 0"))
+	if *rounds < 1 || *minIters < 1 || *maxIters < 1 || *warmup < 0 || *warmupJob < 0 || *target < 0 || *timeout <= 0 {
+		fail(fmt.Errorf("want --rounds >= 1, --min-iters >= 1, --max-iters >= 1, --warmup >= 0, --warmup-job >= 0, --target >= 0 and --timeout > 0"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("hostcmp: %s, float32, target %v per cell, iterations %d..%d, warm-up %d, %d round(s), timeout %v per run\n\n",
-		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *rounds, *timeout)
+	fmt.Printf("hostcmp: %s, float32, target %v per cell, iterations %d..%d, warm-up %d per cell and %d per job, %d round(s), timeout %v per run\n\n",
+		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *warmupJob, *rounds, *timeout)
 	if err := clustertest.Available(); err != nil {
 		fmt.Printf("- skipping every benchmark: %v\n", err)
 		return

@@ -34,7 +34,7 @@ type params struct {
 	// WarmupJob is the iterations of a barrier and a 4-byte all_reduce
 	// every benchmark runs before its first cell (--warmup-job).
 	WarmupJob int
-	Timeout  time.Duration // one benchmark's run on one lab
+	Timeout   time.Duration // one benchmark's run on one lab
 }
 
 func (p params) sizesArg() string {
@@ -58,7 +58,8 @@ type tools struct {
 	Godist  string // the godist binary
 	Python  string // Python with torch, mpi4py and numpy
 	Mpirun  string
-	Scripts string // the directory holding bench_gloo.py and bench_mpi.py
+	Scripts string // the directory holding bench_gloo.py, bench_mpi.py and train_ddp.py
+	Example string // examples/ddp-fashion-mnist, for --train
 }
 
 // hostCmd is one command of a benchmark's run: argv on host Host, with

@@ -74,10 +74,19 @@ func main() {
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch), mpi4py and numpy (python3-mpi4py)")
 	jsonDir := flag.String("json", "", "directory to keep every run's raw JSON in")
+	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet; comma-separated): examples/ddp-fashion-mnist under godist run beside PyTorch DDP over gloo under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
+	trainSteps := flag.Int("train-steps", 300, "with --train, the steps of each run")
 	flag.Parse()
 	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "hostcmp: %v\n", err)
 		os.Exit(2)
+	}
+	if *train != "" {
+		set := false
+		flag.Visit(func(f *flag.Flag) { set = set || f.Name == "configs" })
+		if !set {
+			*configs = trainConfigs
+		}
 	}
 	labs, err := parseConfigs(*configs)
 	if err != nil {
@@ -124,14 +133,34 @@ func main() {
 	if t.Scripts, err = peers.Write(filepath.Join(tmp, "peers")); err != nil {
 		fail(err)
 	}
-	if t.Godist == "" {
-		t.Godist = filepath.Join(tmp, "godist")
-		fmt.Fprintln(os.Stderr, "hostcmp: go build ./cmd/godist")
-		build := exec.Command("go", "build", "-o", t.Godist, "github.com/godist/godist/cmd/godist")
+	goBuild := func(out, pkg string) {
+		fmt.Fprintln(os.Stderr, "hostcmp: go build "+pkg)
+		build := exec.Command("go", "build", "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			fail(fmt.Errorf("building godist: %w", err))
+			fail(fmt.Errorf("building %s: %w", pkg, err))
 		}
+	}
+	if t.Godist == "" {
+		t.Godist = filepath.Join(tmp, "godist")
+		goBuild(t.Godist, "github.com/godist/godist/cmd/godist")
+	}
+	if *train != "" {
+		models := strings.Split(*train, ",")
+		for _, m := range models {
+			if m != "mlp" && m != "lenet" {
+				fail(fmt.Errorf("--train: unknown model %q (want mlp, lenet)", m))
+			}
+		}
+		if *trainSteps < 1 {
+			fail(fmt.Errorf("--train-steps %d: want at least 1", *trainSteps))
+		}
+		t.Example = filepath.Join(tmp, "ddp-fashion-mnist")
+		goBuild(t.Example, "github.com/godist/godist/examples/ddp-fashion-mnist")
+		if !runTrain(ctx, labs, models, *trainSteps, *rounds, t, *timeout) {
+			os.Exit(1)
+		}
+		return
 	}
 	var run []bench
 	for _, b := range sel {

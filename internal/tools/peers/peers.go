@@ -2,11 +2,12 @@
 // method godist bench uses (barrier; t0; op; t1, the max over ranks, the
 // median over iterations): bench_gloo.py (PyTorch's gloo, on this host or
 // under torchrun across hosts) and bench_mpi.py (OpenMPI through mpi4py,
-// under mpirun). They are the team's anchors (shared/anchors) kept in the
+// under mpirun), and train_ddp.py (PyTorch DDP over gloo training
+// Fashion-MNIST as examples/ddp-fashion-mnist does, under torchrun). They are the team's anchors (shared/anchors) kept in the
 // repository, so that the benchmark tools need nothing outside it; the
 // tools carry them in their binaries and write them out to run them.
 //
-//	dir, err := peers.Write(tmp) // tmp/bench_gloo.py, tmp/bench_mpi.py
+//	dir, err := peers.Write(tmp) // tmp/bench_gloo.py, tmp/bench_mpi.py, tmp/train_ddp.py
 package peers
 
 import (
@@ -16,11 +17,11 @@ import (
 	"path/filepath"
 )
 
-//go:embed bench_gloo.py bench_mpi.py
+//go:embed bench_gloo.py bench_mpi.py train_ddp.py
 var scripts embed.FS
 
 // Scripts are the file names Write writes.
-var Scripts = []string{"bench_gloo.py", "bench_mpi.py"}
+var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "train_ddp.py"}
 
 // Write writes the scripts into dir (made if missing), side by side, since
 // bench_mpi.py imports bench_gloo.py's table, and returns dir.

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/godist/godist/internal/clustertest"
+)
+
+// Training across hosts (--train): DDP on Fashion-MNIST, godist's
+// examples/ddp-fashion-mnist under godist run on each host beside
+// PyTorch's DDP over gloo (peers/train_ddp.py, the same models, batch,
+// optimizer and data) under torchrun on each host, in interleaved rounds
+// whose order rotates. Each host is pinned to one CPU (a one-CPU host
+// runs one rank: --configs HxR gives R anyway), and the one-host
+// configuration is the base of the scaling efficiency:
+// samples/s over h hosts ÷ (the one-host samples/s × the CPUs the h
+// hosts have between them), 100% when the hosts add their CPUs' worth.
+
+// trainConfigs are --train's labs by default: the one-host base, 2 and 4
+// hosts at 1 and 10 Gbit/s.
+const trainConfigs = "1x1,2x1@1G,4x1@1G,2x1@10G,4x1@10G"
+
+// trainResult is what one training run reports (rank 0's JSON line).
+type trainResult struct {
+	SamplesPerS float64 `json:"samples_per_s"`
+	MsPerStep   float64 `json:"ms_per_step"`
+	TestAcc     float64 `json:"test_acc"`
+	LastLoss    float64 `json:"last_loss"`
+}
+
+// parseTrainResult finds the last line of out that carries a training
+// result and reads the JSON object in it: the launchers prefix their
+// workers' lines ("[rank 0] ", "[default0]:").
+func parseTrainResult(out []byte) (trainResult, error) {
+	lines := bytes.Split(out, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if !bytes.Contains(l, []byte(`"samples_per_s"`)) {
+			continue
+		}
+		var r trainResult
+		j := bytes.IndexByte(l, '{')
+		if j < 0 {
+			break
+		}
+		if err := json.Unmarshal(l[j:], &r); err != nil {
+			return r, fmt.Errorf("reading %q: %w", l, err)
+		}
+		if r.SamplesPerS <= 0 {
+			return r, fmt.Errorf("a result with no samples/s: %q", l)
+		}
+		return r, nil
+	}
+	return trainResult{}, errors.New("no training result in its output")
+}
+
+// trainBench is one side of the training comparison.
+type trainBench struct {
+	Name, Label string
+	Probe       func(t tools) (about, missing string)
+	Cmds        func(t tools, l *lab, model string, steps, port int) []hostCmd
+}
+
+var trainBenches = []trainBench{
+	{
+		Name: "godist", Label: "godist",
+		Probe: func(t tools) (string, string) {
+			if t.Example == "" {
+				return "", "no examples/ddp-fashion-mnist binary"
+			}
+			return "examples/ddp-fashion-mnist under godist run on each host (static rendezvous at node0)", ""
+		},
+		Cmds: func(t tools, l *lab, model string, steps, port int) []hostCmd {
+			tok := make([]byte, 16)
+			rand.Read(tok)
+			env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
+			if l.oversubscribed() {
+				env = append(env, "GODIST_YIELD=1")
+			}
+			var cmds []hostCmd
+			for i := range l.cfg.Hosts {
+				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: []string{t.Godist, "run",
+					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
+					"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
+					"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
+					t.Example, "--model", model, "--epochs", "1", "--max-steps", strconv.Itoa(steps),
+					"--checkpoint", "", "--plot", ""}})
+			}
+			return cmds
+		},
+	},
+	{
+		Name: "torch", Label: "PyTorch",
+		Probe: func(t tools) (string, string) {
+			v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
+			if err != nil {
+				return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
+			}
+			return strings.TrimSpace(string(v)) + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
+		},
+		Cmds: func(t tools, l *lab, model string, steps, port int) []hostCmd {
+			env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
+			var cmds []hostCmd
+			for i := range l.cfg.Hosts {
+				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: []string{t.Python, "-m", "torch.distributed.run",
+					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
+					"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
+					"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
+					"--redirects", "1", "--tee", "1",
+					filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--epochs", "1",
+					"--max-steps", strconv.Itoa(steps), "--threads", "1"}})
+			}
+			return cmds
+		},
+	},
+}
+
+// trainRow is one (lab, model) row: each side's results over the rounds.
+type trainRow struct {
+	Config labConfig
+	CPUs   int // the distinct CPUs the lab's hosts have between them
+	Model  string
+	Godist []trainResult
+	Torch  []trainResult
+}
+
+// samples is the spread of the rounds' samples/s.
+func samples(rs []trainResult) spread {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.SamplesPerS
+	}
+	return spreadOf(v)
+}
+
+// accuracy is the spread of the rounds' test accuracies.
+func accuracy(rs []trainResult) spread {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.TestAcc
+	}
+	return spreadOf(v)
+}
+
+// renderTrain returns the markdown table of the training rows: per lab
+// and model, each side's median samples/s over the rounds (with their
+// range), godist's over PyTorch's, each one's scaling efficiency against
+// the one-host row of the same model and ranks per host (when there is
+// one), and the test accuracies.
+func renderTrain(rows []trainRow) string {
+	var b strings.Builder
+	b.WriteString("| lab | model | godist samples/s (range) | PyTorch samples/s (range) | godist/PyTorch | efficiency godist / PyTorch | test accuracy godist / PyTorch |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	base := func(r trainRow) (g, t float64, ok bool) {
+		for _, o := range rows {
+			if o.Config.Hosts == 1 && o.Config.PerHost == r.Config.PerHost && o.Model == r.Model && len(o.Godist) > 0 && len(o.Torch) > 0 {
+				return samples(o.Godist).Median, samples(o.Torch).Median, true
+			}
+		}
+		return 0, 0, false
+	}
+	cell := func(rs []trainResult) string {
+		if len(rs) == 0 {
+			return "failed"
+		}
+		s := samples(rs)
+		if s.N > 1 {
+			return fmt.Sprintf("%.0f (%.0f-%.0f)", s.Median, s.Min, s.Max)
+		}
+		return fmt.Sprintf("%.0f", s.Median)
+	}
+	for _, r := range rows {
+		ratio, eff, acc := "-", "-", "-"
+		if len(r.Godist) > 0 && len(r.Torch) > 0 {
+			g, t := samples(r.Godist).Median, samples(r.Torch).Median
+			ratio = fmt.Sprintf("%.2f×", g/t)
+			acc = fmt.Sprintf("%.3f / %.3f", accuracy(r.Godist).Median, accuracy(r.Torch).Median)
+			if bg, bt, ok := base(r); ok && r.Config.Hosts > 1 {
+				eff = fmt.Sprintf("%.0f%% / %.0f%%", 100*g/(bg*float64(r.CPUs)), 100*t/(bt*float64(r.CPUs)))
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, cell(r.Godist), cell(r.Torch), ratio, eff, acc)
+	}
+	return b.String()
+}
+
+// runTrain runs the training comparison on every lab and prints its
+// table; it reports whether everything ran.
+func runTrain(ctx context.Context, labs []labConfig, models []string, steps, rounds int, t tools, timeout time.Duration) bool {
+	var run []trainBench
+	for _, b := range trainBenches {
+		about, missing := b.Probe(t)
+		if missing != "" {
+			fmt.Printf("- skipping %s: %s\n", b.Label, missing)
+			continue
+		}
+		fmt.Printf("- %s: %s\n", b.Label, about)
+		run = append(run, b)
+	}
+	fmt.Printf("- %d steps of %d samples a rank per run, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", steps, 64)
+	fmt.Printf("\nsamples/s is steps × batch × world over the time from a barrier before the first step to one after the last\n" +
+		"(each side counts its own, the same way); the median of the rounds, with their range. Efficiency is samples/s over\n" +
+		"the one-host row's × the CPUs the hosts have between them (100%%: the hosts add their CPUs' worth; hosts that share\n" +
+		"CPUs add only those). Test accuracy is after the run's steps, on the 10,000 test images.\n\n")
+	ok := true
+	var rows []trainRow
+	for _, cfg := range labs {
+		if ctx.Err() != nil {
+			return false
+		}
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		c, err := clustertest.New(mctx, clustertest.Config{Hosts: cfg.Hosts, Rate: cfg.Rate, CPUsPerHost: 1, ShareCPUs: true})
+		cancel()
+		if err != nil {
+			fmt.Printf("- %s: cannot make the lab: %v\n", cfg, err)
+			ok = false
+			continue
+		}
+		l := &lab{cfg: cfg, c: c}
+		cpus := map[int]bool{}
+		for _, h := range c.Hosts() {
+			for _, x := range h.CPUs {
+				cpus[x] = true
+			}
+		}
+		n := len(cpus)
+		if n == 0 {
+			n = runtime.NumCPU()
+		}
+		for _, model := range models {
+			row := trainRow{Config: cfg, CPUs: n, Model: model}
+			for r := range rounds {
+				for _, b := range rotate(run, r) {
+					if ctx.Err() != nil {
+						break
+					}
+					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s, round %d: %s\n", cfg, model, r+1, b.Label)
+					port := 29500 + l.runs%500
+					l.runs++
+					out, err := l.run(ctx, b.Cmds(t, l, model, steps, port), timeout)
+					var res trainResult
+					if err == nil {
+						res, err = parseTrainResult(out)
+					}
+					if err != nil {
+						ok = false
+						fmt.Printf("- %s %s, round %d: %s failed: %v\n", cfg, model, r+1, b.Label, err)
+						continue
+					}
+					if b.Name == "godist" {
+						row.Godist = append(row.Godist, res)
+					} else {
+						row.Torch = append(row.Torch, res)
+					}
+				}
+			}
+			rows = append(rows, row)
+		}
+		if err := c.Close(); err != nil {
+			fmt.Printf("- closing the lab %s: %v\n", cfg, err)
+		}
+	}
+	fmt.Print(renderTrain(rows))
+	return ok
+}

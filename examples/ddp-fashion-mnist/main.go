@@ -64,6 +64,9 @@ type config struct {
 	firstMB   float64
 	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
 	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
+	commHook  string // "", allreduce, fp16, bf16 or powersgd[:RANK]
+	targetAcc float64 // stop once the test accuracy reaches this (0: never)
+	evalEvery int     // with targetAcc, steps between evaluations
 	stepLog   string // prefix of per-rank files of step timestamps
 	stopAt    int    // tests: return errStopped, saving nothing, before this run's step stopAt (0: never)
 }
@@ -86,6 +89,11 @@ type result struct {
 	BackwardMs  float64   `json:"backward_ms_per_step"`
 	WaitMs      float64   `json:"wait_ms_per_step"`
 	LastLoss    float64   `json:"last_loss"`
+	// With --target-acc: whether the run reached it, after how many
+	// steps, and the training time until then (evaluations excluded).
+	Reached     bool    `json:"reached,omitempty"`
+	TargetSteps int     `json:"target_steps,omitempty"`
+	TargetS     float64 `json:"target_s,omitempty"`
 }
 
 func main() {
@@ -108,6 +116,9 @@ func main() {
 	flag.BoolVar(&c.unsynced, "unsynced", false, "independent replicas, gradients never reduced (accuracy meaningless): the step time without synchronisation, as train_ddp.py --no-ddp at world 2")
 	flag.StringVar(&c.killAt, "kill-at", "", "RANK:STEP: that rank kills itself (SIGKILL) at that step, to test recovery")
 	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
+	flag.StringVar(&c.commHook, "comm-hook", "allreduce", "how DDP reduces a bucket: allreduce, fp16 or bf16 (sent in half precision), or powersgd:R (PowerSGD of rank R, 1 by default, after 10 plain steps), as PyTorch's ddp_comm_hooks")
+	flag.Float64Var(&c.targetAcc, "target-acc", 0, "stop once rank 0's test accuracy, taken every --eval-every steps (outside the timed training), reaches this (0: train the epochs); the result then says when")
+	flag.IntVar(&c.evalEvery, "eval-every", 50, "with --target-acc, steps between evaluations")
 	flag.Parse()
 	ctx := context.Background()
 	g, err := dist.Init(ctx, dist.Options{})
@@ -198,6 +209,11 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			})
 		}
 	}
+	if opts.CommHook == nil {
+		if opts.CommHook, err = commHook(c.commHook); err != nil {
+			return nil, err
+		}
+	}
 	if c.unsynced {
 		opts.CommHook = func(*dist.Group, *ddp.GradBucket) *dist.Work { return dist.Go(func() error { return nil }) }
 	}
@@ -247,7 +263,32 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	steps := 0
 	var batch []*tensor.Tensor
-	for ep := start; ep < c.epochs; ep++ {
+	if c.targetAcc > 0 && c.evalEvery < 1 {
+		return nil, fmt.Errorf("--eval-every %d: want at least 1", c.evalEvery)
+	}
+	// reached evaluates the model on rank 0, every --eval-every steps
+	// with --target-acc, and tells every rank whether it reached the
+	// target; the time it takes is left out of the training time.
+	var evalTime time.Duration
+	reached := func() (bool, error) {
+		if c.targetAcc <= 0 || steps%c.evalEvery != 0 {
+			return false, nil
+		}
+		t0 := time.Now()
+		defer func() { evalTime += time.Since(t0) }()
+		acc := tensor.FromFloat64([]float64{0})
+		if rank0 {
+			nn.Eval(model)
+			acc.Float64s()[0] = progress.Accuracy(model.Module, xte, yte)
+			nn.Train(model)
+		}
+		if err := g.Broadcast(ctx, acc, 0); err != nil {
+			return false, err
+		}
+		return acc.Float64s()[0] >= c.targetAcc, nil
+	}
+	stop := false
+	for ep := start; ep < c.epochs && !stop; ep++ {
 		sampler.SetEpoch(ep)
 		idx := sampler.Indices()
 		nb := (len(idx) + c.batch - 1) / c.batch
@@ -298,12 +339,20 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			if bar != nil {
 				bar.Step(res.LastLoss, b[0].Size(0))
 			}
+			if stop, err = reached(); err != nil {
+				return nil, fmt.Errorf("epoch %d step %d: evaluating: %w", ep+1, s, err)
+			} else if stop {
+				res.Reached, res.TargetSteps = true, steps
+				res.TargetS = (trainTime + time.Since(t0) - evalTime).Seconds()
+				break
+			}
 		}
 		if err := g.Barrier(ctx); err != nil {
 			return nil, err
 		}
 		dt := time.Since(t0)
-		trainTime += dt
+		trainTime += dt - evalTime
+		evalTime = 0
 		if bar != nil {
 			bar.Done()
 		}
@@ -428,4 +477,29 @@ func (h history) plot(path string) error {
 	}
 	return progress.Curves{Title: "DDP on Fashion-MNIST (rank 0)", YLabel: "loss / test accuracy",
 		StepLabel: "training loss", Steps: h.Loss, EvalLabel: "test accuracy", Evals: acc}.Save(path, 4*vg.Inch)
+}
+
+// commHook returns the DDP communication hook that --comm-hook names (nil
+// for DDP's own all-reduce).
+func commHook(name string) (ddp.CommHook, error) {
+	kind, arg, _ := strings.Cut(name, ":")
+	switch kind {
+	case "", "allreduce":
+		return nil, nil
+	case "fp16":
+		return ddp.FP16CompressHook, nil
+	case "bf16":
+		return ddp.BF16CompressHook, nil
+	case "powersgd":
+		rank := 1
+		if arg != "" {
+			r, err := strconv.Atoi(arg)
+			if err != nil || r < 1 {
+				return nil, fmt.Errorf("--comm-hook %q: want powersgd:RANK, RANK at least 1", name)
+			}
+			rank = r
+		}
+		return ddp.NewPowerSGD(rank, 10).Hook(), nil
+	}
+	return nil, fmt.Errorf("--comm-hook %q: want allreduce, fp16, bf16 or powersgd[:RANK]", name)
 }

@@ -96,3 +96,50 @@ func TestNoCheckpoint(t *testing.T) {
 		t.Errorf("--resume without a checkpoint: rank 0 said %q", logs[0].String())
 	}
 }
+
+// TestTargetAccuracy trains two ranks with a compressing hook until a
+// test accuracy: both stop at the same step, a multiple of eval-every,
+// and say when; a target never met trains the epochs out.
+func TestTargetAccuracy(t *testing.T) {
+	dir, err := data.SubsetDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct {
+		target float64
+		hook   string
+		reach  bool
+	}{{0.5, "fp16", true}, {0.9999, "powersgd:2", false}} {
+		c := config{model: "mlp", epochs: 2, batch: 64, lr: 0.01, mom: 0.9, dir: dir, maxSteps: 40,
+			commHook: v.hook, targetAcc: v.target, evalEvery: 10}
+		var res [2]*result
+		disttest.Spawn(t, 2, func(g *dist.Group) error {
+			r, err := train(context.Background(), g, c, io.Discard)
+			res[g.Rank()] = r
+			return err
+		})
+		r := res[0]
+		if r.Reached != v.reach || res[1].Reached != v.reach || res[1].TargetSteps != r.TargetSteps {
+			t.Fatalf("target %g with %s: rank 0 %+v, rank 1 %+v; want reached %v on both, at the same step", v.target, v.hook, r, res[1], v.reach)
+		}
+		if v.reach && (r.TargetSteps%10 != 0 || r.TargetSteps == 0 || r.TargetS <= 0 || r.TestAcc < v.target) {
+			t.Errorf("target %g: reached at step %d after %.3f s with accuracy %.4f", v.target, r.TargetSteps, r.TargetS, r.TestAcc)
+		}
+		if !v.reach && len(r.EpochAcc) != 2 {
+			t.Errorf("target %g never met: %d epochs trained, want 2", v.target, len(r.EpochAcc))
+		}
+	}
+}
+
+func TestCommHookNames(t *testing.T) {
+	for _, ok := range []string{"", "allreduce", "fp16", "bf16", "powersgd", "powersgd:4"} {
+		if _, err := commHook(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"fp32", "powersgd:0", "powersgd:x"} {
+		if _, err := commHook(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -76,6 +76,10 @@ func main() {
 	jsonDir := flag.String("json", "", "directory to keep every run's raw JSON in")
 	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet; comma-separated): examples/ddp-fashion-mnist under godist run beside PyTorch DDP over gloo under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
 	trainSteps := flag.Int("train-steps", 300, "with --train, the steps of each run")
+	targetAcc := flag.Float64("target-acc", 0, "with --train, run each until its test accuracy (taken every --eval-every steps) reaches this, at most --train-epochs epochs, and report the time to it")
+	evalEvery := flag.Int("eval-every", 25, "with --target-acc, steps between evaluations")
+	trainEpochs := flag.Int("train-epochs", 3, "with --target-acc, the most epochs a run trains")
+	hooks := flag.String("hooks", "allreduce", "with --train, DDP's communication hooks to run each model with (comma-separated: allreduce, fp16, bf16, powersgd:R); one-host labs run only allreduce")
 	flag.Parse()
 	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "hostcmp: %v\n", err)
@@ -109,8 +113,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("hostcmp: %s, float32, target %v per cell, iterations %d..%d, warm-up %d per cell and %d per job, %d round(s), timeout %v per run\n\n",
-		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *warmupJob, *rounds, *timeout)
+	if *train != "" {
+		fmt.Printf("hostcmp --train: %s, %d round(s), timeout %v per run\n\n", time.Now().UTC().Format(time.RFC3339), *rounds, *timeout)
+	} else {
+		fmt.Printf("hostcmp: %s, float32, target %v per cell, iterations %d..%d, warm-up %d per cell and %d per job, %d round(s), timeout %v per run\n\n",
+			time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *warmupJob, *rounds, *timeout)
+	}
 	if err := clustertest.Available(); err != nil {
 		fmt.Printf("- skipping every benchmark: %v\n", err)
 		return
@@ -152,12 +160,13 @@ func main() {
 				fail(fmt.Errorf("--train: unknown model %q (want mlp, lenet)", m))
 			}
 		}
-		if *trainSteps < 1 {
-			fail(fmt.Errorf("--train-steps %d: want at least 1", *trainSteps))
+		if *trainSteps < 1 || *evalEvery < 1 || *trainEpochs < 1 || *targetAcc < 0 || *targetAcc >= 1 {
+			fail(fmt.Errorf("want --train-steps, --eval-every and --train-epochs at least 1, and --target-acc in [0, 1)"))
 		}
 		t.Example = filepath.Join(tmp, "ddp-fashion-mnist")
 		goBuild(t.Example, "github.com/godist/godist/examples/ddp-fashion-mnist")
-		if !runTrain(ctx, labs, models, *trainSteps, *rounds, t, *timeout) {
+		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc}
+		if !runTrain(ctx, labs, models, strings.Split(*hooks, ","), tr, *rounds, t, *timeout) {
 			os.Exit(1)
 		}
 		return

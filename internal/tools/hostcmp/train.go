@@ -39,6 +39,11 @@ type trainResult struct {
 	MsPerStep   float64 `json:"ms_per_step"`
 	TestAcc     float64 `json:"test_acc"`
 	LastLoss    float64 `json:"last_loss"`
+	// With a target accuracy: whether the run reached it, after how many
+	// steps and how many seconds of training.
+	Reached     bool    `json:"reached"`
+	TargetSteps int     `json:"target_steps"`
+	TargetS     float64 `json:"target_s"`
 }
 
 // parseTrainResult finds the last line of out that carries a training
@@ -67,11 +72,31 @@ func parseTrainResult(out []byte) (trainResult, error) {
 	return trainResult{}, errors.New("no training result in its output")
 }
 
+// trainRun is what every run of a training comparison does, the same on
+// both sides: Steps steps of one epoch, or with TargetAcc > 0 up to
+// Epochs epochs until the test accuracy, taken every EvalEvery steps,
+// reaches TargetAcc.
+type trainRun struct {
+	Steps, Epochs, EvalEvery int
+	TargetAcc                float64
+}
+
+// args are the flags both programs take for r.
+func (r trainRun) args() []string {
+	if r.TargetAcc > 0 {
+		return []string{"--epochs", strconv.Itoa(r.Epochs), "--target-acc", strconv.FormatFloat(r.TargetAcc, 'g', -1, 64),
+			"--eval-every", strconv.Itoa(r.EvalEvery)}
+	}
+	return []string{"--epochs", "1", "--max-steps", strconv.Itoa(r.Steps)}
+}
+
 // trainBench is one side of the training comparison.
 type trainBench struct {
 	Name, Label string
 	Probe       func(t tools) (about, missing string)
-	Cmds        func(t tools, l *lab, model string, steps, port int) []hostCmd
+	Cmds        func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd
+	// Unsupported says why the side cannot run with hook ("" if it can).
+	Unsupported func(hook string) string
 }
 
 var trainBenches = []trainBench{
@@ -83,7 +108,7 @@ var trainBenches = []trainBench{
 			}
 			return "examples/ddp-fashion-mnist under godist run on each host (static rendezvous at node0)", ""
 		},
-		Cmds: func(t tools, l *lab, model string, steps, port int) []hostCmd {
+		Cmds: func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd {
 			tok := make([]byte, 16)
 			rand.Read(tok)
 			env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
@@ -92,12 +117,11 @@ var trainBenches = []trainBench{
 			}
 			var cmds []hostCmd
 			for i := range l.cfg.Hosts {
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: []string{t.Godist, "run",
+				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append([]string{t.Godist, "run",
 					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
 					"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
 					"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
-					t.Example, "--model", model, "--epochs", "1", "--max-steps", strconv.Itoa(steps),
-					"--checkpoint", "", "--plot", ""}})
+					t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}, run.args()...)})
 			}
 			return cmds
 		},
@@ -111,21 +135,43 @@ var trainBenches = []trainBench{
 			}
 			return strings.TrimSpace(string(v)) + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
 		},
-		Cmds: func(t tools, l *lab, model string, steps, port int) []hostCmd {
+		Unsupported: func(hook string) string {
+			if hook == "bf16" {
+				// default_hooks.bf16_compress_hook raises "BF16 all reduce
+				// communication hook required CUDA 11+ and NCCL 2.10+".
+				return "PyTorch 1.13's bf16_compress_hook needs CUDA and NCCL"
+			}
+			return ""
+		},
+		Cmds: func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd {
 			env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
 			var cmds []hostCmd
 			for i := range l.cfg.Hosts {
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: []string{t.Python, "-m", "torch.distributed.run",
+				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append([]string{t.Python, "-m", "torch.distributed.run",
 					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
 					"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
 					"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
 					"--redirects", "1", "--tee", "1",
-					filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--epochs", "1",
-					"--max-steps", strconv.Itoa(steps), "--threads", "1"}})
+					filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}, run.args()...)})
 			}
 			return cmds
 		},
 	},
+}
+
+// trainCells are the (model, hook) pairs a lab runs: every hook on labs
+// of more than one host, only the plain all-reduce on one (whose ranks,
+// sharing its memory, gain nothing from compression).
+func trainCells(cfg labConfig, models, hooks []string) [][2]string {
+	var out [][2]string
+	for _, m := range models {
+		for _, h := range hooks {
+			if cfg.Hosts > 1 || h == "allreduce" {
+				out = append(out, [2]string{m, h})
+			}
+		}
+	}
+	return out
 }
 
 // trainRow is one (lab, model) row: each side's results over the rounds.
@@ -133,6 +179,7 @@ type trainRow struct {
 	Config labConfig
 	CPUs   int // the distinct CPUs the lab's hosts have between them
 	Model  string
+	Hook   string // DDP's communication hook (--comm-hook)
 	Godist []trainResult
 	Torch  []trainResult
 }
@@ -162,11 +209,11 @@ func accuracy(rs []trainResult) spread {
 // one), and the test accuracies.
 func renderTrain(rows []trainRow) string {
 	var b strings.Builder
-	b.WriteString("| lab | model | godist samples/s (range) | PyTorch samples/s (range) | godist/PyTorch | efficiency godist / PyTorch | test accuracy godist / PyTorch |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| lab | model | hook | godist samples/s (range) | PyTorch samples/s (range) | godist/PyTorch | efficiency godist / PyTorch | test accuracy godist / PyTorch |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	base := func(r trainRow) (g, t float64, ok bool) {
 		for _, o := range rows {
-			if o.Config.Hosts == 1 && o.Config.PerHost == r.Config.PerHost && o.Model == r.Model && len(o.Godist) > 0 && len(o.Torch) > 0 {
+			if o.Config.Hosts == 1 && o.Config.PerHost == r.Config.PerHost && o.Model == r.Model && o.Hook == "allreduce" && len(o.Godist) > 0 && len(o.Torch) > 0 {
 				return samples(o.Godist).Median, samples(o.Torch).Median, true
 			}
 		}
@@ -192,14 +239,14 @@ func renderTrain(rows []trainRow) string {
 				eff = fmt.Sprintf("%.0f%% / %.0f%%", 100*g/(bg*float64(r.CPUs)), 100*t/(bt*float64(r.CPUs)))
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, cell(r.Godist), cell(r.Torch), ratio, eff, acc)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, r.Hook, cell(r.Godist), cell(r.Torch), ratio, eff, acc)
 	}
 	return b.String()
 }
 
 // runTrain runs the training comparison on every lab and prints its
 // table; it reports whether everything ran.
-func runTrain(ctx context.Context, labs []labConfig, models []string, steps, rounds int, t tools, timeout time.Duration) bool {
+func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr trainRun, rounds int, t tools, timeout time.Duration) bool {
 	var run []trainBench
 	for _, b := range trainBenches {
 		about, missing := b.Probe(t)
@@ -210,7 +257,11 @@ func runTrain(ctx context.Context, labs []labConfig, models []string, steps, rou
 		fmt.Printf("- %s: %s\n", b.Label, about)
 		run = append(run, b)
 	}
-	fmt.Printf("- %d steps of %d samples a rank per run, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", steps, 64)
+	if tr.TargetAcc > 0 {
+		fmt.Printf("- each run trains until rank 0's test accuracy, taken every %d steps, reaches %g (at most %d epochs), %d samples a rank per step, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", tr.EvalEvery, tr.TargetAcc, tr.Epochs, 64)
+	} else {
+		fmt.Printf("- %d steps of %d samples a rank per run, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", tr.Steps, 64)
+	}
 	fmt.Printf("\nsamples/s is steps × batch × world over the time from a barrier before the first step to one after the last\n" +
 		"(each side counts its own, the same way); the median of the rounds, with their range. Efficiency is samples/s over\n" +
 		"the one-host row's × the CPUs the hosts have between them (100%%: the hosts add their CPUs' worth; hosts that share\n" +
@@ -240,24 +291,31 @@ func runTrain(ctx context.Context, labs []labConfig, models []string, steps, rou
 		if n == 0 {
 			n = runtime.NumCPU()
 		}
-		for _, model := range models {
-			row := trainRow{Config: cfg, CPUs: n, Model: model}
+		for _, mh := range trainCells(cfg, models, hooks) {
+			model, hook := mh[0], mh[1]
+			row := trainRow{Config: cfg, CPUs: n, Model: model, Hook: hook}
 			for r := range rounds {
 				for _, b := range rotate(run, r) {
 					if ctx.Err() != nil {
 						break
 					}
-					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s, round %d: %s\n", cfg, model, r+1, b.Label)
+					if b.Unsupported != nil && b.Unsupported(hook) != "" {
+						if r == 0 {
+							fmt.Printf("- %s %s %s: %s does not run: %s\n", cfg, model, hook, b.Label, b.Unsupported(hook))
+						}
+						continue
+					}
+					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s %s, round %d: %s\n", cfg, model, hook, r+1, b.Label)
 					port := 29500 + l.runs%500
 					l.runs++
-					out, err := l.run(ctx, b.Cmds(t, l, model, steps, port), timeout)
+					out, err := l.run(ctx, b.Cmds(t, l, model, hook, tr, port), timeout)
 					var res trainResult
 					if err == nil {
 						res, err = parseTrainResult(out)
 					}
 					if err != nil {
 						ok = false
-						fmt.Printf("- %s %s, round %d: %s failed: %v\n", cfg, model, r+1, b.Label, err)
+						fmt.Printf("- %s %s %s, round %d: %s failed: %v\n", cfg, model, hook, r+1, b.Label, err)
 						continue
 					}
 					if b.Name == "godist" {
@@ -274,5 +332,44 @@ func runTrain(ctx context.Context, labs []labConfig, models []string, steps, rou
 		}
 	}
 	fmt.Print(renderTrain(rows))
+	if tr.TargetAcc > 0 {
+		fmt.Printf("\nTime to %g test accuracy (training time, evaluations excluded; the rounds' median, and the steps it took):\n\n", tr.TargetAcc)
+		fmt.Print(renderTarget(rows))
+	}
 	return ok
+}
+
+// renderTarget returns the table of the time each side took to reach the
+// target accuracy, per lab, model and hook: the median over the rounds
+// that reached it, their steps, and PyTorch's time over godist's.
+func renderTarget(rows []trainRow) string {
+	var b strings.Builder
+	b.WriteString("| lab | model | hook | godist s (steps) | PyTorch s (steps) | PyTorch/godist |\n|---|---|---|---|---|---|\n")
+	side := func(rs []trainResult) (string, float64) {
+		var ts, ss []float64
+		for _, r := range rs {
+			if r.Reached {
+				ts, ss = append(ts, r.TargetS), append(ss, float64(r.TargetSteps))
+			}
+		}
+		if len(ts) == 0 {
+			return fmt.Sprintf("not reached (%d runs)", len(rs)), 0
+		}
+		t := spreadOf(ts)
+		s := fmt.Sprintf("%.2f (%.0f)", t.Median, spreadOf(ss).Median)
+		if len(ts) < len(rs) {
+			s += fmt.Sprintf(", %d of %d runs", len(ts), len(rs))
+		}
+		return s, t.Median
+	}
+	for _, r := range rows {
+		g, gt := side(r.Godist)
+		p, pt := side(r.Torch)
+		ratio := "-"
+		if gt > 0 && pt > 0 {
+			ratio = fmt.Sprintf("%.2f×", pt/gt)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, r.Hook, g, p, ratio)
+	}
+	return b.String()
 }

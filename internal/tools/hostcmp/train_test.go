@@ -33,20 +33,60 @@ func TestRenderTrain(t *testing.T) {
 		return rs
 	}
 	rows := []trainRow{
-		{Config: labConfig{Hosts: 1, PerHost: 1}, CPUs: 1, Model: "mlp", Godist: res(1000, 1200), Torch: res(500)},
-		{Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, CPUs: 2, Model: "mlp", Godist: res(1500, 1700, 1600), Torch: res(400)},
-		{Config: labConfig{Hosts: 4, PerHost: 1, Rate: 1e9}, CPUs: 2, Model: "lenet", Godist: res(10), Torch: nil},
+		{Config: labConfig{Hosts: 1, PerHost: 1}, CPUs: 1, Model: "mlp", Hook: "allreduce", Godist: res(1000, 1200), Torch: res(500)},
+		{Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, CPUs: 2, Model: "mlp", Hook: "allreduce", Godist: res(1500, 1700, 1600), Torch: res(400)},
+		{Config: labConfig{Hosts: 4, PerHost: 1, Rate: 1e9}, CPUs: 2, Model: "lenet", Hook: "allreduce", Godist: res(10), Torch: nil},
 	}
 	got := renderTrain(rows)
 	for _, want := range []string{
-		"| 1x1 | mlp | 1100 (1000-1200) | 500 | 2.20× | - | 0.800 / 0.800 |",
+		"| 1x1 | mlp | allreduce | 1100 (1000-1200) | 500 | 2.20× | - | 0.800 / 0.800 |",
 		// 1600 / (1100 × 2) = 73%; 400 / (500 × 2) = 40%
-		"| 2x1@1G | mlp | 1600 (1500-1700) | 400 | 4.00× | 73% / 40% | 0.800 / 0.800 |",
+		"| 2x1@1G | mlp | allreduce | 1600 (1500-1700) | 400 | 4.00× | 73% / 40% | 0.800 / 0.800 |",
 		// no one-host lenet row, and PyTorch failed
-		"| 4x1@1G | lenet | 10 | failed | - | - | - |",
+		"| 4x1@1G | lenet | allreduce | 10 | failed | - | - | - |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no row %q in\n%s", want, got)
 		}
+	}
+}
+
+func TestTrainCells(t *testing.T) {
+	one := trainCells(labConfig{Hosts: 1, PerHost: 1}, []string{"mlp"}, []string{"allreduce", "fp16"})
+	two := trainCells(labConfig{Hosts: 2, PerHost: 1}, []string{"mlp", "lenet"}, []string{"allreduce", "fp16"})
+	if len(one) != 1 || one[0] != [2]string{"mlp", "allreduce"} {
+		t.Errorf("one host: %v, want only mlp with allreduce", one)
+	}
+	if len(two) != 4 || two[3] != [2]string{"lenet", "fp16"} {
+		t.Errorf("two hosts: %v, want every model with every hook", two)
+	}
+}
+
+func TestRenderTarget(t *testing.T) {
+	rows := []trainRow{{
+		Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, Model: "mlp", Hook: "fp16",
+		Godist: []trainResult{{Reached: true, TargetS: 2, TargetSteps: 100}, {Reached: true, TargetS: 4, TargetSteps: 150}, {}},
+		Torch:  []trainResult{{Reached: true, TargetS: 9, TargetSteps: 125}},
+	}, {
+		Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, Model: "mlp", Hook: "powersgd:1",
+		Godist: []trainResult{{}}, Torch: []trainResult{{Reached: true, TargetS: 1, TargetSteps: 50}},
+	}}
+	got := renderTarget(rows)
+	for _, want := range []string{
+		"| 2x1@1G | mlp | fp16 | 3.00 (125), 2 of 3 runs | 9.00 (125) | 3.00× |",
+		"| 2x1@1G | mlp | powersgd:1 | not reached (1 runs) | 1.00 (50) | - |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no row %q in\n%s", want, got)
+		}
+	}
+}
+
+func TestTrainRunArgs(t *testing.T) {
+	if got := strings.Join(trainRun{Steps: 300}.args(), " "); got != "--epochs 1 --max-steps 300" {
+		t.Errorf("fixed steps: %q", got)
+	}
+	if got := strings.Join(trainRun{Steps: 300, Epochs: 3, EvalEvery: 25, TargetAcc: 0.85}.args(), " "); got != "--epochs 3 --target-acc 0.85 --eval-every 25" {
+		t.Errorf("target accuracy: %q", got)
 	}
 }

@@ -75,6 +75,24 @@ def model(name):
     sys.exit(f"train_ddp.py: unknown model {name!r} (want mlp or lenet)")
 
 
+def register_hook(net, name):
+    """Registers the DDP communication hook --comm-hook names."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    kind, _, arg = name.partition(":")
+    if kind == "allreduce":
+        return
+    if kind == "fp16":
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif kind == "bf16":
+        net.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif kind == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=int(arg or 1),
+                                            start_powerSGD_iter=10)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    else:
+        sys.exit(f"train_ddp.py: --comm-hook {name!r}: want allreduce, fp16, bf16 or powersgd[:R]")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mlp")
@@ -87,6 +105,13 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bucket-cap-mb", type=float, default=25)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    ap.add_argument("--comm-hook", default="allreduce",
+                    help="allreduce, fp16, bf16 or powersgd:R (rank R, 1 by default, after 10 plain steps), "
+                         "as examples/ddp-fashion-mnist's --comm-hook")
+    ap.add_argument("--target-acc", type=float, default=0,
+                    help="stop once rank 0's test accuracy, taken every --eval-every steps (outside the timed "
+                         "training), reaches this (0: train the epochs)")
+    ap.add_argument("--eval-every", type=int, default=50)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -96,10 +121,24 @@ def main():
     xtr, ytr = load(args.data, True)
     xte, yte = load(args.data, False)
     net = DDP(model(args.model), bucket_cap_mb=args.bucket_cap_mb)
+    register_hook(net, args.comm_hook)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     steps, train_time, last = 0, 0.0, float("nan")
+    target = None  # (steps, seconds) when --target-acc was reached
+
+    def reached():
+        """Rank 0's test accuracy against --target-acc, told to every rank."""
+        flag = torch.zeros(1, dtype=torch.float64)
+        if rank == 0:
+            with torch.no_grad():
+                flag[0] = (net.module(xte).argmax(1) == yte).float().mean().item()
+        dist.broadcast(flag, src=0)
+        return flag.item() >= args.target_acc
+
     for ep in range(args.epochs):
+        if target:
+            break
         sampler.set_epoch(ep)
         idx = torch.tensor(list(iter(sampler)))
         nb = (len(idx) + args.batch - 1) // args.batch
@@ -108,6 +147,7 @@ def main():
         net.train()
         dist.barrier()
         t0 = time.perf_counter()
+        eval_time = 0.0
         for s in range(nb):
             b = idx[s * args.batch:(s + 1) * args.batch]
             opt.zero_grad(set_to_none=True)
@@ -116,14 +156,25 @@ def main():
             opt.step()
             steps += 1
             last = loss.item()
+            if args.target_acc > 0 and steps % args.eval_every == 0:
+                e0 = time.perf_counter()
+                ok = reached()
+                eval_time += time.perf_counter() - e0
+                if ok:
+                    target = (steps, train_time + time.perf_counter() - t0 - eval_time)
+                    break
         dist.barrier()
-        train_time += time.perf_counter() - t0
+        train_time += time.perf_counter() - t0 - eval_time
     acc = 0.0
     if rank == 0:
         net.eval()
         with torch.no_grad():
             acc = (net.module(xte).argmax(1) == yte).float().mean().item()
-        print(json.dumps({"backend": "gloo", "model": args.model, "world": world, "steps": steps,
+        extra = {}
+        if target:
+            extra = {"reached": True, "target_steps": target[0], "target_s": target[1]}
+        print(json.dumps({**extra, "backend": "gloo", "model": args.model, "world": world, "steps": steps,
+                          "comm_hook": args.comm_hook,
                           "samples_per_s": steps * args.batch * world / train_time,
                           "ms_per_step": train_time * 1e3 / steps, "last_loss": last, "test_acc": acc}), flush=True)
     dist.destroy_process_group()

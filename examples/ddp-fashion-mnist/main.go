@@ -62,13 +62,13 @@ type config struct {
 	maxSteps  int // stop an epoch after this many steps (0: all); for tests
 	bucketMB  float64
 	firstMB   float64
-	killAt    string // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
-	unsynced  bool   // replicas that never reduce gradients: the baseline for the sync overhead
-	commHook  string // "", allreduce, fp16, bf16 or powersgd[:RANK]
+	killAt    string  // "RANK:STEP": that rank SIGKILLs itself at that global step (fault tests)
+	unsynced  bool    // replicas that never reduce gradients: the baseline for the sync overhead
+	commHook  string  // "", allreduce, fp16, bf16 or powersgd[:RANK]
 	targetAcc float64 // stop once the test accuracy reaches this (0: never)
 	evalEvery int     // with targetAcc, steps between evaluations
-	stepLog   string // prefix of per-rank files of step timestamps
-	stopAt    int    // tests: return errStopped, saving nothing, before this run's step stopAt (0: never)
+	stepLog   string  // prefix of per-rank files of step timestamps
+	stopAt    int     // tests: return errStopped, saving nothing, before this run's step stopAt (0: never)
 }
 
 // errStopped is train's error when config.stopAt stops it: a run that died

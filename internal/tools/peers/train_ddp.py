@@ -75,6 +75,17 @@ def model(name):
     sys.exit(f"train_ddp.py: unknown model {name!r} (want mlp or lenet)")
 
 
+class Replica(nn.Module):
+    """A model without DDP, with DDP's .module, for --no-ddp."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
 def register_hook(net, name):
     """Registers the DDP communication hook --comm-hook names."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -112,6 +123,9 @@ def main():
                     help="stop once rank 0's test accuracy, taken every --eval-every steps (outside the timed "
                          "training), reaches this (0: train the epochs)")
     ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--no-ddp", action="store_true",
+                    help="independent replicas, gradients never reduced: the step's compute alone "
+                         "(as examples/ddp-fashion-mnist --unsynced)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -120,8 +134,11 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     xtr, ytr = load(args.data, True)
     xte, yte = load(args.data, False)
-    net = DDP(model(args.model), bucket_cap_mb=args.bucket_cap_mb)
-    register_hook(net, args.comm_hook)
+    if args.no_ddp:
+        net = Replica(model(args.model))
+    else:
+        net = DDP(model(args.model), bucket_cap_mb=args.bucket_cap_mb)
+        register_hook(net, args.comm_hook)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(xtr)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     steps, train_time, last = 0, 0.0, float("nan")

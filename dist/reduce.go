@@ -86,6 +86,9 @@ func reduceFunc(op ReduceOp, d tensor.DType) reducer {
 	case tensor.BFloat16:
 		return half(op, tensor.BFloat16ToFloat32, tensor.BFloat16FromFloat32)
 	case tensor.Float16:
+		if op == Sum || op == Avg {
+			return sumF16
+		}
 		return half(op, tensor.Float16ToFloat32, tensor.Float16FromFloat32)
 	}
 	panic(fmt.Sprintf("dist: no reduction for %v", d))
@@ -141,6 +144,16 @@ func intKernel[T integer](op ReduceOp) reducer {
 				d[i] ^= s[i]
 			}
 		}
+	}
+}
+
+// sumF16 adds IEEE halves in float32 and rounds back, as half(Sum, ...)
+// does, with F16C where the machine has it.
+func sumF16(dst, src []byte) {
+	d, s := view[uint16](dst), view[uint16](src)
+	s = s[:len(d)]
+	for i := simd.AddF16(d, s); i < len(d); i++ {
+		d[i] = tensor.Float16FromFloat32(tensor.Float16ToFloat32(d[i]) + tensor.Float16ToFloat32(s[i]))
 	}
 }
 

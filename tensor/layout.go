@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/godist/godist/internal/simd"
 )
 
 // view returns a tensor sharing t's buffer with a new shape, strides and
@@ -247,7 +249,7 @@ func convert(dst, src *Tensor) {
 				d[i] = BFloat16FromFloat32(s[i])
 			}
 		} else {
-			for i := range d {
+			for i := simd.F32ToF16(d, s); i < len(d); i++ {
 				d[i] = Float16FromFloat32(s[i])
 			}
 		}
@@ -258,7 +260,7 @@ func convert(dst, src *Tensor) {
 				d[i] = BFloat16ToFloat32(s[i])
 			}
 		} else {
-			for i := range d {
+			for i := simd.F16ToF32(d, s); i < len(d); i++ {
 				d[i] = Float16ToFloat32(s[i])
 			}
 		}

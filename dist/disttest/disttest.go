@@ -31,6 +31,10 @@ type Options struct {
 	// dist.Init does by default.
 	SmallCollectives bool
 	Faults           transport.Faults
+	// Hosts, in-process only, places the ranks on hosts: Hosts[r] is rank
+	// r's host label (transport.Mesh.SetHosts), so that the groups'
+	// topologies span hosts while the frames still go through memory.
+	Hosts []string
 	// Timeout bounds the whole job (default 60s) and is the groups'
 	// collective timeout.
 	Timeout time.Duration
@@ -85,6 +89,9 @@ func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Gro
 		cleanup = func() { st.Close() }
 	} else {
 		m := transport.NewInProc(world, opt.Faults)
+		if opt.Hosts != nil {
+			m.SetHosts(opt.Hosts)
+		}
 		for r, ep := range m.Endpoints {
 			j.Groups[r] = dist.FromEndpoint(ep, nil, "inproc", opt.Timeout)
 		}

@@ -92,6 +92,7 @@ type config struct {
 	prompt                              string
 	temperature                         float64
 	topK                                int
+	stepSleep                           time.Duration // after each step: holds a test's job in the air
 }
 
 type result struct {
@@ -140,6 +141,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.ckpt, "checkpoint", "tinygpt.safetensors", "checkpoint written at every evaluation (empty: none)")
 	fs.StringVar(&c.plotPath, "plot", "tinygpt.png", "training and validation curves written by rank 0 (empty: none)")
 	fs.StringVar(&c.ckptDir, "checkpoint-dir", "", "also write a distributed checkpoint (checkpoint/dcp: each rank its shards) to this directory at every evaluation; --resume prefers it, and it loads under any strategy and world size")
+	fs.DurationVar(&c.stepSleep, "step-sleep", 0, "sleep this long after every step (tests: a job that lasts while hosts come and go)")
 	fs.BoolVar(&c.resume, "resume", false, "continue from --checkpoint-dir, else --checkpoint, if it exists")
 	fs.IntVar(&c.stopAt, "stop-at", 0, "stop after this step, writing a checkpoint, as a preempted job would (0: run to --steps)")
 	fs.IntVar(&c.sample, "sample", 300, "bytes to generate at the end (0: none)")
@@ -149,7 +151,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, zero (DDP with a ZeroRedundancyOptimizer), fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
 	fs.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
-	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: $LOCAL_WORLD_SIZE, the ranks of a node)")
+	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
 	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -356,6 +358,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		}
 		sched.Step()
 		trainTime += time.Since(ts)
+		time.Sleep(c.stepSleep)
 		steps++
 		res.TrainLoss = loss.Value().Item()
 		hist.Loss = append(hist.Loss, res.TrainLoss)
@@ -498,10 +501,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	case "no-shard":
 		strategy = fsdp.NoShard
 	case "hybrid":
-		strategy = fsdp.HybridShard
-		if c.ShardSize == 0 {
-			c.ShardSize, _ = strconv.Atoi(os.Getenv("LOCAL_WORLD_SIZE"))
-		}
+		strategy = fsdp.HybridShard // ShardSize 0: each host shards, hosts replicate
 	default:
 		return nil, fmt.Errorf("--strategy %q: want ddp, zero, fsdp, fsdp-grad-op, no-shard or hybrid", c.Strategy)
 	}

@@ -89,6 +89,9 @@ type Options struct {
 	Strategy Strategy
 	// ShardSize is, for HybridShard, the number of consecutive ranks that
 	// shard among themselves (ranks per node); it must divide the world.
+	// Zero takes the groups from the group's topology (dist.Group.Topology):
+	// the ranks of each host shard among themselves and replicate across
+	// hosts, which needs the same number of ranks on every host.
 	ShardSize int
 	// Wrap, if set, makes a unit of every module for which it returns
 	// true (PyTorch's ModuleWrapPolicy, e.g. every transformer block).
@@ -258,14 +261,14 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 		f.limit = 0
 	}
 	if opt.Strategy == HybridShard {
-		s, world := opt.ShardSize, group.Size()
-		if s < 1 || world%s != 0 {
-			return nil, fmt.Errorf("fsdp: HybridShard with ShardSize %d in a group of %d ranks: the shard size must divide the group", s, world)
+		shard, replica, err := hybridGroups(group.Topology().Hosts, group.Size(), group.Rank(), opt.ShardSize)
+		if err != nil {
+			return nil, err
 		}
-		if f.shards, err = group.Split(ctx, group.Rank()/s, group.Rank()); err != nil {
+		if f.shards, err = group.Split(ctx, shard, group.Rank()); err != nil {
 			return nil, fmt.Errorf("fsdp: shard groups: %w", err)
 		}
-		if f.replicas, err = group.Split(ctx, group.Rank()%s, group.Rank()); err != nil {
+		if f.replicas, err = group.Split(ctx, replica, group.Rank()); err != nil {
 			return nil, fmt.Errorf("fsdp: replica groups: %w", err)
 		}
 	}
@@ -288,6 +291,35 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 		f.shardUnit(u)
 	}
 	return f, nil
+}
+
+// hybridGroups returns, for HybridShard, the colours of rank's shard group
+// and replica group (Group.Split's): with shardSize, consecutive runs of
+// shardSize ranks shard and the ranks at one offset in them replicate;
+// with shardSize 0, each host of hosts (the group's topology, ranks
+// ascending) shards and the ranks at one place on their hosts replicate,
+// so that gathers and reduce-scatters stay in the host's memory and only
+// the replicas' all-reduces cross the network.
+func hybridGroups(hosts [][]int, world, rank, shardSize int) (shard, replica int, err error) {
+	if shardSize != 0 {
+		if shardSize < 1 || world%shardSize != 0 {
+			return 0, 0, fmt.Errorf("fsdp: HybridShard with ShardSize %d in a group of %d ranks: the shard size must divide the group", shardSize, world)
+		}
+		return rank / shardSize, rank % shardSize, nil
+	}
+	for h, rs := range hosts {
+		if len(rs) != len(hosts[0]) {
+			return 0, 0, fmt.Errorf("fsdp: HybridShard shards within each host, but host 0 holds %d of the group's ranks and host %d holds %d: every shard group must be the same size; set Options.ShardSize to shard otherwise", len(hosts[0]), h, len(rs))
+		}
+	}
+	for h, rs := range hosts {
+		rs = slices.Clone(rs)
+		slices.Sort(rs)
+		if i := slices.Index(rs, rank); i >= 0 {
+			return h, i, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("fsdp: HybridShard: rank %d is on none of the group's hosts %v", rank, hosts)
 }
 
 // planUnits chooses the units, deepest first, and the root.

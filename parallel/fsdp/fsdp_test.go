@@ -130,10 +130,16 @@ func withFSDP(opt fsdp.Options, n int) trainer {
 // run trains on world ranks and returns rank 0's losses and parameters.
 func run(t *testing.T, world int, tr trainer) ([]float64, map[string]*tensor.Tensor) {
 	t.Helper()
+	return runOn(t, world, nil, tr)
+}
+
+// runOn is run with the ranks placed on hosts (disttest.Options.Hosts).
+func runOn(t *testing.T, world int, hosts []string, tr trainer) ([]float64, map[string]*tensor.Tensor) {
+	t.Helper()
 	var mu sync.Mutex
 	var losses []float64
 	var sd map[string]*tensor.Tensor
-	disttest.SpawnWith(t, world, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+	disttest.SpawnWith(t, world, disttest.Options{Timeout: time.Minute, Hosts: hosts}, func(_ *disttest.Job, g *dist.Group) error {
 		l, s, err := tr(context.Background(), g)
 		if err != nil {
 			return err
@@ -221,6 +227,38 @@ func TestEquivalentToDDP(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestHybridShardFromTopology: HybridShard without a ShardSize shards
+// within each host of the group's topology and replicates across hosts;
+// with the ranks of two hosts interleaved (a, b, a, b), which consecutive
+// shard groups would cut across, it trains to DDP's losses and weights.
+// A topology with unequal hosts is refused with an error that says what
+// to set.
+func TestHybridShardFromTopology(t *testing.T) {
+	hosts := []string{"a", "b", "a", "b"}
+	wantLoss, wantSD := runOn(t, 4, hosts, withDDP(steps))
+	losses, sd := runOn(t, 4, hosts, withFSDP(fsdp.Options{Strategy: fsdp.HybridShard, Wrap: isBlock}, steps))
+	if len(losses) != steps || len(wantLoss) != steps {
+		t.FailNow()
+	}
+	for i := range wantLoss {
+		if d := math.Abs(losses[i]-wantLoss[i]) / math.Abs(wantLoss[i]); d > 1e-5 {
+			t.Errorf("step %d: loss %.8f, DDP %.8f", i, losses[i], wantLoss[i])
+		}
+	}
+	for k, w := range wantSD {
+		if got, ok := sd[k]; !ok || !tensor.AllClose(got, w, 1e-4, 1e-6) {
+			t.Errorf("%s: differs from DDP's after %d steps", k, steps)
+		}
+	}
+	disttest.SpawnWith(t, 3, disttest.Options{Hosts: []string{"a", "a", "b"}}, func(_ *disttest.Job, g *dist.Group) error {
+		_, err := fsdp.New(context.Background(), gpt(0), g, fsdp.Options{Strategy: fsdp.HybridShard, Wrap: isBlock})
+		if err == nil || !strings.Contains(err.Error(), "ShardSize") {
+			return fmt.Errorf("hosts of 2 and 1 ranks: got %v, want an error naming ShardSize", err)
+		}
+		return nil
+	})
 }
 
 // TestShards: each rank holds 1/world of every flat parameter (padded),

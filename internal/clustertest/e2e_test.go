@@ -19,7 +19,8 @@ import (
 	"time"
 )
 
-// bins holds godist and examples/launcher-allreduce, built once for the
+// bins holds godist, examples/launcher-allreduce and examples/tinygpt
+// (bins.dir/tinygpt), built once for the
 // tests that run them (buildBins); TestMain removes it.
 var bins struct {
 	sync.Mutex
@@ -40,7 +41,7 @@ func buildBins(ctx context.Context, t *testing.T) (godist, worker string) {
 		if _, err := os.Stat(gobin); err != nil {
 			gobin = "go"
 		}
-		for _, b := range [][2]string{{"godist", "./cmd/godist"}, {"worker", "./examples/launcher-allreduce"}} {
+		for _, b := range [][2]string{{"godist", "./cmd/godist"}, {"worker", "./examples/launcher-allreduce"}, {"tinygpt", "./examples/tinygpt"}} {
 			if bins.err != nil {
 				break
 			}
@@ -50,7 +51,7 @@ func buildBins(ctx context.Context, t *testing.T) (godist, worker string) {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
 			}
 		}
-		t.Logf("built godist and the worker in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("built godist, the worker and tinygpt in %v", time.Since(start).Round(time.Millisecond))
 	}
 	if bins.err != nil {
 		t.Fatal(bins.err)

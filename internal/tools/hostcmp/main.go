@@ -79,6 +79,8 @@ func main() {
 	targetAcc := flag.Float64("target-acc", 0, "with --train, run each until its test accuracy (taken every --eval-every steps) reaches this, at most --train-epochs epochs, and report the time to it")
 	evalEvery := flag.Int("eval-every", 25, "with --target-acc, steps between evaluations")
 	trainEpochs := flag.Int("train-epochs", 3, "with --target-acc, the most epochs a run trains")
+	overlap := flag.Bool("overlap", false, "with --train, also run godist without overlap (--no-overlap) and both sides unsynced (compute alone) on the labs of several hosts, and print how much communication overlap hides")
+	bucketMB := flag.Float64("bucket-cap-mb", 0, "with --train, DDP's bucket cap in MiB on both sides (godist's first bucket too; PyTorch 1.13 keeps its first at 1 MiB); 0 leaves each its default (25, the first 1)")
 	hooks := flag.String("hooks", "allreduce", "with --train, DDP's communication hooks to run each model with (comma-separated: allreduce, fp16, bf16, powersgd:R); one-host labs run only allreduce")
 	flag.Parse()
 	fail := func(err error) {
@@ -165,8 +167,8 @@ func main() {
 		}
 		t.Example = filepath.Join(tmp, "ddp-fashion-mnist")
 		goBuild(t.Example, "github.com/godist/godist/examples/ddp-fashion-mnist")
-		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc}
-		if !runTrain(ctx, labs, models, strings.Split(*hooks, ","), tr, *rounds, t, *timeout) {
+		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc, BucketMB: *bucketMB}
+		if !runTrain(ctx, labs, models, strings.Split(*hooks, ","), tr, *overlap, *rounds, t, *timeout) {
 			os.Exit(1)
 		}
 		return

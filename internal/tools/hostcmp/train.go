@@ -79,6 +79,9 @@ func parseTrainResult(out []byte) (trainResult, error) {
 type trainRun struct {
 	Steps, Epochs, EvalEvery int
 	TargetAcc                float64
+	// BucketMB, when positive, caps DDP's buckets (godist's first bucket
+	// too; PyTorch 1.13 fixes its first at 1 MiB).
+	BucketMB float64
 }
 
 // args are the flags both programs take for r.
@@ -90,51 +93,87 @@ func (r trainRun) args() []string {
 	return []string{"--epochs", "1", "--max-steps", strconv.Itoa(r.Steps)}
 }
 
-// trainBench is one side of the training comparison.
+// trainBench is one side of the training comparison, or a variant of
+// one (the same program with Extra flags: without overlap, unsynced).
 type trainBench struct {
 	Name, Label string
 	Probe       func(t tools) (about, missing string)
-	Cmds        func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd
+	Cmds        func(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd
 	// Unsupported says why the side cannot run with hook ("" if it can).
 	Unsupported func(hook string) string
+	Extra       []string
+	// Variant marks the runs of --overlap: only on labs of several hosts,
+	// with the plain all-reduce, and only in the overlap table.
+	Variant bool
+}
+
+// godistTrain is godist's side: the example under godist run on every
+// host.
+func godistTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
+	if l.oversubscribed() {
+		env = append(env, "GODIST_YIELD=1")
+	}
+	var cmds []hostCmd
+	for i := range l.cfg.Hosts {
+		argv := []string{t.Godist, "run",
+			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
+			"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
+			"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
+			t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}
+		argv = append(append(argv, run.args()...), extra...)
+		if run.BucketMB > 0 {
+			mb := strconv.FormatFloat(run.BucketMB, 'g', -1, 64)
+			argv = append(argv, "--bucket-cap-mb", mb, "--first-bucket-mb", mb)
+		}
+		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: argv})
+	}
+	return cmds
+}
+
+// torchTrain is PyTorch's side: train_ddp.py under torchrun on every
+// host.
+func torchTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
+	env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
+	var cmds []hostCmd
+	for i := range l.cfg.Hosts {
+		argv := []string{t.Python, "-m", "torch.distributed.run",
+			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
+			"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
+			"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
+			// torch 1.13's torchrun crashes under Python 3.11 without these.
+			"--redirects", "1", "--tee", "1",
+			filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}
+		argv = append(append(argv, run.args()...), extra...)
+		if run.BucketMB > 0 {
+			argv = append(argv, "--bucket-cap-mb", strconv.FormatFloat(run.BucketMB, 'g', -1, 64))
+		}
+		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: argv})
+	}
+	return cmds
+}
+
+func probeGodistTrain(t tools) (string, string) {
+	if t.Example == "" {
+		return "", "no examples/ddp-fashion-mnist binary"
+	}
+	return "examples/ddp-fashion-mnist under godist run on each host (static rendezvous at node0)", ""
+}
+
+func probeTorchTrain(t tools) (string, string) {
+	v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
+	if err != nil {
+		return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
+	}
+	return strings.TrimSpace(string(v)) + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
 }
 
 var trainBenches = []trainBench{
+	{Name: "godist", Label: "godist", Probe: probeGodistTrain, Cmds: godistTrain},
 	{
-		Name: "godist", Label: "godist",
-		Probe: func(t tools) (string, string) {
-			if t.Example == "" {
-				return "", "no examples/ddp-fashion-mnist binary"
-			}
-			return "examples/ddp-fashion-mnist under godist run on each host (static rendezvous at node0)", ""
-		},
-		Cmds: func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd {
-			tok := make([]byte, 16)
-			rand.Read(tok)
-			env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
-			if l.oversubscribed() {
-				env = append(env, "GODIST_YIELD=1")
-			}
-			var cmds []hostCmd
-			for i := range l.cfg.Hosts {
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append([]string{t.Godist, "run",
-					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
-					"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
-					"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
-					t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}, run.args()...)})
-			}
-			return cmds
-		},
-	},
-	{
-		Name: "torch", Label: "PyTorch",
-		Probe: func(t tools) (string, string) {
-			v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
-			if err != nil {
-				return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
-			}
-			return strings.TrimSpace(string(v)) + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
-		},
+		Name: "torch", Label: "PyTorch", Probe: probeTorchTrain, Cmds: torchTrain,
 		Unsupported: func(hook string) string {
 			if hook == "bf16" {
 				// default_hooks.bf16_compress_hook raises "BF16 all reduce
@@ -143,20 +182,10 @@ var trainBenches = []trainBench{
 			}
 			return ""
 		},
-		Cmds: func(t tools, l *lab, model, hook string, run trainRun, port int) []hostCmd {
-			env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
-			var cmds []hostCmd
-			for i := range l.cfg.Hosts {
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append([]string{t.Python, "-m", "torch.distributed.run",
-					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
-					"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
-					"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
-					"--redirects", "1", "--tee", "1",
-					filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}, run.args()...)})
-			}
-			return cmds
-		},
 	},
+	{Name: "godist-no-overlap", Label: "godist without overlap", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--no-overlap"}, Variant: true},
+	{Name: "godist-unsynced", Label: "godist unsynced", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--unsynced"}, Variant: true},
+	{Name: "torch-unsynced", Label: "PyTorch unsynced", Probe: probeTorchTrain, Cmds: torchTrain, Extra: []string{"--no-ddp"}, Variant: true},
 }
 
 // trainCells are the (model, hook) pairs a lab runs: every hook on labs
@@ -182,6 +211,8 @@ type trainRow struct {
 	Hook   string // DDP's communication hook (--comm-hook)
 	Godist []trainResult
 	Torch  []trainResult
+	// Variants are the --overlap runs, by trainBench name.
+	Variants map[string][]trainResult
 }
 
 // samples is the spread of the rounds' samples/s.
@@ -246,9 +277,12 @@ func renderTrain(rows []trainRow) string {
 
 // runTrain runs the training comparison on every lab and prints its
 // table; it reports whether everything ran.
-func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr trainRun, rounds int, t tools, timeout time.Duration) bool {
+func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr trainRun, overlap bool, rounds int, t tools, timeout time.Duration) bool {
 	var run []trainBench
 	for _, b := range trainBenches {
+		if b.Variant && !overlap {
+			continue
+		}
 		about, missing := b.Probe(t)
 		if missing != "" {
 			fmt.Printf("- skipping %s: %s\n", b.Label, missing)
@@ -299,6 +333,9 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 					if ctx.Err() != nil {
 						break
 					}
+					if b.Variant && (cfg.Hosts == 1 || hook != "allreduce" || tr.TargetAcc > 0) {
+						continue
+					}
 					if b.Unsupported != nil && b.Unsupported(hook) != "" {
 						if r == 0 {
 							fmt.Printf("- %s %s %s: %s does not run: %s\n", cfg, model, hook, b.Label, b.Unsupported(hook))
@@ -308,7 +345,7 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s %s, round %d: %s\n", cfg, model, hook, r+1, b.Label)
 					port := 29500 + l.runs%500
 					l.runs++
-					out, err := l.run(ctx, b.Cmds(t, l, model, hook, tr, port), timeout)
+					out, err := l.run(ctx, b.Cmds(t, l, model, hook, tr, port, b.Extra), timeout)
 					var res trainResult
 					if err == nil {
 						res, err = parseTrainResult(out)
@@ -318,9 +355,18 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 						fmt.Printf("- %s %s %s, round %d: %s failed: %v\n", cfg, model, hook, r+1, b.Label, err)
 						continue
 					}
-					if b.Name == "godist" {
+					// Each run's result as it comes, so a run cut short keeps them.
+					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s %s, round %d: %s %.0f samples/s, %.2f ms a step, test accuracy %.4f, target reached %v after %d steps, %.2f s\n",
+						cfg, model, hook, r+1, b.Label, res.SamplesPerS, res.MsPerStep, res.TestAcc, res.Reached, res.TargetSteps, res.TargetS)
+					switch {
+					case b.Variant:
+						if row.Variants == nil {
+							row.Variants = map[string][]trainResult{}
+						}
+						row.Variants[b.Name] = append(row.Variants[b.Name], res)
+					case b.Name == "godist":
 						row.Godist = append(row.Godist, res)
-					} else {
+					default:
 						row.Torch = append(row.Torch, res)
 					}
 				}
@@ -332,6 +378,13 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 		}
 	}
 	fmt.Print(renderTrain(rows))
+	if overlap {
+		fmt.Printf("\nOverlap: ms a step (the rounds' median) of DDP, of godist's DDP reducing only after backward (--no-overlap), and of\n" +
+			"unsynced replicas (compute alone: godist --unsynced, PyTorch without DDP). Communication alone is godist's step without\n" +
+			"overlap less compute alone; exposed is DDP's step less compute alone; hidden is the share of godist's communication\n" +
+			"that overlap took off the step, 1 - exposed / alone.\n\n")
+		fmt.Print(renderOverlap(rows))
+	}
 	if tr.TargetAcc > 0 {
 		fmt.Printf("\nTime to %g test accuracy (training time, evaluations excluded; the rounds' median, and the steps it took):\n\n", tr.TargetAcc)
 		fmt.Print(renderTarget(rows))
@@ -370,6 +423,39 @@ func renderTarget(rows []trainRow) string {
 			ratio = fmt.Sprintf("%.2f×", pt/gt)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, r.Hook, g, p, ratio)
+	}
+	return b.String()
+}
+
+// renderOverlap returns the overlap table of the rows that have the
+// --overlap variants.
+func renderOverlap(rows []trainRow) string {
+	var b strings.Builder
+	b.WriteString("| lab | model | godist ms: DDP / no overlap / compute alone | communication alone / exposed | hidden | PyTorch ms: DDP / compute alone | PyTorch exposed |\n|---|---|---|---|---|---|---|\n")
+	ms := func(rs []trainResult) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = r.MsPerStep
+		}
+		return spreadOf(v).Median
+	}
+	for _, r := range rows {
+		no, un, tun := r.Variants["godist-no-overlap"], r.Variants["godist-unsynced"], r.Variants["torch-unsynced"]
+		if len(r.Godist) == 0 || len(no) == 0 || len(un) == 0 {
+			continue
+		}
+		g, n, u := ms(r.Godist), ms(no), ms(un)
+		alone, exposed := n-u, g-u
+		hidden := "-"
+		if alone > 0 {
+			hidden = fmt.Sprintf("%.0f%%", 100*(1-exposed/alone))
+		}
+		pt, pexp := "-", "-"
+		if len(r.Torch) > 0 && len(tun) > 0 {
+			p, pu := ms(r.Torch), ms(tun)
+			pt, pexp = fmt.Sprintf("%.2f / %.2f", p, pu), fmt.Sprintf("%.2f", p-pu)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f / %.2f | %.2f / %.2f | %s | %s | %s |\n", r.Config, r.Model, g, n, u, alone, exposed, hidden, pt, pexp)
 	}
 	return b.String()
 }

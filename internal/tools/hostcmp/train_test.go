@@ -90,3 +90,27 @@ func TestTrainRunArgs(t *testing.T) {
 		t.Errorf("target accuracy: %q", got)
 	}
 }
+
+func TestRenderOverlap(t *testing.T) {
+	ms := func(v ...float64) []trainResult {
+		var rs []trainResult
+		for _, x := range v {
+			rs = append(rs, trainResult{MsPerStep: x})
+		}
+		return rs
+	}
+	rows := []trainRow{{
+		Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, Model: "lenet", Hook: "allreduce",
+		Godist: ms(5, 6, 7), Torch: ms(12),
+		Variants: map[string][]trainResult{"godist-no-overlap": ms(8), "godist-unsynced": ms(4), "torch-unsynced": ms(9)},
+	}, {
+		// no variants: no row
+		Config: labConfig{Hosts: 2, PerHost: 1, Rate: 1e9}, Model: "mlp", Hook: "allreduce", Godist: ms(5), Torch: ms(5),
+	}}
+	got := renderOverlap(rows)
+	// alone 8-4 = 4, exposed 6-4 = 2: half hidden; PyTorch exposed 12-9 = 3
+	want := "| 2x1@1G | lenet | 6.00 / 8.00 / 4.00 | 4.00 / 2.00 | 50% | 12.00 / 9.00 | 3.00 |"
+	if !strings.Contains(got, want) || strings.Contains(got, "| mlp |") {
+		t.Errorf("got\n%s\nwant the row %q and no mlp row", got, want)
+	}
+}

@@ -22,7 +22,8 @@ import (
 // against the first rank of the second host, while the other ranks of the
 // two hosts do the same in pairs (measureModel), and then shared memory
 // against another rank of its own host (when it has one): small round
-// trips give the latency (the median, halved), then measureBulk bytes
+// trips, measureRounds after measureWarmRounds untimed, give the latency
+// (their median, halved), then measureBulk bytes
 // sent and acknowledged, measureBulkRounds times after measureWarmBulk
 // untimed, give the bandwidth (the median, each less the small round
 // trip just before it): sustained, not what a link's burst allowance or
@@ -32,7 +33,8 @@ import (
 // the network's part takes about 80 ms.
 
 const (
-	measureRounds     = 16
+	measureWarmRounds = 32 // untimed small round trips: a new job's first calls fault in fresh memory
+	measureRounds     = 32
 	measureBulk       = 1 << 20
 	measureBulkMax    = 16 << 20
 	measureBulkTime   = 4 * time.Millisecond
@@ -177,6 +179,11 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func() error
 		return time.Since(t0).Seconds(), err
 	}
 	defer w.probeExchange(ctx, peer, &tag, probeDone)
+	for range measureWarmRounds {
+		if _, err := roundTrip(0); err != nil {
+			return algo.Link{}, err
+		}
+	}
 	rtts := make([]float64, measureRounds)
 	for i := range rtts {
 		var err error

@@ -25,20 +25,20 @@ import (
 // benchConfig is what the parent tells every rank, as JSON in the
 // environment variable benchConfigEnv.
 type benchConfig struct {
-	Ops      []string      `json:"ops"`
-	Sizes    []int         `json:"sizes"`
-	DType    string        `json:"dtype"`
-	Warmup   int           `json:"warmup"`
+	Ops    []string `json:"ops"`
+	Sizes  []int    `json:"sizes"`
+	DType  string   `json:"dtype"`
+	Warmup int      `json:"warmup"`
 	// WarmupJob is the job's warm-up: iterations of a barrier and a 4-byte
 	// all_reduce before the first cell (bench_gloo.py's --warmup-job).
-	WarmupJob int `json:"warmup_job"`
-	MinIters int           `json:"min_iters"`
-	MaxIters int           `json:"max_iters"`
-	Target   time.Duration `json:"target"`
-	Timeout  time.Duration `json:"timeout"` // bounds each collective
-	Shared   bool          `json:"shared"`  // inputs from NewSharedTensor
-	RPC      bool          `json:"rpc"`     // the RPC cases of bench_rpc.py instead of collectives
-	RPCCases []string      `json:"rpc_cases"`
+	WarmupJob int           `json:"warmup_job"`
+	MinIters  int           `json:"min_iters"`
+	MaxIters  int           `json:"max_iters"`
+	Target    time.Duration `json:"target"`
+	Timeout   time.Duration `json:"timeout"` // bounds each collective
+	Shared    bool          `json:"shared"`  // inputs from NewSharedTensor
+	RPC       bool          `json:"rpc"`     // the RPC cases of bench_rpc.py instead of collectives
+	RPCCases  []string      `json:"rpc_cases"`
 }
 
 const benchConfigEnv = "GODIST_BENCH_CONFIG"

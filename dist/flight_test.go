@@ -171,6 +171,10 @@ func TestFlightDumpOnTimeout(t *testing.T) {
 	gs := inprocGroups(2, 300*time.Millisecond)
 	dir := t.TempDir()
 	gs[0].world.flightDir, gs[0].world.autoDump = dir, true
+	// Rank 1's directory is this test's own: in the default one
+	// (os.TempDir), a record that an earlier process of the same pid
+	// left would pass for rank 1's.
+	gs[1].world.flightDir = t.TempDir()
 	defer func() {
 		for _, g := range gs {
 			g.Destroy()
@@ -231,6 +235,7 @@ func TestFlightDumpOnSignal(t *testing.T) {
 	gs := inprocGroups(2, time.Minute)
 	dir := t.TempDir()
 	gs[0].world.flightDir = dir
+	gs[1].world.flightDir = t.TempDir() // SIGUSR1 dumps it too: not into os.TempDir
 	defer func() {
 		for _, g := range gs {
 			g.Destroy()

@@ -45,7 +45,8 @@ func buildBins(ctx context.Context, t *testing.T) (godist, worker string) {
 			if bins.err != nil {
 				break
 			}
-			cmd := exec.CommandContext(ctx, gobin, "build", "-o", filepath.Join(bins.dir, b[0]), b[1])
+			// tinygpt with the etcd store, for godist run --rdzv-backend etcd.
+			cmd := exec.CommandContext(ctx, gobin, "build", "-tags", "etcd", "-o", filepath.Join(bins.dir, b[0]), b[1])
 			cmd.Dir = filepath.Join("..", "..")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)

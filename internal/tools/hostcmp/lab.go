@@ -96,51 +96,24 @@ var benches = []bench{
 			return strings.Join(strings.Fields(string(v)), " ") + "; godist run on each host (static rendezvous at node0), godist bench --worker", ""
 		},
 		Cmds: func(t tools, l *lab, p params, port int, _ string) []hostCmd {
-			tok := make([]byte, 16)
-			rand.Read(tok)
-			env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
-			if l.oversubscribed() {
-				// As mpi_yield_when_idle for OpenMPI: see lab.oversubscribed.
-				env = append(env, "GODIST_YIELD=1")
-			}
-			var cmds []hostCmd
-			for i := range l.cfg.Hosts {
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: []string{t.Godist, "run",
-					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
-					"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
-					"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
-					t.Godist, "bench", "--worker", "--ops", strings.Join(p.Ops, ","), "--sizes", p.sizesArg(),
-					"--target", p.Target.String(), "--iters", strconv.Itoa(p.MaxIters),
-					"--min-iters", strconv.Itoa(p.MinIters), "--warmup", strconv.Itoa(p.Warmup),
-					"--warmup-job", strconv.Itoa(p.WarmupJob),
-					"--timeout", p.Timeout.String()}})
-			}
-			return cmds
+			return godistOnHosts(t, l, port, t.Godist, "bench", "--worker", "--ops", strings.Join(p.Ops, ","), "--sizes", p.sizesArg(),
+				"--target", p.Target.String(), "--iters", strconv.Itoa(p.MaxIters),
+				"--min-iters", strconv.Itoa(p.MinIters), "--warmup", strconv.Itoa(p.Warmup),
+				"--warmup-job", strconv.Itoa(p.WarmupJob),
+				"--timeout", p.Timeout.String())
 		},
 	},
 	{
 		Name: "gloo", Label: "gloo",
 		Probe: func(t tools) (string, string) {
-			v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
-			if err != nil {
-				return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
+			v, missing := torchVersion(t)
+			if missing != "" {
+				return "", missing
 			}
-			return strings.TrimSpace(string(v)) + "; torchrun on each host (static rendezvous at node0), bench_gloo.py, GLOO_SOCKET_IFNAME=eth0", ""
+			return v + "; torchrun on each host (static rendezvous at node0), bench_gloo.py, GLOO_SOCKET_IFNAME=eth0", ""
 		},
 		Cmds: func(t tools, l *lab, p params, port int, out string) []hostCmd {
-			env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
-			var cmds []hostCmd
-			for i := range l.cfg.Hosts {
-				argv := []string{t.Python, "-m", "torch.distributed.run", // torchrun
-					"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
-					"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
-					"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
-					// torch 1.13's torchrun crashes under Python 3.11 without these.
-					"--redirects", "1", "--tee", "1",
-					filepath.Join(t.Scripts, "bench_gloo.py")}
-				cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append(argv, p.anchorFlags(out)...)})
-			}
-			return cmds
+			return torchrunOnHosts(t, l, port, append([]string{filepath.Join(t.Scripts, "bench_gloo.py")}, p.anchorFlags(out)...)...)
 		},
 	},
 	{
@@ -181,6 +154,55 @@ var benches = []bench{
 			return []hostCmd{{Host: 0, Argv: append(argv, p.anchorFlags(out)...)}}
 		},
 	},
+}
+
+// godistOnHosts is godist run on every host of l (static rendezvous at
+// node0, a fresh job token) running program with its args; GODIST_YIELD=1
+// where the lab has more ranks than CPUs, as mpi_yield_when_idle for
+// OpenMPI (see lab.oversubscribed).
+func godistOnHosts(t tools, l *lab, port int, program ...string) []hostCmd {
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
+	if l.oversubscribed() {
+		env = append(env, "GODIST_YIELD=1")
+	}
+	var cmds []hostCmd
+	for i := range l.cfg.Hosts {
+		argv := []string{t.Godist, "run",
+			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
+			"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
+			"--nproc-per-node", strconv.Itoa(l.cfg.PerHost)}
+		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append(argv, program...)})
+	}
+	return cmds
+}
+
+// torchrunOnHosts is torchrun on every host of l (static rendezvous at
+// node0, gloo on eth0, one thread a rank) running script with its args.
+func torchrunOnHosts(t tools, l *lab, port int, script ...string) []hostCmd {
+	env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
+	var cmds []hostCmd
+	for i := range l.cfg.Hosts {
+		argv := []string{t.Python, "-m", "torch.distributed.run", // torchrun
+			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
+			"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
+			"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
+			// torch 1.13's torchrun crashes under Python 3.11 without these.
+			"--redirects", "1", "--tee", "1"}
+		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: append(argv, script...)})
+	}
+	return cmds
+}
+
+// torchVersion returns "torch VERSION", or why t.Python cannot run
+// torchrun.
+func torchVersion(t tools) (version, missing string) {
+	v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
+	if err != nil {
+		return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
+	}
+	return strings.TrimSpace(string(v)), ""
 }
 
 // selectBenches returns the benchmarks named in the comma-separated list,

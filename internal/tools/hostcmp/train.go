@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -110,49 +107,24 @@ type trainBench struct {
 // godistTrain is godist's side: the example under godist run on every
 // host.
 func godistTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	env := []string{"GODIST_TOKEN=" + hex.EncodeToString(tok)}
-	if l.oversubscribed() {
-		env = append(env, "GODIST_YIELD=1")
+	args := []string{t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}
+	args = append(append(args, run.args()...), extra...)
+	if run.BucketMB > 0 {
+		mb := strconv.FormatFloat(run.BucketMB, 'g', -1, 64)
+		args = append(args, "--bucket-cap-mb", mb, "--first-bucket-mb", mb)
 	}
-	var cmds []hostCmd
-	for i := range l.cfg.Hosts {
-		argv := []string{t.Godist, "run",
-			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node-rank", strconv.Itoa(i),
-			"--master-addr", l.c.Host(0).Addr.String(), "--master-port", strconv.Itoa(port),
-			"--nproc-per-node", strconv.Itoa(l.cfg.PerHost),
-			t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}
-		argv = append(append(argv, run.args()...), extra...)
-		if run.BucketMB > 0 {
-			mb := strconv.FormatFloat(run.BucketMB, 'g', -1, 64)
-			argv = append(argv, "--bucket-cap-mb", mb, "--first-bucket-mb", mb)
-		}
-		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: argv})
-	}
-	return cmds
+	return godistOnHosts(t, l, port, args...)
 }
 
 // torchTrain is PyTorch's side: train_ddp.py under torchrun on every
 // host.
 func torchTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
-	env := []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"}
-	var cmds []hostCmd
-	for i := range l.cfg.Hosts {
-		argv := []string{t.Python, "-m", "torch.distributed.run",
-			"--nnodes", strconv.Itoa(l.cfg.Hosts), "--node_rank", strconv.Itoa(i),
-			"--nproc_per_node", strconv.Itoa(l.cfg.PerHost), "--rdzv_backend", "static",
-			"--master_addr", l.c.Host(0).Addr.String(), "--master_port", strconv.Itoa(port),
-			// torch 1.13's torchrun crashes under Python 3.11 without these.
-			"--redirects", "1", "--tee", "1",
-			filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}
-		argv = append(append(argv, run.args()...), extra...)
-		if run.BucketMB > 0 {
-			argv = append(argv, "--bucket-cap-mb", strconv.FormatFloat(run.BucketMB, 'g', -1, 64))
-		}
-		cmds = append(cmds, hostCmd{Host: i, Env: env, Argv: argv})
+	args := []string{filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}
+	args = append(append(args, run.args()...), extra...)
+	if run.BucketMB > 0 {
+		args = append(args, "--bucket-cap-mb", strconv.FormatFloat(run.BucketMB, 'g', -1, 64))
 	}
-	return cmds
+	return torchrunOnHosts(t, l, port, args...)
 }
 
 func probeGodistTrain(t tools) (string, string) {
@@ -163,11 +135,11 @@ func probeGodistTrain(t tools) (string, string) {
 }
 
 func probeTorchTrain(t tools) (string, string) {
-	v, err := exec.Command(t.Python, "-c", "import torch, torch.distributed.run; print('torch', torch.__version__)").Output()
-	if err != nil {
-		return "", fmt.Sprintf("%s cannot import torch and torchrun's torch.distributed.run (Debian: python3-torch)", t.Python)
+	v, missing := torchVersion(t)
+	if missing != "" {
+		return "", missing
 	}
-	return strings.TrimSpace(string(v)) + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
+	return v + "; DDP over gloo, train_ddp.py under torchrun on each host (static rendezvous at node0), one thread a rank", ""
 }
 
 var trainBenches = []trainBench{

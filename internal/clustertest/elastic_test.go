@@ -148,9 +148,10 @@ func comeAndGo(t *testing.T, c *Cluster, backend, endpoint string) {
 		}
 		t.Logf("%s", what)
 	}
-	// stepAfterWorld reports whether an evaluation came after the last
-	// start of a run of world w.
-	stepAfterWorld := func(w int) func([]elasticEvent) bool {
+	// stepsAfterWorld reports whether n evaluations came after the last
+	// start of a run of world w. Each evaluation is followed by a
+	// checkpoint, so the second says the first one's checkpoint is whole.
+	stepsAfterWorld := func(w, n int) func([]elasticEvent) bool {
 		return func(evs []elasticEvent) bool {
 			last := -1
 			for i, e := range evs {
@@ -161,20 +162,24 @@ func comeAndGo(t *testing.T, c *Cluster, backend, endpoint string) {
 			if last < 0 {
 				return false
 			}
+			seen := 0
 			for _, e := range evs[last+1:] {
 				if e.Step > 0 {
-					return true
+					seen++
 				}
 			}
-			return false
+			return seen >= n
 		}
 	}
 	node(0) // with the store backend, it serves the store
 	time.Sleep(200 * time.Millisecond)
 	node(1)
-	waitFor("the job trains as a world of 2", 90*time.Second, stepAfterWorld(2))
+	// Grow and cut only once a checkpoint of the world is whole (two
+	// evaluations): during its save, the job would resume from the one
+	// before, and the test could not tell the restarts apart.
+	waitFor("the job trains as a world of 2", 90*time.Second, stepsAfterWorld(2, 2))
 	node(2)
-	waitFor("a third host joined: the job trains as a world of 3", 90*time.Second, stepAfterWorld(3))
+	waitFor("a third host joined: the job trains as a world of 3", 90*time.Second, stepsAfterWorld(3, 2))
 	if err := c.SetLink(ctx, 2, false); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -128,6 +128,12 @@ bench-hosts:
 # Needs root and python3-torch.
 bench-hosts-train:
 	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) --train mlp,lenet $(HOSTCMP_FLAGS)
+
+# The tiny GPT across the same hosts: examples/tinygpt with DDP, FSDP and
+# hybrid sharding under godist run beside its PyTorch twin (DDP over gloo,
+# the same weights and batches) under torchrun, in tokens/s.
+bench-hosts-gpt:
+	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) --train gpt,gpt-fsdp,gpt-hybrid $(HOSTCMP_FLAGS)
 
 # RPC: godist bench --rpc and PyTorch's TensorPipe RPC
 # (shared/anchors/bench_rpc.py), 3 rounds taking turns to go first, as one

@@ -20,7 +20,7 @@
 // model under PyTorch's names, the optimizer, the step) and a PNG of the
 // curves, and ends with --sample bytes generated from --prompt, then one
 // JSON line. --resume continues from the checkpoint. --dump writes what
-// the PyTorch twin (internal/tools/gpttwin) needs to train the same model
+// the PyTorch twin (internal/tools/peers/gpt_twin.py) needs to train the same model
 // on the same batches.
 package main
 
@@ -152,7 +152,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
-	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/gpttwin to this directory, then train")
+	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/peers/gpt_twin.py to this directory, then train")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -840,7 +840,7 @@ func (h history) plot(path string) error {
 		StepLabel: "training (rank 0's batch)", Steps: bits, EvalLabel: "validation", Evals: h.Val}.Save(path, 5*vg.Inch)
 }
 
-// dump writes, for internal/tools/gpttwin: the two splits (train.bin,
+// dump writes, for internal/tools/peers/gpt_twin.py: the two splits (train.bin,
 // val.bin), the initial weights under PyTorch's names (init.safetensors),
 // the offsets of every step's global batch of windows (batches.bin: int64
 // little-endian, steps × world·batch) and the configuration (config.json).

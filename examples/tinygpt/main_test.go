@@ -337,7 +337,7 @@ func TestStrategies(t *testing.T) {
 				t.Fatalf("checkpoint's wte.weight: %v", w)
 			}
 			// The weights load strictly into the plain GPT, whose state
-			// dict's names PyTorch's twin loads (internal/tools/gpttwin).
+			// dict's names PyTorch's twin loads (internal/tools/peers/gpt_twin.py).
 			plain, err := models.NewGPT(tensor.NewRNG(1), models.GPTConfig{Vocab: data.TextVocab, Block: c.Block, Layers: c.Layers, Heads: c.Heads, Dim: c.Dim})
 			if err != nil {
 				t.Fatal(err)

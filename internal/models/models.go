@@ -2,7 +2,7 @@
 // the two Fashion-MNIST models, defined exactly as
 // shared/anchors/train_ddp.py defines them so that the numbers compare with
 // PyTorch's, and GPT, the tiny byte-level language model of
-// examples/tinygpt (internal/tools/gpttwin is its PyTorch twin).
+// examples/tinygpt (internal/tools/peers/gpt_twin.py is its PyTorch twin).
 package models
 
 import (

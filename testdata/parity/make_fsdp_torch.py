@@ -1,6 +1,6 @@
 """PyTorch 1.13 loads the full state dict FSDP wrote (fsdp_full_state.safetensors,
 from TestFullStateDictInPyTorch with GODIST_WRITE_PARITY=1) into the tiny GPT
-of internal/tools/gpttwin, strictly, and writes its logits on the stored
+of internal/tools/peers/gpt_twin.py, strictly, and writes its logits on the stored
 input to fsdp_full_state_torch.safetensors.
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 testdata/parity/make_fsdp_torch.py
@@ -11,9 +11,9 @@ import sys
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "internal", "tools", "gpttwin"))
+sys.path.insert(0, os.path.join(here, "..", "..", "internal", "tools", "peers"))
 sys.path.insert(0, here)
-import twin  # noqa: E402
+import gpt_twin as twin  # noqa: E402
 from safetensors_io import save  # noqa: E402
 
 cfg = {"vocab": 256, "block": 8, "layers": 2, "heads": 2, "dim": 12, "dropout": 0.0}

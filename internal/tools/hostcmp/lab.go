@@ -58,8 +58,11 @@ type tools struct {
 	Godist  string // the godist binary
 	Python  string // Python with torch, mpi4py and numpy
 	Mpirun  string
-	Scripts string // the directory holding bench_gloo.py, bench_mpi.py and train_ddp.py
+	Scripts string // the directory holding bench_gloo.py, bench_mpi.py, train_ddp.py and gpt_twin.py
 	Example string // examples/ddp-fashion-mnist, for --train
+	TinyGPT string // examples/tinygpt, for --train gpt
+	Corpus  string // tinygpt's --data: $(go env GOROOT)/src
+	Tmp     string // a directory for the run's files, removed at the end
 }
 
 // hostCmd is one command of a benchmark's run: argv on host Host, with

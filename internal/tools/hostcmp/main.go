@@ -74,7 +74,8 @@ func main() {
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch), mpi4py and numpy (python3-mpi4py)")
 	jsonDir := flag.String("json", "", "directory to keep every run's raw JSON in")
-	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet; comma-separated): examples/ddp-fashion-mnist under godist run beside PyTorch DDP over gloo under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
+	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet, gpt, gpt-fsdp, gpt-hybrid; comma-separated): examples/ddp-fashion-mnist or examples/tinygpt (DDP, FSDP, hybrid sharding) under godist run beside PyTorch DDP over gloo (train_ddp.py, gpt_twin.py) under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
+	gptSteps := flag.Int("gpt-steps", 40, "with --train gpt, the steps of each GPT run")
 	trainSteps := flag.Int("train-steps", 300, "with --train, the steps of each run")
 	targetAcc := flag.Float64("target-acc", 0, "with --train, run each until its test accuracy (taken every --eval-every steps) reaches this, at most --train-epochs epochs, and report the time to it")
 	evalEvery := flag.Int("eval-every", 25, "with --target-acc, steps between evaluations")
@@ -138,7 +139,7 @@ func main() {
 	if err := os.MkdirAll(keep, 0o755); err != nil {
 		fail(err)
 	}
-	t := tools{Godist: *godistBin, Python: *python}
+	t := tools{Godist: *godistBin, Python: *python, Tmp: tmp}
 	t.Mpirun, _ = exec.LookPath("mpirun")
 	if t.Scripts, err = peers.Write(filepath.Join(tmp, "peers")); err != nil {
 		fail(err)
@@ -157,17 +158,27 @@ func main() {
 	}
 	if *train != "" {
 		models := strings.Split(*train, ",")
-		for _, m := range models {
-			if m != "mlp" && m != "lenet" {
-				fail(fmt.Errorf("--train: unknown model %q (want mlp, lenet)", m))
-			}
+		if err := checkModels(models); err != nil {
+			fail(err)
 		}
-		if *trainSteps < 1 || *evalEvery < 1 || *trainEpochs < 1 || *targetAcc < 0 || *targetAcc >= 1 {
-			fail(fmt.Errorf("want --train-steps, --eval-every and --train-epochs at least 1, and --target-acc in [0, 1)"))
+		if *trainSteps < 1 || *evalEvery < 1 || *trainEpochs < 1 || *targetAcc < 0 || *targetAcc >= 1 || *gptSteps < 1 {
+			fail(fmt.Errorf("want --train-steps, --gpt-steps, --eval-every and --train-epochs at least 1, and --target-acc in [0, 1)"))
+		}
+		if anyGPT(models) && *targetAcc > 0 {
+			fail(fmt.Errorf("--target-acc is for the Fashion-MNIST models; the GPT runs report their validation loss"))
 		}
 		t.Example = filepath.Join(tmp, "ddp-fashion-mnist")
 		goBuild(t.Example, "github.com/godist/godist/examples/ddp-fashion-mnist")
-		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc, BucketMB: *bucketMB}
+		if anyGPT(models) {
+			t.TinyGPT = filepath.Join(tmp, "tinygpt")
+			goBuild(t.TinyGPT, "github.com/godist/godist/examples/tinygpt")
+			root, err := exec.Command("go", "env", "GOROOT").Output()
+			if err != nil {
+				fail(fmt.Errorf("go env GOROOT (tinygpt's corpus): %w", err))
+			}
+			t.Corpus = filepath.Join(strings.TrimSpace(string(root)), "src")
+		}
+		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc, BucketMB: *bucketMB, GPTSteps: *gptSteps}
 		if !runTrain(ctx, labs, models, strings.Split(*hooks, ","), tr, *overlap, *rounds, t, *timeout) {
 			os.Exit(1)
 		}

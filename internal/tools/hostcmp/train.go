@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,8 +20,8 @@ import (
 // Training across hosts (--train): DDP on Fashion-MNIST, godist's
 // examples/ddp-fashion-mnist under godist run on each host beside
 // PyTorch's DDP over gloo (peers/train_ddp.py, the same models, batch,
-// optimizer and data) under torchrun on each host, in interleaved rounds
-// whose order rotates. Each host is pinned to one CPU (a one-CPU host
+// optimizer and data) under torchrun on each host, and the tiny GPT
+// (gpt.go), in interleaved rounds whose order rotates. Each host is pinned to one CPU (a one-CPU host
 // runs one rank: --configs HxR gives R anyway), and the one-host
 // configuration is the base of the scaling efficiency:
 // samples/s over h hosts ÷ (the one-host samples/s × the CPUs the h
@@ -32,7 +33,11 @@ const trainConfigs = "1x1,2x1@1G,4x1@1G,2x1@10G,4x1@10G"
 
 // trainResult is what one training run reports (rank 0's JSON line).
 type trainResult struct {
+	// SamplesPerS is the run's rate: samples/s, or tokens/s for the GPT
+	// (whose programs report tokens_per_s).
 	SamplesPerS float64 `json:"samples_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s"`
+	ValLoss     float64 `json:"val_loss"` // the GPT's validation loss at the end
 	MsPerStep   float64 `json:"ms_per_step"`
 	TestAcc     float64 `json:"test_acc"`
 	LastLoss    float64 `json:"last_loss"`
@@ -50,7 +55,7 @@ func parseTrainResult(out []byte) (trainResult, error) {
 	lines := bytes.Split(out, []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := lines[i]
-		if !bytes.Contains(l, []byte(`"samples_per_s"`)) {
+		if !bytes.Contains(l, []byte(`"samples_per_s"`)) && !bytes.Contains(l, []byte(`"tokens_per_s"`)) {
 			continue
 		}
 		var r trainResult
@@ -60,6 +65,9 @@ func parseTrainResult(out []byte) (trainResult, error) {
 		}
 		if err := json.Unmarshal(l[j:], &r); err != nil {
 			return r, fmt.Errorf("reading %q: %w", l, err)
+		}
+		if r.SamplesPerS == 0 {
+			r.SamplesPerS = r.TokensPerS
 		}
 		if r.SamplesPerS <= 0 {
 			return r, fmt.Errorf("a result with no samples/s: %q", l)
@@ -79,6 +87,10 @@ type trainRun struct {
 	// BucketMB, when positive, caps DDP's buckets (godist's first bucket
 	// too; PyTorch 1.13 fixes its first at 1 MiB).
 	BucketMB float64
+	// GPTSteps are the steps of a GPT run, GPTDump the directory of the
+	// twin's dump (gpt.go).
+	GPTSteps int
+	GPTDump  string
 }
 
 // args are the flags both programs take for r.
@@ -96,8 +108,9 @@ type trainBench struct {
 	Name, Label string
 	Probe       func(t tools) (about, missing string)
 	Cmds        func(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd
-	// Unsupported says why the side cannot run with hook ("" if it can).
-	Unsupported func(hook string) string
+	// Unsupported says why the side cannot train model with hook ("" if
+	// it can).
+	Unsupported func(model, hook string) string
 	Extra       []string
 	// Variant marks the runs of --overlap: only on labs of several hosts,
 	// with the plain all-reduce, and only in the overlap table.
@@ -107,6 +120,9 @@ type trainBench struct {
 // godistTrain is godist's side: the example under godist run on every
 // host.
 func godistTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
+	if isGPT(model) {
+		return godistOnHosts(t, l, port, append(gptArgs(t, model, run), extra...)...)
+	}
 	args := []string{t.Example, "--model", model, "--checkpoint", "", "--plot", "", "--comm-hook", hook}
 	args = append(append(args, run.args()...), extra...)
 	if run.BucketMB > 0 {
@@ -119,6 +135,9 @@ func godistTrain(t tools, l *lab, model, hook string, run trainRun, port int, ex
 // torchTrain is PyTorch's side: train_ddp.py under torchrun on every
 // host.
 func torchTrain(t tools, l *lab, model, hook string, run trainRun, port int, extra []string) []hostCmd {
+	if isGPT(model) {
+		return torchrunOnHosts(t, l, port, append(twinArgs(t, run), extra...)...)
+	}
 	args := []string{filepath.Join(t.Scripts, "train_ddp.py"), "--model", model, "--threads", "1", "--comm-hook", hook}
 	args = append(append(args, run.args()...), extra...)
 	if run.BucketMB > 0 {
@@ -146,28 +165,41 @@ var trainBenches = []trainBench{
 	{Name: "godist", Label: "godist", Probe: probeGodistTrain, Cmds: godistTrain},
 	{
 		Name: "torch", Label: "PyTorch", Probe: probeTorchTrain, Cmds: torchTrain,
-		Unsupported: func(hook string) string {
+		Unsupported: func(model, hook string) string {
 			if hook == "bf16" {
 				// default_hooks.bf16_compress_hook raises "BF16 all reduce
 				// communication hook required CUDA 11+ and NCCL 2.10+".
 				return "PyTorch 1.13's bf16_compress_hook needs CUDA and NCCL"
 			}
+			if isGPT(model) && model != "gpt" {
+				return "the twin trains with DDP; the row compares with its DDP (the gpt row)"
+			}
 			return ""
 		},
 	},
-	{Name: "godist-no-overlap", Label: "godist without overlap", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--no-overlap"}, Variant: true},
-	{Name: "godist-unsynced", Label: "godist unsynced", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--unsynced"}, Variant: true},
-	{Name: "torch-unsynced", Label: "PyTorch unsynced", Probe: probeTorchTrain, Cmds: torchTrain, Extra: []string{"--no-ddp"}, Variant: true},
+	{Name: "godist-no-overlap", Label: "godist without overlap", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--no-overlap"}, Variant: true, Unsupported: mnistOnly},
+	{Name: "godist-unsynced", Label: "godist unsynced", Probe: probeGodistTrain, Cmds: godistTrain, Extra: []string{"--unsynced"}, Variant: true, Unsupported: mnistOnly},
+	{Name: "torch-unsynced", Label: "PyTorch unsynced", Probe: probeTorchTrain, Cmds: torchTrain, Extra: []string{"--no-ddp"}, Variant: true, Unsupported: mnistOnly},
+}
+
+// mnistOnly is the overlap variants' Unsupported: the GPT programs have
+// no such flags.
+func mnistOnly(model, hook string) string {
+	if isGPT(model) {
+		return "only the Fashion-MNIST models have --no-overlap, --unsynced and --no-ddp"
+	}
+	return ""
 }
 
 // trainCells are the (model, hook) pairs a lab runs: every hook on labs
 // of more than one host, only the plain all-reduce on one (whose ranks,
-// sharing its memory, gain nothing from compression).
+// sharing its memory, gain nothing from compression) and for the GPT
+// (tinygpt has no communication hooks).
 func trainCells(cfg labConfig, models, hooks []string) [][2]string {
 	var out [][2]string
 	for _, m := range models {
 		for _, h := range hooks {
-			if cfg.Hosts > 1 || h == "allreduce" {
+			if (cfg.Hosts > 1 && !isGPT(m)) || h == "allreduce" {
 				out = append(out, [2]string{m, h})
 			}
 		}
@@ -196,6 +228,15 @@ func samples(rs []trainResult) spread {
 	return spreadOf(v)
 }
 
+// valLoss is the spread of the rounds' validation losses (the GPT's).
+func valLoss(rs []trainResult) spread {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r.ValLoss
+	}
+	return spreadOf(v)
+}
+
 // accuracy is the spread of the rounds' test accuracies.
 func accuracy(rs []trainResult) spread {
 	v := make([]float64, len(rs))
@@ -212,15 +253,36 @@ func accuracy(rs []trainResult) spread {
 // one), and the test accuracies.
 func renderTrain(rows []trainRow) string {
 	var b strings.Builder
-	b.WriteString("| lab | model | hook | godist samples/s (range) | PyTorch samples/s (range) | godist/PyTorch | efficiency godist / PyTorch | test accuracy godist / PyTorch |\n")
+	b.WriteString("| lab | model | hook | godist samples/s (range) | PyTorch samples/s (range) | godist/PyTorch | efficiency godist / PyTorch | test accuracy (GPT: validation loss) godist / PyTorch |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
-	base := func(r trainRow) (g, t float64, ok bool) {
+	// base is the one-host samples/s of model with r's ranks per host:
+	// godist's, or PyTorch's when torch is set.
+	base := func(r trainRow, model string, torch bool) (float64, bool) {
 		for _, o := range rows {
-			if o.Config.Hosts == 1 && o.Config.PerHost == r.Config.PerHost && o.Model == r.Model && o.Hook == "allreduce" && len(o.Godist) > 0 && len(o.Torch) > 0 {
-				return samples(o.Godist).Median, samples(o.Torch).Median, true
+			if o.Config.Hosts == 1 && o.Config.PerHost == r.Config.PerHost && o.Model == model && o.Hook == "allreduce" {
+				rs := o.Godist
+				if torch {
+					rs = o.Torch
+				}
+				if len(rs) > 0 {
+					return samples(rs).Median, true
+				}
 			}
 		}
-		return 0, 0, false
+		return 0, false
+	}
+	// torch is r's PyTorch runs; for the GPT's FSDP and hybrid rows, the
+	// twin's DDP in the same lab (its gpt row), which the row says.
+	torch := func(r trainRow) (rs []trainResult, note string) {
+		if len(r.Torch) > 0 || !isGPT(r.Model) || r.Model == "gpt" {
+			return r.Torch, ""
+		}
+		for _, o := range rows {
+			if o.Config == r.Config && o.Model == "gpt" && o.Hook == r.Hook {
+				return o.Torch, " (DDP)"
+			}
+		}
+		return nil, ""
 	}
 	cell := func(rs []trainResult) string {
 		if len(rs) == 0 {
@@ -234,15 +296,32 @@ func renderTrain(rows []trainRow) string {
 	}
 	for _, r := range rows {
 		ratio, eff, acc := "-", "-", "-"
-		if len(r.Godist) > 0 && len(r.Torch) > 0 {
-			g, t := samples(r.Godist).Median, samples(r.Torch).Median
+		rt, note := torch(r)
+		if len(r.Godist) > 0 && len(rt) > 0 {
+			g, t := samples(r.Godist).Median, samples(rt).Median
 			ratio = fmt.Sprintf("%.2f×", g/t)
-			acc = fmt.Sprintf("%.3f / %.3f", accuracy(r.Godist).Median, accuracy(r.Torch).Median)
-			if bg, bt, ok := base(r); ok && r.Config.Hosts > 1 {
-				eff = fmt.Sprintf("%.0f%% / %.0f%%", 100*g/(bg*float64(r.CPUs)), 100*t/(bt*float64(r.CPUs)))
+			if isGPT(r.Model) {
+				acc = fmt.Sprintf("%.3f / %.3f", valLoss(r.Godist).Median, valLoss(rt).Median)
+			} else {
+				acc = fmt.Sprintf("%.3f / %.3f", accuracy(r.Godist).Median, accuracy(rt).Median)
+			}
+			if r.Config.Hosts > 1 {
+				effOf := func(v float64, ok bool, x float64) string {
+					if !ok {
+						return "-"
+					}
+					return fmt.Sprintf("%.0f%%", 100*x/(v*float64(r.CPUs)))
+				}
+				tm := r.Model
+				if note != "" {
+					tm = "gpt"
+				}
+				bg, okg := base(r, r.Model, false)
+				bt, okt := base(r, tm, true)
+				eff = effOf(bg, okg, g) + " / " + effOf(bt, okt, t)
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, r.Hook, cell(r.Godist), cell(r.Torch), ratio, eff, acc)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Config, r.Model, r.Hook, cell(r.Godist), cell(rt)+note, ratio, eff, acc)
 	}
 	return b.String()
 }
@@ -263,10 +342,17 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 		fmt.Printf("- %s: %s\n", b.Label, about)
 		run = append(run, b)
 	}
-	if tr.TargetAcc > 0 {
+	mnist := slices.ContainsFunc(models, func(m string) bool { return !isGPT(m) })
+	switch {
+	case !mnist:
+	case tr.TargetAcc > 0:
 		fmt.Printf("- each run trains until rank 0's test accuracy, taken every %d steps, reaches %g (at most %d epochs), %d samples a rank per step, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", tr.EvalEvery, tr.TargetAcc, tr.Epochs, 64)
-	} else {
+	default:
 		fmt.Printf("- %d steps of %d samples a rank per run, SGD lr 0.01 momentum 0.9, every host pinned to one CPU\n", tr.Steps, 64)
+	}
+	if anyGPT(models) {
+		fmt.Printf("- the GPT: examples/tinygpt's default model (4 blocks of width 128, 128-byte context, 0.84 M parameters), %d steps of 16 sequences a rank (2,048 tokens), AdamW, every host pinned to one CPU;\n"+
+			"  its rate is tokens/s over the steps' time (evaluation excluded); PyTorch's twin (gpt_twin.py) trains from the same weights on the same batches with DDP\n", tr.GPTSteps)
 	}
 	fmt.Printf("\nsamples/s is steps × batch × world over the time from a barrier before the first step to one after the last\n" +
 		"(each side counts its own, the same way); the median of the rounds, with their range. Efficiency is samples/s over\n" +
@@ -300,6 +386,19 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 		for _, mh := range trainCells(cfg, models, hooks) {
 			model, hook := mh[0], mh[1]
 			row := trainRow{Config: cfg, CPUs: n, Model: model, Hook: hook}
+			if model == "gpt" && slices.ContainsFunc(run, func(b trainBench) bool { return b.Name == "torch" }) {
+				fmt.Fprintf(os.Stderr, "hostcmp: --train %s gpt: an untimed godist run writes the twin's dump\n", cfg)
+				port := 29500 + l.runs%500
+				l.runs++
+				dir, err := gptDump(ctx, l, t, tr, port, t.Tmp, timeout)
+				if err != nil {
+					fmt.Printf("- %s gpt: %v\n", cfg, err)
+					ok = false
+					rows = append(rows, row)
+					continue
+				}
+				tr.GPTDump = dir
+			}
 			for r := range rounds {
 				for _, b := range rotate(run, r) {
 					if ctx.Err() != nil {
@@ -308,9 +407,9 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 					if b.Variant && (cfg.Hosts == 1 || hook != "allreduce" || tr.TargetAcc > 0) {
 						continue
 					}
-					if b.Unsupported != nil && b.Unsupported(hook) != "" {
-						if r == 0 {
-							fmt.Printf("- %s %s %s: %s does not run: %s\n", cfg, model, hook, b.Label, b.Unsupported(hook))
+					if b.Unsupported != nil && b.Unsupported(model, hook) != "" {
+						if r == 0 && !b.Variant {
+							fmt.Printf("- %s %s %s: %s does not run: %s\n", cfg, model, hook, b.Label, b.Unsupported(model, hook))
 						}
 						continue
 					}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -112,5 +113,72 @@ func TestRenderOverlap(t *testing.T) {
 	want := "| 2x1@1G | lenet | 6.00 / 8.00 / 4.00 | 4.00 / 2.00 | 50% | 12.00 / 9.00 | 3.00 |"
 	if !strings.Contains(got, want) || strings.Contains(got, "| mlp |") {
 		t.Errorf("got\n%s\nwant the row %q and no mlp row", got, want)
+	}
+}
+
+func TestParseGPTResult(t *testing.T) {
+	out := []byte(`[rank 0] {"config":{"layers":4},"steps":40,"val_loss":3.5,"tokens_per_s":27776.5,"ms_per_step":73.7,"world":2}` + "\n")
+	r, err := parseTrainResult(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SamplesPerS != 27776.5 || r.ValLoss != 3.5 {
+		t.Errorf("got %+v, want tokens/s as the rate and the validation loss", r)
+	}
+	if _, err := parseTrainResult([]byte(`[default0]:{"tokens_per_s": 0}`)); err == nil {
+		t.Error("a GPT result with no tokens/s: no error")
+	}
+}
+
+func TestRenderTrainGPT(t *testing.T) {
+	res := func(v float64) []trainResult { return []trainResult{{SamplesPerS: v, ValLoss: 3.25}} }
+	one, two := labConfig{Hosts: 1, PerHost: 1}, labConfig{Hosts: 2, PerHost: 1, Rate: 1e10}
+	rows := []trainRow{
+		{Config: one, CPUs: 1, Model: "gpt", Hook: "allreduce", Godist: res(20000), Torch: res(10000)},
+		{Config: one, CPUs: 1, Model: "gpt-fsdp", Hook: "allreduce", Godist: res(16000)},
+		{Config: two, CPUs: 2, Model: "gpt", Hook: "allreduce", Godist: res(38000), Torch: res(18000)},
+		{Config: two, CPUs: 2, Model: "gpt-fsdp", Hook: "allreduce", Godist: res(30000)},
+	}
+	got := renderTrain(rows)
+	for _, want := range []string{
+		"| 1x1 | gpt | allreduce | 20000 | 10000 | 2.00× | - | 3.250 / 3.250 |",
+		// 38000 / (20000 × 2) = 95%; 18000 / (10000 × 2) = 90%
+		"| 2x1@10G | gpt | allreduce | 38000 | 18000 | 2.11× | 95% / 90% | 3.250 / 3.250 |",
+		// FSDP against the twin's DDP in the same lab: 30000 / (16000 × 2) = 94%
+		"| 2x1@10G | gpt-fsdp | allreduce | 30000 | 18000 (DDP) | 1.67× | 94% / 90% | 3.250 / 3.250 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no row %q in\n%s", want, got)
+		}
+	}
+}
+
+func TestGPTCellsAndArgs(t *testing.T) {
+	cells := trainCells(labConfig{Hosts: 2, PerHost: 1}, []string{"gpt", "mlp"}, []string{"allreduce", "fp16"})
+	if fmt.Sprint(cells) != "[[gpt allreduce] [mlp allreduce] [mlp fp16]]" {
+		t.Errorf("cells %v: want the GPT with the plain all-reduce only", cells)
+	}
+	if err := checkModels([]string{"mlp", "gpt-hybrid"}); err != nil {
+		t.Error(err)
+	}
+	if err := checkModels([]string{"gpt2"}); err == nil {
+		t.Error("gpt2: no error")
+	}
+	tl := tools{TinyGPT: "/b/tinygpt", Corpus: "/go/src", Scripts: "/s"}
+	run := trainRun{GPTSteps: 40, GPTDump: "/d"}
+	g := strings.Join(gptArgs(tl, "gpt-hybrid", run), " ")
+	if !strings.HasPrefix(g, "/b/tinygpt --steps 40 --warmup 4 --eval-every 40 ") || !strings.HasSuffix(g, "--strategy hybrid --data /go/src") {
+		t.Errorf("godist's GPT program: %q", g)
+	}
+	if p := strings.Join(twinArgs(tl, run), " "); p != "/s/gpt_twin.py /d --steps 40 --eval-every 40" {
+		t.Errorf("the twin: %q", p)
+	}
+	for _, b := range trainBenches {
+		if b.Name == "torch" && b.Unsupported("gpt-fsdp", "allreduce") == "" {
+			t.Error("PyTorch's side would run gpt-fsdp: the twin has only DDP")
+		}
+		if b.Variant && b.Unsupported("gpt", "allreduce") == "" {
+			t.Errorf("%s would run the GPT, which has no %v", b.Name, b.Extra)
+		}
 	}
 }

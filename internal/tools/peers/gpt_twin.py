@@ -6,16 +6,19 @@ same parameter groups, the same warm-up + cosine schedule and the same
 clipping, so that godist's numbers can be compared with PyTorch's.
 
   tinygpt --dump DIR ...            # writes config, data, weights, batches
-  /usr/bin/python3 twin.py DIR [--world 2] [--steps N] [--eval-every N]
+  /usr/bin/python3 gpt_twin.py DIR [--world 2] [--steps N] [--eval-every N]
+  torchrun ... gpt_twin.py DIR      # one rank per process, across hosts
 
 DIR holds what `tinygpt --dump` wrote: config.json, train.bin, val.bin
 (the two splits of data.TextCorpus), init.safetensors (the initial
 weights under PyTorch's names) and batches.bin (int64 offsets into
 train.bin of each step's global batch of world×batch windows; rank r takes
 rows r·batch..(r+1)·batch). One thread per rank; --world 2 runs DDP over
-gloo on loopback, as shared/anchors/train_ddp.py does. The last line is
-one JSON object: val_loss, val_bits_per_byte, tokens_per_s, ms_per_step,
-the first losses, world.
+gloo on loopback in processes of its own; under torchrun (RANK and
+WORLD_SIZE in the environment) each process is one rank of DDP over gloo,
+joined through torchrun's env:// rendezvous (hostcmp --train gpt runs it
+so across hosts). The last line (rank 0's) is one JSON object: val_loss,
+val_bits_per_byte, tokens_per_s, ms_per_step, the first losses, world.
 """
 import argparse
 import json
@@ -85,9 +88,12 @@ def warmup_cosine(warmup, total, min_ratio):
     return factor
 
 
-def worker(rank, world, port, args, q):
+def worker(rank, world, init_method, args, q):
+    """Trains as rank of world, DDP joined at init_method (a
+    torch.distributed init method) when world > 1; puts (rank, result) on q."""
     os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if init_method.startswith("tcp://127.0.0.1:"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -116,7 +122,7 @@ def worker(rank, world, port, args, q):
     if world > 1:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
         net = DDP(model)
     else:
         net = model
@@ -186,6 +192,15 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: the config's)")
     ap.add_argument("--eval-every", type=int, default=0)
     args = ap.parse_args()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        # Under torchrun: this process is one rank.
+        import queue
+        q = queue.Queue()
+        rank = int(os.environ["RANK"])
+        worker(rank, int(os.environ["WORLD_SIZE"]), "env://", args, q)
+        if rank == 0:
+            print(json.dumps(q.get()[1]), flush=True)
+        return
     import torch.multiprocessing as mp
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -193,12 +208,12 @@ def main():
     if args.world == 1:
         import queue
         q = queue.Queue()
-        worker(0, 1, port, args, q)
+        worker(0, 1, f"tcp://127.0.0.1:{port}", args, q)
         res = q.get()[1]
     else:
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        ps = [ctx.Process(target=worker, args=(r, args.world, port, args, q)) for r in range(args.world)]
+        ps = [ctx.Process(target=worker, args=(r, args.world, f"tcp://127.0.0.1:{port}", args, q)) for r in range(args.world)]
         for p in ps:
             p.start()
         out = dict(q.get() for _ in ps)

@@ -11,7 +11,7 @@
 # thread. The summary takes the ratios within each round, then the median
 # over rounds; the machine is shared and noisy.
 #
-#   internal/tools/gpttwin/compare.sh [rounds] [steps]
+#   internal/tools/peers/gpt_compare.sh [rounds] [steps]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-3}
@@ -38,8 +38,8 @@ for r in $(seq "$rounds"); do
 			echo "w1-$b $("$(bin "$b")" "${flags[@]}" 2>/dev/null | tail -1 | tps)"
 			echo "w2-$b $(bin/godist run --standalone --nproc-per-node 2 "$(bin "$b")" "${flags[@]}" 2>/dev/null | sed -n 's/^\[rank 0\] \({.*}\)$/\1/p' | tps)"
 		done
-		echo "w1-torch $(/usr/bin/python3 internal/tools/gpttwin/twin.py "$out/w1" --steps "$steps" 2>/dev/null | tail -1 | tps)"
-		echo "w2-torch $(/usr/bin/python3 internal/tools/gpttwin/twin.py "$out/w2" --world 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
+		echo "w1-torch $(/usr/bin/python3 internal/tools/peers/gpt_twin.py "$out/w1" --steps "$steps" 2>/dev/null | tail -1 | tps)"
+		echo "w2-torch $(/usr/bin/python3 internal/tools/peers/gpt_twin.py "$out/w2" --world 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
 	} | tee "$out/round$r"
 done
 python3 - "$out" "$rounds" "${builds[@]}" <<'PY'

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -134,6 +134,13 @@ bench-hosts-train:
 # the same weights and batches) under torchrun, in tokens/s.
 bench-hosts-gpt:
 	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) --train gpt,gpt-fsdp,gpt-hybrid $(HOSTCMP_FLAGS)
+
+# The pipeline across the same hosts: examples/pipeline-gpt as data
+# parallelism alone, with its stages across hosts and with its stages
+# inside hosts, measured step time beside the schedule simulator's
+# prediction from the stages' costs and the link's. Needs root.
+bench-hosts-pipeline:
+	$(GO) run ./internal/tools/hostcmp --pipeline $(HOSTCMP_FLAGS)
 
 # RPC: godist bench --rpc and PyTorch's TensorPipe RPC
 # (shared/anchors/bench_rpc.py), 3 rounds taking turns to go first, as one

@@ -27,11 +27,14 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
+	"slices"
 	"time"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/internal/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
@@ -43,6 +46,7 @@ import (
 
 type config struct {
 	PP          int     `json:"pp"`
+	Inner       string  `json:"inner"` // the mesh dimension of adjacent ranks: "dp" or "pp"
 	Micro       int     `json:"micro"`
 	Chunks      int     `json:"chunks"`
 	Schedule    string  `json:"schedule"`
@@ -64,24 +68,33 @@ type config struct {
 }
 
 type result struct {
-	Config         config    `json:"config"`
-	World          int       `json:"world"`
-	DP             int       `json:"dp"`
-	Stages         int       `json:"stages"`
-	Params         int       `json:"params"`
-	Steps          int       `json:"steps"`
-	TrainLoss      float64   `json:"train_loss"`
-	ValLoss        float64   `json:"val_loss"`
-	ValBitsPerByte float64   `json:"val_bits_per_byte"`
-	TokensPerS     float64   `json:"tokens_per_s"`
-	MsPerStep      float64   `json:"ms_per_step"`
-	PredBubble     float64   `json:"pred_bubble"` // the schedule's bubble with F=1, B=2 per stage
-	Losses         []float64 `json:"losses"`      // every step's training loss
+	Config         config  `json:"config"`
+	World          int     `json:"world"`
+	DP             int     `json:"dp"`
+	Stages         int     `json:"stages"`
+	Params         int     `json:"params"`
+	Steps          int     `json:"steps"`
+	TrainLoss      float64 `json:"train_loss"`
+	ValLoss        float64 `json:"val_loss"`
+	ValBitsPerByte float64 `json:"val_bits_per_byte"`
+	TokensPerS     float64 `json:"tokens_per_s"`
+	MsPerStep      float64 `json:"ms_per_step"`
+	PredBubble     float64 `json:"pred_bubble"` // the schedule's bubble with F=1, B=2 per stage
+	// PredMsPerStep is the step time predicted from the stages' measured
+	// costs, the links and the CPUs (predict.go); PredTransferMs one
+	// activation's transfer between adjacent stages in it.
+	// MedianMsPerStep is the median step: the first steps are slower, as
+	// they touch memory the process has not used before.
+	MedianMsPerStep float64   `json:"median_ms_per_step"`
+	PredMsPerStep   float64   `json:"pred_ms_per_step"`
+	PredTransferMs  float64   `json:"pred_transfer_ms"`
+	Losses          []float64 `json:"losses"` // every step's training loss
 }
 
 func main() {
 	var c config
 	flag.IntVar(&c.PP, "pp", 2, "pipeline stages' ranks per replica (the world must be a multiple)")
+	flag.StringVar(&c.Inner, "inner", "dp", "which ranks are adjacent (and so share a host under godist run): dp, a replica group's (stages across hosts), or pp, a pipeline's (replicas across hosts)")
 	flag.StringVar(&c.Schedule, "schedule", "1f1b", "gpipe, 1f1b, interleaved1f1b or zbh1")
 	flag.IntVar(&c.Micro, "micro", 4, "micro-batches per step (interleaved1f1b: a multiple of --pp)")
 	flag.IntVar(&c.Chunks, "chunks", 2, "interleaved1f1b: stages per rank")
@@ -138,6 +151,8 @@ func (c config) check(world int) error {
 		return fmt.Errorf("--lr %g, --min-lr %g: want 0 <= min-lr <= lr, lr > 0", c.LR, c.MinLR)
 	case c.EvalEvery < 1 || c.EvalBatches < 1 || c.log < 1:
 		return errors.New("--eval-every, --eval-batches and --log-every must be positive")
+	case c.Inner != "dp" && c.Inner != "pp":
+		return fmt.Errorf("--inner %q: want dp or pp", c.Inner)
 	}
 	return nil
 }
@@ -156,7 +171,12 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	}
 	dpSize := g.Size() / c.PP
 	batch := c.Batch / dpSize // this replica's share of each step
-	mesh, err := dist.NewMesh(ctx, g, []int{c.PP, dpSize}, []string{"pp", "dp"})
+	// The mesh's last dimension is the one whose ranks are adjacent.
+	shape, names := []int{c.PP, dpSize}, []string{"pp", "dp"}
+	if c.Inner == "pp" {
+		shape, names = []int{dpSize, c.PP}, []string{"dp", "pp"}
+	}
+	mesh, err := dist.NewMesh(ctx, g, shape, names)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +211,7 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		return nil, err
 	}
 	var mine []pipeline.Stage
+	var tie *dist.Group
 	for _, s := range sched.StagesOf(pp.Rank()) {
 		mine = append(mine, pipeline.Stage{Index: s, Module: parts[s]})
 	}
@@ -200,7 +221,7 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		Watch:        []*dist.Group{g},
 	}
 	if head != nil {
-		tie, err := pp.NewGroup(ctx, []int{0, lastRank})
+		tie, err = pp.NewGroup(ctx, []int{0, lastRank})
 		if err != nil {
 			return nil, err
 		}
@@ -290,6 +311,7 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 		g.Size(), c.PP, dpSize, c.Schedule, c.Micro, stages, points, len(layers), nn.NumParameters(m), 100*bubble.Bubble)
 	res := &result{Config: c, World: g.Size(), DP: dpSize, Stages: stages, Params: nn.NumParameters(m), Steps: c.Steps, PredBubble: bubble.Bubble}
 	var trained time.Duration
+	var stepTimes, optTimes []time.Duration // every step's, and its optimizer's
 	for step := range c.Steps {
 		xs, ys := micro(train.Batch(step))
 		begin := time.Now()
@@ -302,8 +324,11 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
+		optBegin := time.Now()
 		opt.Step()
 		lr.Step()
+		optTimes = append(optTimes, time.Since(optBegin))
+		stepTimes = append(stepTimes, time.Since(begin))
 		trained += time.Since(begin)
 		loss, err := replicasMean(ctx, p, dp, report)
 		if err != nil {
@@ -326,10 +351,92 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	}
 	res.MsPerStep = trained.Seconds() * 1e3 / float64(c.Steps)
 	res.TokensPerS = float64(c.Steps*c.Batch*c.Block) / trained.Seconds()
+	res.MedianMsPerStep = ms(median(stepTimes))
+	xs, ys := micro(train.Batch(0))
+	pred, err := predictRun(ctx, g, pp, dp, tie, m.Wte.Weight.Value().Numel(), sched, parts, p, c, xs[0], ys[0])
+	if err != nil {
+		return nil, err
+	}
+	pred.Optimizer = median(optTimes)
+	pred.Step += pred.Optimizer
+	res.PredMsPerStep, res.PredTransferMs = ms(pred.Step), ms(pred.Transfer)
+	fmt.Fprintf(log, "measured %.1f ms a step (median; mean %.1f, the first steps touching fresh memory); predicted %s\n", res.MedianMsPerStep, res.MsPerStep, pred)
 	if g.Rank() != 0 {
 		return nil, nil
 	}
 	return res, nil
+}
+
+// predictRun profiles the model's stages on one micro-batch (x, y) on
+// rank 0 while the others wait (so it measures each alone on a CPU: with
+// every rank profiling at once, the ranks that finish first stop sharing
+// the CPUs and the costs swing by 2×), and returns rank 0's prediction of
+// the step from them (predict) with the links and CPUs its groups see;
+// the other ranks return a zero prediction.
+// tied is the tied embedding's size (summed over tie, when not nil).
+func predictRun(ctx context.Context, g, pp, dp, tie *dist.Group, tied int, sched *schedule.Schedule, parts []nn.Layer, p *pipeline.Pipeline, c config, x, y *tensor.Tensor) (prediction, error) {
+	if err := g.Barrier(ctx); err != nil {
+		return prediction{}, err
+	}
+	var costs []schedule.StageCosts
+	if g.Rank() == 0 {
+		var err error
+		costs, err = pipeline.Profile(parts, x, y, func(out *autograd.Var, y *tensor.Tensor) *autograd.Var { return models.Loss(out, y) }, 5)
+		if err != nil {
+			return prediction{}, err
+		}
+	}
+	if err := g.Barrier(ctx); err != nil {
+		return prediction{}, err
+	}
+	host := func(t algo.Topology, r int) int {
+		for h, rs := range t.Hosts {
+			if slices.Contains(rs, r) {
+				return h
+			}
+		}
+		return -1
+	}
+	ppTopo, world := pp.Topology(), g.Topology()
+	place := placement{Link: g.Model().Local, CPUs: runtime.NumCPU(),
+		RanksOnHost: len(world.Hosts[host(world, g.Rank())]), StagesOnHost: len(ppTopo.Hosts[host(ppTopo, pp.Rank())])}
+	for s := 0; s+1 < sched.Stages; s++ {
+		if host(ppTopo, sched.RankOf(s)) != host(ppTopo, sched.RankOf(s+1)) {
+			place.Link = g.Model().Network
+		}
+	}
+	var allReduce, others time.Duration
+	if dp.Size() > 1 {
+		n := 0
+		for _, q := range p.Parameters() {
+			n += q.Value().Numel()
+		}
+		ch, _ := dp.Choice("all_reduce", n, tensor.Float32)
+		allReduce = ch.Predicted
+	}
+	if tie != nil {
+		ch, _ := tie.Choice("all_reduce", tied, tensor.Float32)
+		others += ch.Predicted
+	}
+	if c.Clip > 0 {
+		ch, _ := pp.Choice("all_reduce", 1, tensor.Float64)
+		others += ch.Predicted
+	}
+	act := c.Batch / dp.Size() / c.Micro * c.Block * c.Dim * 4
+	if g.Rank() != 0 {
+		return prediction{}, nil
+	}
+	return predict(sched, costs, place, act, allReduce, others)
+}
+
+// median returns the median of ds (0 for none).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // replicasMean is the step's training loss, the mean over the replicas,

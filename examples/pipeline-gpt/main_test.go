@@ -16,7 +16,7 @@ import (
 )
 
 func small(pp int, sched string) config {
-	return config{PP: pp, Schedule: sched, Micro: 4, Chunks: 2, Layers: 2, Heads: 2, Dim: 32, Block: 32, Batch: 16,
+	return config{PP: pp, Inner: "dp", Schedule: sched, Micro: 4, Chunks: 2, Layers: 2, Heads: 2, Dim: 32, Block: 32, Batch: 16,
 		Steps: 12, Warmup: 3, LR: 3e-3, MinLR: 3e-4, Clip: 0.5, EvalEvery: 6, EvalBatches: 2, Seed: 3,
 		data: filepath.Join("..", "..", "testdata", "gosrc"), log: 4}
 }
@@ -51,21 +51,27 @@ func spawn(t *testing.T, c config) (*result, string) {
 
 // TestMeshesFollowOneCurve: 4 ranks as 4 data-parallel replicas, as
 // 2 stages × 2 replicas (GPipe, 1F1B, ZB-H1, interleaved with 2 stages per
-// rank) and as one 4-stage pipeline train the same GPT on the same
+// rank, and 1F1B with a pipeline's ranks adjacent instead of a replica
+// group's) and as one 4-stage pipeline train the same GPT on the same
 // batches, and every step's loss and the validation loss agree within
 // 1e-5 of data parallelism's. The loss falls, and the result is one JSON
-// object.
+// object with a predicted step time.
 func TestMeshesFollowOneCurve(t *testing.T) {
 	want, log := spawn(t, small(1, "1f1b"))
 	t.Logf("pp 1 × dp 4:\n%s", log)
 	if !(want.Losses[len(want.Losses)-1] < want.Losses[0]-0.3) || want.DP != 4 || want.Stages != 1 {
 		t.Fatalf("data parallelism alone: %+v", want)
 	}
-	for _, c := range []config{small(2, "gpipe"), small(2, "1f1b"), small(2, "zbh1"), small(2, "interleaved1f1b"), small(4, "1f1b")} {
-		t.Run(c.Schedule+"/pp"+string(rune('0'+c.PP)), func(t *testing.T) {
+	ppInner := small(2, "1f1b")
+	ppInner.Inner = "pp"
+	for _, c := range []config{small(2, "gpipe"), small(2, "1f1b"), small(2, "zbh1"), small(2, "interleaved1f1b"), small(4, "1f1b"), ppInner} {
+		t.Run(c.Schedule+"/pp"+string(rune('0'+c.PP))+"/inner-"+c.Inner, func(t *testing.T) {
 			got, log := spawn(t, c)
 			if got.DP != 4/c.PP || !strings.Contains(log, "validation loss") {
 				t.Fatalf("%+v\n%s", got, log)
+			}
+			if !(got.PredMsPerStep > 0) || !strings.Contains(log, "predicted") {
+				t.Errorf("no predicted step time: %v\n%s", got.PredMsPerStep, log)
 			}
 			for i := range want.Losses {
 				if d := math.Abs(got.Losses[i] - want.Losses[i]); d > 1e-5*want.Losses[i] {
@@ -92,6 +98,7 @@ func TestBadFlags(t *testing.T) {
 		{func(c *config) { c.Micro = 3 }, "divisible into 2 replicas' micro-batches"},
 		{func(c *config) { c.PP, c.Layers, c.Schedule = 4, 1, "1f1b" }, "4 stages for 3 layers"},
 		{func(c *config) { c.Schedule = "pipedream" }, "pipedream"},
+		{func(c *config) { c.Inner = "tp" }, `--inner "tp"`},
 	} {
 		cfg := small(2, "1f1b")
 		c.mod(&cfg)

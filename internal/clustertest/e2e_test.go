@@ -41,7 +41,7 @@ func buildBins(ctx context.Context, t *testing.T) (godist, worker string) {
 		if _, err := os.Stat(gobin); err != nil {
 			gobin = "go"
 		}
-		for _, b := range [][2]string{{"godist", "./cmd/godist"}, {"worker", "./examples/launcher-allreduce"}, {"tinygpt", "./examples/tinygpt"}} {
+		for _, b := range [][2]string{{"godist", "./cmd/godist"}, {"worker", "./examples/launcher-allreduce"}, {"tinygpt", "./examples/tinygpt"}, {"pipeline-gpt", "./examples/pipeline-gpt"}} {
 			if bins.err != nil {
 				break
 			}
@@ -52,7 +52,7 @@ func buildBins(ctx context.Context, t *testing.T) (godist, worker string) {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
 			}
 		}
-		t.Logf("built godist, the worker and tinygpt in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("built godist, the worker, tinygpt and pipeline-gpt in %v", time.Since(start).Round(time.Millisecond))
 	}
 	if bins.err != nil {
 		t.Fatal(bins.err)

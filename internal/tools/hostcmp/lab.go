@@ -61,8 +61,10 @@ type tools struct {
 	Scripts string // the directory holding bench_gloo.py, bench_mpi.py, train_ddp.py and gpt_twin.py
 	Example string // examples/ddp-fashion-mnist, for --train
 	TinyGPT string // examples/tinygpt, for --train gpt
-	Corpus  string // tinygpt's --data: $(go env GOROOT)/src
-	Tmp     string // a directory for the run's files, removed at the end
+	// PipelineGPT is examples/pipeline-gpt, for --pipeline.
+	PipelineGPT string
+	Corpus      string // tinygpt's and pipeline-gpt's --data: $(go env GOROOT)/src
+	Tmp         string // a directory for the run's files, removed at the end
 }
 
 // hostCmd is one command of a benchmark's run: argv on host Host, with

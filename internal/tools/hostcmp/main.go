@@ -45,6 +45,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -76,6 +77,8 @@ func main() {
 	jsonDir := flag.String("json", "", "directory to keep every run's raw JSON in")
 	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet, gpt, gpt-fsdp, gpt-hybrid; comma-separated): examples/ddp-fashion-mnist or examples/tinygpt (DDP, FSDP, hybrid sharding) under godist run beside PyTorch DDP over gloo (train_ddp.py, gpt_twin.py) under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
 	gptSteps := flag.Int("gpt-steps", 40, "with --train gpt, the steps of each GPT run")
+	pipe := flag.Bool("pipeline", false, "instead of the collectives, examples/pipeline-gpt in three layouts (data parallel; stages across hosts; stages inside hosts), measured step time beside the schedule simulator's prediction; --configs then defaults to "+pipelineConfigs)
+	pipeSteps := flag.Int("pipeline-steps", 30, "with --pipeline, the steps of each run")
 	trainSteps := flag.Int("train-steps", 300, "with --train, the steps of each run")
 	targetAcc := flag.Float64("target-acc", 0, "with --train, run each until its test accuracy (taken every --eval-every steps) reaches this, at most --train-epochs epochs, and report the time to it")
 	evalEvery := flag.Int("eval-every", 25, "with --target-acc, steps between evaluations")
@@ -88,12 +91,18 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hostcmp: %v\n", err)
 		os.Exit(2)
 	}
-	if *train != "" {
+	if *train != "" || *pipe {
 		set := false
 		flag.Visit(func(f *flag.Flag) { set = set || f.Name == "configs" })
 		if !set {
 			*configs = trainConfigs
+			if *pipe {
+				*configs = pipelineConfigs
+			}
 		}
+	}
+	if *train != "" && *pipe {
+		fail(errors.New("--train and --pipeline: one at a time"))
 	}
 	labs, err := parseConfigs(*configs)
 	if err != nil {
@@ -116,9 +125,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if *train != "" {
+	switch {
+	case *train != "":
 		fmt.Printf("hostcmp --train: %s, %d round(s), timeout %v per run\n\n", time.Now().UTC().Format(time.RFC3339), *rounds, *timeout)
-	} else {
+	case *pipe:
+		fmt.Printf("hostcmp --pipeline: %s, %d round(s) of %d steps, timeout %v per run\n\n", time.Now().UTC().Format(time.RFC3339), *rounds, *pipeSteps, *timeout)
+	default:
 		fmt.Printf("hostcmp: %s, float32, target %v per cell, iterations %d..%d, warm-up %d per cell and %d per job, %d round(s), timeout %v per run\n\n",
 			time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *warmupJob, *rounds, *timeout)
 	}
@@ -156,6 +168,18 @@ func main() {
 		t.Godist = filepath.Join(tmp, "godist")
 		goBuild(t.Godist, "github.com/godist/godist/cmd/godist")
 	}
+	if *pipe {
+		if *pipeSteps < 1 {
+			fail(errors.New("want --pipeline-steps at least 1"))
+		}
+		t.PipelineGPT = filepath.Join(tmp, "pipeline-gpt")
+		goBuild(t.PipelineGPT, "github.com/godist/godist/examples/pipeline-gpt")
+		t.Corpus = goSource()
+		if !runPipeline(ctx, labs, *pipeSteps, *rounds, t, *timeout) {
+			os.Exit(1)
+		}
+		return
+	}
 	if *train != "" {
 		models := strings.Split(*train, ",")
 		if err := checkModels(models); err != nil {
@@ -172,11 +196,7 @@ func main() {
 		if anyGPT(models) {
 			t.TinyGPT = filepath.Join(tmp, "tinygpt")
 			goBuild(t.TinyGPT, "github.com/godist/godist/examples/tinygpt")
-			root, err := exec.Command("go", "env", "GOROOT").Output()
-			if err != nil {
-				fail(fmt.Errorf("go env GOROOT (tinygpt's corpus): %w", err))
-			}
-			t.Corpus = filepath.Join(strings.TrimSpace(string(root)), "src")
+			t.Corpus = goSource()
 		}
 		tr := trainRun{Steps: *trainSteps, Epochs: *trainEpochs, EvalEvery: *evalEvery, TargetAcc: *targetAcc, BucketMB: *bucketMB, GPTSteps: *gptSteps}
 		if !runTrain(ctx, labs, models, strings.Split(*hooks, ","), tr, *overlap, *rounds, t, *timeout) {
@@ -316,4 +336,14 @@ func indexOf(bs []bench, name string) int {
 		}
 	}
 	return -1
+}
+
+// goSource is the corpus of the GPT examples: $(go env GOROOT)/src.
+func goSource() string {
+	root, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hostcmp: go env GOROOT (the GPT's corpus): %v\n", err)
+		os.Exit(2)
+	}
+	return filepath.Join(strings.TrimSpace(string(root)), "src")
 }

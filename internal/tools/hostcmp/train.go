@@ -364,24 +364,11 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 		if ctx.Err() != nil {
 			return false
 		}
-		mctx, cancel := context.WithTimeout(ctx, time.Minute)
-		c, err := clustertest.New(mctx, clustertest.Config{Hosts: cfg.Hosts, Rate: cfg.Rate, CPUsPerHost: 1, ShareCPUs: true})
-		cancel()
+		l, n, err := oneCPULab(ctx, cfg)
 		if err != nil {
 			fmt.Printf("- %s: cannot make the lab: %v\n", cfg, err)
 			ok = false
 			continue
-		}
-		l := &lab{cfg: cfg, c: c}
-		cpus := map[int]bool{}
-		for _, h := range c.Hosts() {
-			for _, x := range h.CPUs {
-				cpus[x] = true
-			}
-		}
-		n := len(cpus)
-		if n == 0 {
-			n = runtime.NumCPU()
 		}
 		for _, mh := range trainCells(cfg, models, hooks) {
 			model, hook := mh[0], mh[1]
@@ -444,7 +431,7 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 			}
 			rows = append(rows, row)
 		}
-		if err := c.Close(); err != nil {
+		if err := l.c.Close(); err != nil {
 			fmt.Printf("- closing the lab %s: %v\n", cfg, err)
 		}
 	}
@@ -461,6 +448,28 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 		fmt.Print(renderTarget(rows))
 	}
 	return ok
+}
+
+// oneCPULab makes the lab of cfg with every host pinned to one CPU, and
+// returns it with the number of distinct CPUs its hosts have between them.
+func oneCPULab(ctx context.Context, cfg labConfig) (*lab, int, error) {
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, err := clustertest.New(mctx, clustertest.Config{Hosts: cfg.Hosts, Rate: cfg.Rate, CPUsPerHost: 1, ShareCPUs: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	cpus := map[int]bool{}
+	for _, h := range c.Hosts() {
+		for _, x := range h.CPUs {
+			cpus[x] = true
+		}
+	}
+	n := len(cpus)
+	if n == 0 {
+		n = runtime.NumCPU()
+	}
+	return &lab{cfg: cfg, c: c}, n, nil
 }
 
 // renderTarget returns the table of the time each side took to reach the

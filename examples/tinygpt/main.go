@@ -84,6 +84,9 @@ type config struct {
 	// FSDP's prefetching (PyTorch's defaults: backward on, forward off).
 	ForwardPrefetch    bool `json:"forward_prefetch,omitempty"`
 	NoBackwardPrefetch bool `json:"no_backward_prefetch,omitempty"`
+	// DDP's bucket caps in MiB (0: ddp.Options' defaults, 25 and 1).
+	BucketCapMB      float64 `json:"bucket_cap_mb,omitempty"`
+	FirstBucketCapMB float64 `json:"first_bucket_cap_mb,omitempty"`
 
 	data, ckpt, ckptDir, plotPath, dump string
 	resume                              bool
@@ -151,6 +154,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.Strategy, "strategy", "ddp", "data parallelism: ddp, zero (DDP with a ZeroRedundancyOptimizer), fsdp (FullShard), fsdp-grad-op (ShardGradOp), no-shard or hybrid (HybridShard over groups of --shard-size ranks); fsdp's units are the transformer blocks")
 	fs.BoolVar(&c.ForwardPrefetch, "forward-prefetch", false, "FSDP: gather the next block while one runs forward")
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
+	fs.Float64Var(&c.BucketCapMB, "bucket-cap-mb", 0, "DDP: the gradient buckets' size in MiB (default 25, as PyTorch's); smaller ones start their all-reduces earlier in backward")
+	fs.Float64Var(&c.FirstBucketCapMB, "first-bucket-mb", 0, "DDP: the first bucket's size in MiB (default 1, as PyTorch's)")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
 	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/peers/gpt_twin.py to this directory, then train")
 	if err := fs.Parse(args); err != nil {
@@ -227,6 +232,8 @@ func (c config) check() error {
 		return fmt.Errorf("--batch %d --block %d: want both at least 1", c.Batch, c.Block)
 	case c.sample > 0 && c.temperature <= 0:
 		return fmt.Errorf("--temperature %v: want > 0", c.temperature)
+	case c.BucketCapMB < 0 || c.FirstBucketCapMB < 0:
+		return fmt.Errorf("--bucket-cap-mb %g --first-bucket-mb %g: want both >= 0 (0: the defaults)", c.BucketCapMB, c.FirstBucketCapMB)
 	}
 	return nil
 }
@@ -486,7 +493,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 		if g.Size() == 1 {
 			return r, nil
 		}
-		d, err := ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true})
+		d, err := ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true, BucketCapMB: c.BucketCapMB, FirstBucketCapMB: c.FirstBucketCapMB})
 		if err != nil {
 			return nil, err
 		}

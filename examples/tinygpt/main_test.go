@@ -437,3 +437,18 @@ func TestWarmupDefault(t *testing.T) {
 		}
 	}
 }
+
+// DDP's bucket caps come from the flags, and a negative one is refused.
+func TestBucketFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"--bucket-cap-mb", "1", "--first-bucket-mb", "0.5"})
+	if err != nil || cfg.BucketCapMB != 1 || cfg.FirstBucketCapMB != 0.5 || cfg.check() != nil {
+		t.Errorf("got %v, %v, check %v", cfg.BucketCapMB, cfg.FirstBucketCapMB, cfg.check())
+	}
+	cfg, err = parseFlags([]string{"--bucket-cap-mb", "-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.check(); err == nil || !strings.Contains(err.Error(), "--bucket-cap-mb -1") {
+		t.Errorf("check() = %v, want an error naming --bucket-cap-mb -1", err)
+	}
+}

@@ -36,16 +36,26 @@ func gptFlags(steps int) []string {
 		"--eval-every", strconv.Itoa(steps), "--eval-batches", "2", "--sample", "0", "--checkpoint", "", "--plot", ""}
 }
 
-// gptArgs is godist's program for model: tinygpt with its strategy.
+// gptArgs is godist's program for model: tinygpt with its strategy (and
+// with DDP, the bucket caps of run).
 func gptArgs(t tools, model string, run trainRun) []string {
 	args := append([]string{t.TinyGPT}, gptFlags(run.GPTSteps)...)
-	return append(args, "--strategy", gptModels[model], "--data", t.Corpus)
+	args = append(args, "--strategy", gptModels[model], "--data", t.Corpus)
+	if run.BucketMB > 0 && gptModels[model] == "ddp" {
+		mb := strconv.FormatFloat(run.BucketMB, 'g', -1, 64)
+		args = append(args, "--bucket-cap-mb", mb, "--first-bucket-mb", mb)
+	}
+	return args
 }
 
 // twinArgs is PyTorch's program: the twin on the lab's dump.
 func twinArgs(t tools, run trainRun) []string {
 	n := strconv.Itoa(run.GPTSteps)
-	return []string{filepath.Join(t.Scripts, "gpt_twin.py"), run.GPTDump, "--steps", n, "--eval-every", n}
+	args := []string{filepath.Join(t.Scripts, "gpt_twin.py"), run.GPTDump, "--steps", n, "--eval-every", n}
+	if run.BucketMB > 0 {
+		args = append(args, "--bucket-cap-mb", strconv.FormatFloat(run.BucketMB, 'g', -1, 64))
+	}
+	return args
 }
 
 // gptDump runs tinygpt once on l under godist run (untimed: it also warms

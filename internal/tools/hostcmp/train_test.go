@@ -173,6 +173,16 @@ func TestGPTCellsAndArgs(t *testing.T) {
 	if p := strings.Join(twinArgs(tl, run), " "); p != "/s/gpt_twin.py /d --steps 40 --eval-every 40" {
 		t.Errorf("the twin: %q", p)
 	}
+	run.BucketMB = 0.5
+	if g := strings.Join(gptArgs(tl, "gpt", run), " "); !strings.HasSuffix(g, "--bucket-cap-mb 0.5 --first-bucket-mb 0.5") {
+		t.Errorf("godist's DDP with buckets of 0.5 MiB: %q", g)
+	}
+	if g := strings.Join(gptArgs(tl, "gpt-fsdp", run), " "); strings.Contains(g, "bucket") {
+		t.Errorf("FSDP has no buckets: %q", g)
+	}
+	if p := strings.Join(twinArgs(tl, run), " "); !strings.HasSuffix(p, "--bucket-cap-mb 0.5") {
+		t.Errorf("the twin with buckets of 0.5 MiB: %q", p)
+	}
 	for _, b := range trainBenches {
 		if b.Name == "torch" && b.Unsupported("gpt-fsdp", "allreduce") == "" {
 			t.Error("PyTorch's side would run gpt-fsdp: the twin has only DDP")

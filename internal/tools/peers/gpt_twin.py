@@ -123,7 +123,7 @@ def worker(rank, world, init_method, args, q):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
-        net = DDP(model)
+        net = DDP(model, bucket_cap_mb=args.bucket_cap_mb) if args.bucket_cap_mb > 0 else DDP(model)
     else:
         net = model
     decay, no_decay = [], []
@@ -191,6 +191,7 @@ def main():
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: the config's)")
     ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--bucket-cap-mb", type=float, default=0, help="DDP's bucket cap (default: PyTorch's, 25)")
     args = ap.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         # Under torchrun: this process is one rank.

@@ -143,7 +143,7 @@ bench-hosts-pipeline:
 	$(GO) run ./internal/tools/hostcmp --pipeline $(HOSTCMP_FLAGS)
 
 # RPC: godist bench --rpc and PyTorch's TensorPipe RPC
-# (shared/anchors/bench_rpc.py), 3 rounds taking turns to go first, as one
+# (internal/tools/peers/bench_rpc.py), 3 rounds taking turns to go first, as one
 # table of the rounds' medians and ranges and godist's advantage per case.
 # RPCCMP_FLAGS narrows it, e.g. RPCCMP_FLAGS='--rounds 1 --cases add'.
 bench-rpc:

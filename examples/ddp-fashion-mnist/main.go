@@ -1,11 +1,10 @@
 // Command ddp-fashion-mnist trains the MLP, LeNet or an LSTM classifier on
 // Fashion-MNIST with DistributedDataParallel, with the settings of
-// shared/anchors/train_ddp.py (batch 64 per rank, SGD lr 0.01 momentum 0.9,
-// DistributedSampler with seed 0), so its accuracy and speed compare with
-// PyTorch DDP's (internal/tools/ddpcmp/train_ddp_rnn.py is the anchor's
-// twin for the LSTM: internal/models.LSTMClassifier, a 1-layer LSTM of
-// hidden 64 over the 28 rows of each image, then a Linear). Start it with
-// the launcher:
+// internal/tools/peers/train_ddp.py, its PyTorch twin (batch 64 per rank,
+// SGD lr 0.01 momentum 0.9, DistributedSampler with seed 0; the same
+// models, the LSTM and GRU classifiers too: a 1-layer cell of hidden 64
+// over the 28 rows of each image, then a Linear), so its accuracy and
+// speed compare with PyTorch DDP's. Start it with the launcher:
 //
 //	godist run --standalone --nproc-per-node 2 ./ddp-fashion-mnist --epochs 3
 //

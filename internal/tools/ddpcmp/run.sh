@@ -1,7 +1,8 @@
 #!/bin/bash
 # DDP speed and synchronisation overhead, godist against PyTorch, measured
 # side by side: each round runs, one after the other, PyTorch DDP (gloo) and
-# PyTorch's unsynchronised replicas (shared/anchors/train_ddp.py, world 2),
+# PyTorch's unsynchronised replicas (internal/tools/peers/train_ddp.py
+# under torchrun, world 2),
 # then godist's example under `godist run --nproc-per-node 2`, pure Go and
 # OpenBLAS builds, each with DDP and with --unsynced. One epoch of the full
 # Fashion-MNIST each. The machine is shared and noisy: the summary takes,
@@ -9,9 +10,6 @@
 # over rounds.
 #
 #   internal/tools/ddpcmp/run.sh [rounds] [model]      (model: mlp, lenet, lstm or gru)
-#
-# PyTorch's side of lstm and gru is train_ddp_rnn.py here: train_ddp.py run
-# as it is with the recurrent classifier as its model.
 #
 # Synchronisation overhead, as the anchors define it: (DDP step - step of
 # unsynchronised replicas) / DDP step.
@@ -27,13 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 rounds=${1:-3}
 model=${2:-mlp}
-ptmodel=$model
-anchors=${ANCHORS:-../shared/anchors}
-ptscript=$anchors/train_ddp.py
-case $model in
-lenet) ptmodel=cnn ;;
-lstm | gru) ptscript=internal/tools/ddpcmp/train_ddp_rnn.py ;;
-esac
+ptscript=internal/tools/peers/train_ddp.py
 out=$(mktemp -d)
 mkdir -p bin
 go build -o bin/godist ./cmd/godist
@@ -48,8 +40,11 @@ py() { # name args...: one PyTorch run: name, ms/step, samples/s, CPU round trip
 	local name=$1 before res
 	shift
 	before=$(bin/corelat)
-	res=$(ANCHORS=$anchors /usr/bin/python3 "$ptscript" --model "$ptmodel" --world 2 "$@" 2>/dev/null | tail -1 |
-		python3 -c "import json,sys; d=json.loads(sys.stdin.read())['epochs'][0]; print(d['ms_per_step'], d['samples_per_s'])")
+	# torch 1.13's torchrun crashes under Python 3.11 without --redirects and --tee.
+	res=$(OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
+		--redirects 1 --tee 1 "$ptscript" --model "$model" --threads 1 "$@" 2>/dev/null |
+		sed -n 's/^\[default0\]:\({.*}\)$/\1/p' |
+		python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(d['ms_per_step'], d['samples_per_s'])")
 	echo "$name $res $before $(bin/corelat)"
 }
 gd() { # name binary args...: one godist run: name, ms/step, samples/s, CPU round trips before and after

@@ -2,7 +2,8 @@
 // method godist bench uses (barrier; t0; op; t1, the max over ranks, the
 // median over iterations): bench_gloo.py (PyTorch's gloo, on this host or
 // under torchrun across hosts) and bench_mpi.py (OpenMPI through mpi4py,
-// under mpirun), and train_ddp.py (PyTorch DDP over gloo training
+// under mpirun), bench_rpc.py (PyTorch's TensorPipe RPC, timed as godist
+// bench --rpc times godist's), and train_ddp.py (PyTorch DDP over gloo training
 // Fashion-MNIST as examples/ddp-fashion-mnist does, under torchrun) and
 // gpt_twin.py (examples/tinygpt's PyTorch twin: the same GPT, weights and
 // batches; alone, or under torchrun). They are the team's anchors
@@ -11,7 +12,7 @@
 // write them out to run them. gpt_compare.sh compares tinygpt with its
 // twin on this host.
 //
-//	dir, err := peers.Write(tmp) // tmp/bench_gloo.py, tmp/bench_mpi.py, tmp/train_ddp.py, tmp/gpt_twin.py
+//	dir, err := peers.Write(tmp) // tmp/bench_gloo.py, tmp/bench_mpi.py, tmp/bench_rpc.py, ...
 package peers
 
 import (
@@ -21,11 +22,11 @@ import (
 	"path/filepath"
 )
 
-//go:embed bench_gloo.py bench_mpi.py train_ddp.py gpt_twin.py
+//go:embed bench_gloo.py bench_mpi.py bench_rpc.py train_ddp.py gpt_twin.py
 var scripts embed.FS
 
 // Scripts are the file names Write writes.
-var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "train_ddp.py", "gpt_twin.py"}
+var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "bench_rpc.py", "train_ddp.py", "gpt_twin.py"}
 
 // Write writes the scripts into dir (made if missing), side by side, since
 // bench_mpi.py imports bench_gloo.py's table, and returns dir.

@@ -4,9 +4,11 @@ over gloo on Fashion-MNIST with the models, batch, optimizer and data
 scaling of examples/ddp-fashion-mnist, so the two can be run side by side
 (internal/tools/hostcmp --train).
 
-  * the models: mlp (784-256-128-10, ReLU) and lenet (conv 1->6 5x5 pad 2,
-    max pool, conv 6->16 5x5, max pool, 400-120-84-10, ReLU), as
-    internal/models builds them;
+  * the models: mlp (784-256-128-10, ReLU), lenet (conv 1->6 5x5 pad 2,
+    max pool, conv 6->16 5x5, max pool, 400-120-84-10, ReLU), and lstm and
+    gru (a 1-layer LSTM or GRU, input 28, hidden 64, batch first, over the
+    28 rows of each image, the last step's output through a Linear to 10),
+    as internal/models builds them;
   * the data: the IDX files of Fashion-MNIST (gzipped or not), x/255 then
     (x - 0.2860) / 0.3530, float32;
   * DistributedSampler (shuffled, seeded), --batch samples per rank and
@@ -64,7 +66,25 @@ def load(directory, train):
     return x, torch.from_numpy(y.astype(np.int64))
 
 
+class Rows(nn.Module):
+    """internal/models.RecurrentClassifier: cell "lstm" (LSTMClassifier) or
+    "gru" (GRUClassifier) over the rows of (N, 1, 28, 28) images, its
+    parameters named <cell>.* and fc.*."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+        self.add_module(cell, {"lstm": nn.LSTM, "gru": nn.GRU}[cell](28, 64, batch_first=True))
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        out, _ = getattr(self, self.cell)(x.reshape(x.size(0), 28, 28))
+        return self.fc(out[:, -1])
+
+
 def model(name):
+    if name in ("lstm", "gru"):
+        return Rows(name)
     if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
                              nn.Linear(128, 10))
@@ -72,7 +92,7 @@ def model(name):
         return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                              nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
-    sys.exit(f"train_ddp.py: unknown model {name!r} (want mlp or lenet)")
+    sys.exit(f"train_ddp.py: unknown model {name!r} (want mlp, lenet, lstm or gru)")
 
 
 class Replica(nn.Module):

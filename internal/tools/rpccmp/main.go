@@ -1,6 +1,6 @@
 // Command rpccmp runs godist bench --rpc and PyTorch's TensorPipe RPC
-// benchmark (shared/anchors/bench_rpc.py), which time the same cases the
-// same way, for a few rounds, and prints one markdown table: each case's
+// benchmark (internal/tools/peers/bench_rpc.py, carried in this binary),
+// which time the same cases the same way, for a few rounds, and prints one markdown table: each case's
 // median over the rounds with their range, and godist's advantage
 // (PyTorch's latency over godist's, or godist's throughput over PyTorch's:
 // above 1, godist is faster).
@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/godist/godist/internal/tools/peers"
 )
 
 func main() {
@@ -36,7 +38,7 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Minute, "limit for one benchmark run; it is killed when it passes")
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
-	script := flag.String("script", "/work/shared/anchors/bench_rpc.py", "bench_rpc.py")
+	script := flag.String("script", "", "PyTorch's side (default: internal/tools/peers/bench_rpc.py, written out from this binary)")
 	keep := flag.String("keep", "", "directory to keep every run's JSON in")
 	flag.Parse()
 
@@ -57,6 +59,11 @@ func main() {
 	}
 	version, err := exec.Command(bin, "version").Output()
 	check(err)
+	if *script == "" {
+		scripts, err := peers.Write(filepath.Join(dir, "peers"))
+		check(err)
+		*script = filepath.Join(scripts, "bench_rpc.py")
+	}
 
 	fmt.Printf("rpccmp: %s, %d rounds, target %v a case\n\n", time.Now().UTC().Format(time.RFC3339), *rounds, *target)
 	fmt.Printf("- godist: %s\n", strings.Join(strings.Fields(string(version)), " "))

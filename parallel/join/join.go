@@ -48,22 +48,60 @@ type Joinable interface {
 	Shadow(ctx context.Context) error
 }
 
+// Options are Join's options, PyTorch's Join arguments.
+type Options struct {
+	// Disabled runs the loop as it is, the Joinables not told (PyTorch's
+	// enable=False): for a job whose inputs are known to be even, which
+	// then pays no per-iteration count.
+	Disabled bool
+	// ThrowOnEarlyTermination ends the job on every rank as soon as one
+	// rank has run out of inputs, instead of shadowing it (PyTorch's
+	// throw_on_early_termination): the ranks still training get an
+	// *EarlyTerminationError from their next iteration's Notify, and the
+	// rank that ran out gets one from Run.
+	ThrowOnEarlyTermination bool
+}
+
+// EarlyTerminationError is what every rank of a Join with
+// ThrowOnEarlyTermination returns once some rank has run out of inputs.
+type EarlyTerminationError struct {
+	Rank int // the rank that returns it
+	// Exhausted is whether this rank is one that ran out of inputs.
+	Exhausted bool
+	// Training is the ranks still training at that iteration, World the
+	// group's size.
+	Training, World int
+}
+
+func (e *EarlyTerminationError) Error() string {
+	if e.Exhausted {
+		return fmt.Sprintf("join: rank %d exhausted its inputs while %d of %d ranks still trained; every rank stops (Options.ThrowOnEarlyTermination: shadowing needs it off)",
+			e.Rank, e.Training, e.World)
+	}
+	return fmt.Sprintf("join: rank %d: %d of %d ranks exhausted their inputs; every rank stops (Options.ThrowOnEarlyTermination: shadowing needs it off)",
+		e.Rank, e.World-e.Training, e.World)
+}
+
 // Context is one running Join, as its Joinables see it.
 type Context struct {
 	group *dist.Group
 	first Joinable
+	throw bool
 }
 
 // Notify is what a Joinable calls on a rank still training before its
 // iteration's collectives. For the first Joinable given to Join it is one
-// all-reduce on the group, the count of ranks still training, which the
 // joined ranks answer; for the others it does nothing. It returns the
-// group's error.
+// group's error, or with ThrowOnEarlyTermination an
+// *EarlyTerminationError once some rank has run out of inputs.
 func (c *Context) Notify(ctx context.Context, j Joinable) error {
 	if j != c.first {
 		return nil
 	}
-	_, err := c.count(ctx, 1)
+	n, err := c.count(ctx, 1)
+	if err == nil && c.throw && n < int64(c.group.Size()) {
+		err = &EarlyTerminationError{Rank: c.group.Rank(), Training: int(n), World: c.group.Size()}
+	}
 	return err
 }
 
@@ -96,7 +134,12 @@ func (c *Context) count(ctx context.Context, mine int64) (int64, error) {
 // then fail naming this rank, or time out); a failure while shadowing is
 // returned wrapped, the group's typed error inside.
 func Join(ctx context.Context, g *dist.Group, js []Joinable, fn func() error) error {
-	if len(js) == 0 {
+	return Run(ctx, g, js, Options{}, fn)
+}
+
+// Run is Join with options. Every member of g passes the same options.
+func Run(ctx context.Context, g *dist.Group, js []Joinable, opts Options, fn func() error) error {
+	if len(js) == 0 || opts.Disabled {
 		return fn()
 	}
 	for i, j := range js {
@@ -104,7 +147,7 @@ func Join(ctx context.Context, g *dist.Group, js []Joinable, fn func() error) er
 			return fmt.Errorf("join: Joinable %d is nil", i)
 		}
 	}
-	c := &Context{group: g, first: js[0]}
+	c := &Context{group: g, first: js[0], throw: opts.ThrowOnEarlyTermination}
 	for _, j := range js {
 		j.SetJoin(c)
 	}
@@ -123,6 +166,10 @@ func Join(ctx context.Context, g *dist.Group, js []Joinable, fn func() error) er
 		}
 		if n == 0 {
 			return nil
+		}
+		if c.throw {
+			// The ranks still training learnt it from this count.
+			return &EarlyTerminationError{Rank: g.Rank(), Exhausted: true, Training: int(n), World: g.Size()}
 		}
 		for _, j := range js {
 			if err := j.Shadow(ctx); err != nil {

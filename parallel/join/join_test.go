@@ -85,3 +85,61 @@ func TestJoin(t *testing.T) {
 		})
 	}
 }
+
+// TestThrowOnEarlyTermination: ranks with 1, 2 and 4 iterations, with
+// ThrowOnEarlyTermination: as soon as rank 0 runs out, every rank stops
+// with an *EarlyTerminationError (rank 0's says it ran out, the others'
+// that 1 of 3 did), nobody shadows, and the group is still in step.
+func TestThrowOnEarlyTermination(t *testing.T) {
+	iters := []int{1, 2, 4}
+	disttest.SpawnWith(t, 3, disttest.Options{Timeout: 20 * time.Second}, func(_ *disttest.Job, g *dist.Group) error {
+		ctx := context.Background()
+		k := &counter{g: g}
+		ran := 0
+		err := join.Run(ctx, g, []join.Joinable{k}, join.Options{ThrowOnEarlyTermination: true}, func() error {
+			for range iters[g.Rank()] {
+				if _, err := k.iterate(ctx); err != nil {
+					return err
+				}
+				ran++
+			}
+			return nil
+		})
+		var et *join.EarlyTerminationError
+		if !errors.As(err, &et) {
+			return fmt.Errorf("got %v, want an *EarlyTerminationError", err)
+		}
+		want := join.EarlyTerminationError{Rank: g.Rank(), Exhausted: g.Rank() == 0, Training: 2, World: 3}
+		if *et != want || k.shadows != 0 || ran != 1 {
+			return fmt.Errorf("got %+v after %d iterations and %d shadows, want %+v after 1 and none: %v", *et, ran, k.shadows, want, err)
+		}
+		return g.Barrier(ctx)
+	})
+}
+
+// TestDisabled: with Disabled the loop runs as it is, the Joinables
+// never told (no count per iteration), and even inputs finish.
+func TestDisabled(t *testing.T) {
+	disttest.SpawnWith(t, 2, disttest.Options{Timeout: 20 * time.Second}, func(_ *disttest.Job, g *dist.Group) error {
+		ctx := context.Background()
+		k := &told{}
+		err := join.Run(ctx, g, []join.Joinable{k}, join.Options{Disabled: true}, func() error {
+			for range 3 {
+				if err := g.AllReduce(ctx, tensor.FromInt64([]int64{1}), dist.Sum); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || k.sets != 0 {
+			return fmt.Errorf("err %v, SetJoin called %d times: want nil and none", err, k.sets)
+		}
+		return nil
+	})
+}
+
+// told counts SetJoin calls.
+type told struct{ sets int }
+
+func (k *told) SetJoin(*join.Context)        { k.sets++ }
+func (k *told) Shadow(context.Context) error { return errors.New("shadowed") }

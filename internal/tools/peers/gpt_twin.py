@@ -180,11 +180,14 @@ def worker(rank, world, init_method, args, q):
     res = {"world": world, "steps": steps, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2),
            "ms_per_step": elapsed * 1e3 / steps, "tokens_per_s": steps * b * block * world / elapsed,
            "losses": losses[:50], "torch": torch.__version__}
-    if world > 1 and init_method != "env://":
+    if world > 1 and init_method == "env://":
+        # Under torchrun the process leaves through os._exit after a
+        # barrier (main): in hostcmp's runs across hosts a rank three times
+        # never returned from destroy_process_group (gloo, torch 1.13),
+        # and without it the exit aborts in gloo's destructors.
+        torch.distributed.barrier()
+    elif world > 1:
         torch.distributed.destroy_process_group()
-    # Under torchrun the process exits without destroy_process_group: twice
-    # in hostcmp's runs across hosts a rank never returned from it (gloo
-    # 1.13), and torchrun's exit barrier then held the job for 5 minutes.
     q.put((rank, res))
 
 
@@ -204,7 +207,8 @@ def main():
         worker(rank, int(os.environ["WORLD_SIZE"]), "env://", args, q)
         if rank == 0:
             print(json.dumps(q.get()[1]), flush=True)
-        return
+        sys.stderr.flush()
+        os._exit(0)
     import torch.multiprocessing as mp
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,26 +48,20 @@ type pipeResult struct {
 	ValLoss         float64 `json:"val_loss"`
 }
 
-// parsePipeResult reads the last line of out that carries pipeline-gpt's
-// result.
+// parsePipeResult reads the last pipeline-gpt result in out.
 func parsePipeResult(out []byte) (pipeResult, error) {
-	lines := bytes.Split(out, []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := lines[i]
-		j := bytes.IndexByte(l, '{')
-		if j < 0 || !bytes.Contains(l, []byte(`"pred_ms_per_step"`)) {
-			continue
-		}
-		var r pipeResult
-		if err := json.Unmarshal(l[j:], &r); err != nil {
-			return r, fmt.Errorf("reading %q: %w", l, err)
-		}
-		if r.MedianMsPerStep <= 0 || r.PredMsPerStep <= 0 {
-			return r, fmt.Errorf("a result without a measured or predicted step: %q", l)
-		}
-		return r, nil
+	var r pipeResult
+	l, ok := lastJSON(out, `"pred_ms_per_step"`)
+	if !ok {
+		return r, errors.New("no pipeline-gpt result in its output")
 	}
-	return pipeResult{}, errors.New("no pipeline-gpt result in its output")
+	if err := json.Unmarshal(l, &r); err != nil {
+		return r, fmt.Errorf("reading %q: %w", l, err)
+	}
+	if r.MedianMsPerStep <= 0 || r.PredMsPerStep <= 0 {
+		return r, fmt.Errorf("a result without a measured or predicted step: %q", l)
+	}
+	return r, nil
 }
 
 // pipeRow is one (lab, layout) row over the rounds.

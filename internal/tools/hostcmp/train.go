@@ -48,33 +48,44 @@ type trainResult struct {
 	TargetS     float64 `json:"target_s"`
 }
 
-// parseTrainResult finds the last line of out that carries a training
-// result and reads the JSON object in it: the launchers prefix their
-// workers' lines ("[rank 0] ", "[default0]:").
-func parseTrainResult(out []byte) (trainResult, error) {
+// lastJSON returns the JSON object of the last line of out that holds
+// one and any of keys (quoted, as `"samples_per_s"`): the launchers prefix
+// their workers' lines ("[rank 0] ", "[default0]:"). ok is false when no
+// line does.
+func lastJSON(out []byte, keys ...string) (obj []byte, ok bool) {
 	lines := bytes.Split(out, []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := lines[i]
-		if !bytes.Contains(l, []byte(`"samples_per_s"`)) && !bytes.Contains(l, []byte(`"tokens_per_s"`)) {
-			continue
-		}
-		var r trainResult
 		j := bytes.IndexByte(l, '{')
 		if j < 0 {
-			break
+			continue
 		}
-		if err := json.Unmarshal(l[j:], &r); err != nil {
-			return r, fmt.Errorf("reading %q: %w", l, err)
+		for _, k := range keys {
+			if bytes.Contains(l, []byte(k)) {
+				return l[j:], true
+			}
 		}
-		if r.SamplesPerS == 0 {
-			r.SamplesPerS = r.TokensPerS
-		}
-		if r.SamplesPerS <= 0 {
-			return r, fmt.Errorf("a result with no samples/s: %q", l)
-		}
-		return r, nil
 	}
-	return trainResult{}, errors.New("no training result in its output")
+	return nil, false
+}
+
+// parseTrainResult reads the last training result in out.
+func parseTrainResult(out []byte) (trainResult, error) {
+	var r trainResult
+	l, ok := lastJSON(out, `"samples_per_s"`, `"tokens_per_s"`)
+	if !ok {
+		return r, errors.New("no training result in its output")
+	}
+	if err := json.Unmarshal(l, &r); err != nil {
+		return r, fmt.Errorf("reading %q: %w", l, err)
+	}
+	if r.SamplesPerS == 0 {
+		r.SamplesPerS = r.TokensPerS
+	}
+	if r.SamplesPerS <= 0 {
+		return r, fmt.Errorf("a result with no samples/s: %q", l)
+	}
+	return r, nil
 }
 
 // trainRun is what every run of a training comparison does, the same on

@@ -86,7 +86,7 @@ vet:
 test: vet
 	$(GO) test -race -timeout 20m ./...
 	$(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
-	$(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./internal/models/
+	$(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./models/
 	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
 ifeq ($(HAVE_OPENBLAS),yes)
 	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
@@ -99,18 +99,18 @@ endif
 # LeNet, an LSTM and a GRU classifier and a transformer block beside
 # PyTorch's, measured in one run.
 bench:
-	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/tools/corebench --python $(PYTHON)
+	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./tools/corebench --python $(PYTHON)
 
 # Collectives: godist bench, OpenMPI over shared memory (vader) and over
-# loopback TCP (internal/tools/peers/bench_mpi.py under mpirun) and PyTorch
-# gloo (internal/tools/peers/bench_gloo.py) one after the other, as one table
+# loopback TCP (tools/peers/bench_mpi.py under mpirun) and PyTorch
+# gloo (tools/peers/bench_gloo.py) one after the other, as one table
 # per world and op with each peer's median over godist's. A peer not
 # installed is skipped. DISTCMP_FLAGS narrows it, e.g.
 # DISTCMP_FLAGS='--target 0.3s'.
 bench-dist:
-	$(GO) run ./internal/tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
+	$(GO) run ./tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
 
-# Collectives across hosts made on this machine (internal/clustertest: a
+# Collectives across hosts made on this machine (tools/clustertest: a
 # network namespace, /dev/shm and CPUs per host, links shaped by tbf; needs
 # root): for 2 hosts × 2 ranks and 4 × 1 at 1 Gbit/s and 2 × 2 at 10 Gbit/s,
 # godist (godist run on each host), PyTorch gloo (torchrun on each host) and
@@ -119,35 +119,35 @@ bench-dist:
 # for all_reduce, the two-level bound. A peer not installed is skipped.
 # HOSTCMP_FLAGS narrows it, e.g. HOSTCMP_FLAGS='--target 0.5s --configs 2x2@1G'.
 bench-hosts:
-	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) $(HOSTCMP_FLAGS)
+	$(GO) run ./tools/hostcmp --python $(PYTHON) $(HOSTCMP_FLAGS)
 
 # DDP training across the same hosts, each pinned to one CPU: the MLP and
 # LeNet of examples/ddp-fashion-mnist under godist run beside PyTorch DDP
-# over gloo (internal/tools/peers/train_ddp.py) under torchrun, on one host
+# over gloo (tools/peers/train_ddp.py) under torchrun, on one host
 # (the base of the scaling efficiency) and on 2 and 4 at 1 and 10 Gbit/s.
 # Needs root and python3-torch.
 bench-hosts-train:
-	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) --train mlp,lenet $(HOSTCMP_FLAGS)
+	$(GO) run ./tools/hostcmp --python $(PYTHON) --train mlp,lenet $(HOSTCMP_FLAGS)
 
 # The tiny GPT across the same hosts: examples/tinygpt with DDP, FSDP and
 # hybrid sharding under godist run beside its PyTorch twin (DDP over gloo,
 # the same weights and batches) under torchrun, in tokens/s.
 bench-hosts-gpt:
-	$(GO) run ./internal/tools/hostcmp --python $(PYTHON) --train gpt,gpt-fsdp,gpt-hybrid $(HOSTCMP_FLAGS)
+	$(GO) run ./tools/hostcmp --python $(PYTHON) --train gpt,gpt-fsdp,gpt-hybrid $(HOSTCMP_FLAGS)
 
 # The pipeline across the same hosts: examples/pipeline-gpt as data
 # parallelism alone, with its stages across hosts and with its stages
 # inside hosts, measured step time beside the schedule simulator's
 # prediction from the stages' costs and the link's. Needs root.
 bench-hosts-pipeline:
-	$(GO) run ./internal/tools/hostcmp --pipeline $(HOSTCMP_FLAGS)
+	$(GO) run ./tools/hostcmp --pipeline $(HOSTCMP_FLAGS)
 
 # RPC: godist bench --rpc and PyTorch's TensorPipe RPC
-# (internal/tools/peers/bench_rpc.py), 3 rounds taking turns to go first, as one
+# (tools/peers/bench_rpc.py), 3 rounds taking turns to go first, as one
 # table of the rounds' medians and ranges and godist's advantage per case.
 # RPCCMP_FLAGS narrows it, e.g. RPCCMP_FLAGS='--rounds 1 --cases add'.
 bench-rpc:
-	$(GO) run ./internal/tools/rpccmp --python $(PYTHON) $(RPCCMP_FLAGS)
+	$(GO) run ./tools/rpccmp --python $(PYTHON) $(RPCCMP_FLAGS)
 
 bench-gemm:
 	$(GO) test -run '^$$' -bench . -benchtime 20x $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/blas/

@@ -8,8 +8,8 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
-	"github.com/godist/godist/internal/models"
-	"github.com/godist/godist/internal/paritytest"
+	"github.com/godist/godist/checkpoint/paritytest"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/godist/godist/autograd"
-	"github.com/godist/godist/internal/paritytest"
+	"github.com/godist/godist/checkpoint/paritytest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/tensor"
 )

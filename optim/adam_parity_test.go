@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/checkpoint/paritytest"
 	"github.com/godist/godist/data"
-	"github.com/godist/godist/internal/models"
-	"github.com/godist/godist/internal/paritytest"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

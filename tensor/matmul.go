@@ -6,6 +6,10 @@ import (
 	"github.com/godist/godist/internal/blas"
 )
 
+// BLAS names the GEMM kernel that MatMul and the layers built on it use
+// ("go-asm-avx2", "openblas", ...), for reports that say what was measured.
+func BLAS() string { return blas.Default.Name() }
+
 // MatMul sets t = a·b and returns t. a is (..., m, k); b is (k, n) or has
 // the same leading (batch) dimensions as a, (..., k, n). Transposed views
 // (a.T(), b.Transpose(-1, -2)) are multiplied without copying. t must not

@@ -71,7 +71,7 @@ func benchMain(args []string) int {
 	warmupJob := fs.Int("warmup-job", 0, "untimed iterations of a barrier and a 4-byte all_reduce before the first size (the first calls of a job run on a heap that has not yet touched its memory)")
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
 	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
-	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of internal/tools/peers/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
+	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of tools/peers/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
 	shared := fs.Bool("shared", false, "inputs of all_reduce, broadcast, all_gather and reduce_scatter made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks then read them straight out of each other's memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
 	timeout := durationFlag(fs, "timeout", 10*time.Minute, "limit for the whole run (seconds or a duration); the ranks are killed when it passes")

@@ -13,7 +13,7 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// The functions of internal/tools/peers/bench_rpc.py.
+// The functions of tools/peers/bench_rpc.py.
 type rpcAddArgs struct {
 	X *tensor.Tensor
 	Y float32

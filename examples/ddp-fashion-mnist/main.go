@@ -1,6 +1,6 @@
 // Command ddp-fashion-mnist trains the MLP, LeNet or an LSTM classifier on
 // Fashion-MNIST with DistributedDataParallel, with the settings of
-// internal/tools/peers/train_ddp.py, its PyTorch twin (batch 64 per rank,
+// tools/peers/train_ddp.py, its PyTorch twin (batch 64 per rank,
 // SGD lr 0.01 momentum 0.9, DistributedSampler with seed 0; the same
 // models, the LSTM and GRU classifiers too: a 1-layer cell of hidden 64
 // over the 28 rows of each image, then a Linear), so its accuracy and
@@ -37,9 +37,8 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/examples/internal/progress"
-	"github.com/godist/godist/internal/blas"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/examples/progress"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/parallel/ddp"
@@ -111,7 +110,7 @@ func main() {
 	flag.BoolVar(&c.syncBN, "sync-bn", false, "LeNet with BatchNorm after each convolution, as SyncBatchNorm")
 	flag.IntVar(&c.maxSteps, "max-steps", 0, "stop each epoch after this many steps (0: the whole epoch)")
 	flag.Float64Var(&c.bucketMB, "bucket-cap-mb", 25, "DDP bucket size cap in MiB")
-	flag.StringVar(&c.stepLog, "step-log", "", "write PREFIX.rankN: per step, its number and the Unix ns times backward began, backward ended and the gradients were reduced (to measure skew between ranks: internal/tools/ddpcmp/skew.py)")
+	flag.StringVar(&c.stepLog, "step-log", "", "write PREFIX.rankN: per step, its number and the Unix ns times backward began, backward ended and the gradients were reduced (to measure skew between ranks: tools/ddpcmp/skew.py)")
 	flag.BoolVar(&c.unsynced, "unsynced", false, "independent replicas, gradients never reduced (accuracy meaningless): the step time without synchronisation, as train_ddp.py --no-ddp at world 2")
 	flag.StringVar(&c.killAt, "kill-at", "", "RANK:STEP: that rank kills itself (SIGKILL) at that step, to test recovery")
 	flag.Float64Var(&c.firstMB, "first-bucket-mb", 1, "DDP first bucket size cap in MiB")
@@ -248,7 +247,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		return nil, err
 	}
 	ds := data.NewTensorDataset(xtr, ytr)
-	res := &result{Model: c.model, World: g.Size(), Epochs: c.epochs, Data: which, BLAS: blas.Default.Name(), Overlap: !c.noOverlap}
+	res := &result{Model: c.model, World: g.Size(), Epochs: c.epochs, Data: which, BLAS: tensor.BLAS(), Overlap: !c.noOverlap}
 	var trainTime, backwardTime, waitTime time.Duration
 	var steplog *bufio.Writer
 	if c.stepLog != "" {

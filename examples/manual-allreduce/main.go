@@ -4,7 +4,7 @@
 // Send/Recv; after each backward pass every parameter's gradient is summed
 // with AllReduce and divided by the world size; then every rank takes the
 // same optimizer step, so the replicas stay equal. It trains the MLP of
-// internal/models on Fashion-MNIST (the full set when installed, else the
+// models on Fashion-MNIST (the full set when installed, else the
 // shipped subset), each rank on its own shard from a DistributedSampler.
 //
 //	go build ./examples/manual-allreduce
@@ -31,7 +31,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"

@@ -11,7 +11,7 @@ import (
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/parallel/ddp"
 	"github.com/godist/godist/tensor"

@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/internal/rl/reinforce"
+	"github.com/godist/godist/models/rl/reinforce"
 	"github.com/godist/godist/rpc"
 )
 

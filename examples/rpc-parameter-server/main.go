@@ -17,7 +17,7 @@
 // parameters. The trainers run asynchronously (Hogwild-style, as the
 // tutorial): nothing orders one trainer's steps against another's.
 //
-// The model is the 784-256-128-10 MLP of internal/models rather than the
+// The model is the 784-256-128-10 MLP of models rather than the
 // tutorial's CNN (two 3×3 convolutions, 32 and 64 channels, and a
 // 9216-128 layer: 1.2M parameters, ~100× the MLP's multiply-adds per
 // sample), which would take tens of minutes per epoch on this two-core
@@ -50,7 +50,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/rpc"

@@ -6,7 +6,7 @@
 //	go run ./examples/tinygpt --steps 200
 //	godist run --standalone --nproc-per-node 2 ./tinygpt --steps 2000
 //
-// The model is internal/models.GPT (pre-LayerNorm causal transformer
+// The model is models.GPT (pre-LayerNorm causal transformer
 // blocks, tied input and output embeddings); the optimizer AdamW with no
 // weight decay on biases, LayerNorms and embeddings, a linear warm-up then
 // a cosine learning-rate schedule, and gradient clipping by global norm
@@ -20,7 +20,7 @@
 // model under PyTorch's names, the optimizer, the step) and a PNG of the
 // curves, and ends with --sample bytes generated from --prompt, then one
 // JSON line. --resume continues from the checkpoint. --dump writes what
-// the PyTorch twin (internal/tools/peers/gpt_twin.py) needs to train the same model
+// the PyTorch twin (tools/peers/gpt_twin.py) needs to train the same model
 // on the same batches.
 package main
 
@@ -48,9 +48,8 @@ import (
 	"github.com/godist/godist/checkpoint/dcp"
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/examples/internal/progress"
-	"github.com/godist/godist/internal/blas"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/examples/progress"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/parallel/ddp"
@@ -157,7 +156,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.BucketCapMB, "bucket-cap-mb", 0, "DDP: the gradient buckets' size in MiB (default 25, as PyTorch's); smaller ones start their all-reduces earlier in backward")
 	fs.Float64Var(&c.FirstBucketCapMB, "first-bucket-mb", 0, "DDP: the first bucket's size in MiB (default 1, as PyTorch's)")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
-	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for internal/tools/peers/gpt_twin.py to this directory, then train")
+	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for tools/peers/gpt_twin.py to this directory, then train")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -275,7 +274,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		return nil, err
 	}
 	params := nn.Parameters(gpt)
-	res := &result{World: g.Size(), BLAS: blas.Default.Name(), TrainBytes: corpus.Len(data.Train), ValBytes: corpus.Len(data.Validation)}
+	res := &result{World: g.Size(), BLAS: tensor.BLAS(), TrainBytes: corpus.Len(data.Train), ValBytes: corpus.Len(data.Validation)}
 	for _, p := range params {
 		res.Params += p.Value().Numel()
 	}
@@ -847,7 +846,7 @@ func (h history) plot(path string) error {
 		StepLabel: "training (rank 0's batch)", Steps: bits, EvalLabel: "validation", Evals: h.Val}.Save(path, 5*vg.Inch)
 }
 
-// dump writes, for internal/tools/peers/gpt_twin.py: the two splits (train.bin,
+// dump writes, for tools/peers/gpt_twin.py: the two splits (train.bin,
 // val.bin), the initial weights under PyTorch's names (init.safetensors),
 // the offsets of every step's global batch of windows (batches.bin: int64
 // little-endian, steps × world·batch) and the configuration (config.json).

@@ -16,7 +16,7 @@ import (
 	"github.com/godist/godist/data"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/dist/disttest"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
@@ -337,7 +337,7 @@ func TestStrategies(t *testing.T) {
 				t.Fatalf("checkpoint's wte.weight: %v", w)
 			}
 			// The weights load strictly into the plain GPT, whose state
-			// dict's names PyTorch's twin loads (internal/tools/peers/gpt_twin.py).
+			// dict's names PyTorch's twin loads (tools/peers/gpt_twin.py).
 			plain, err := models.NewGPT(tensor.NewRNG(1), models.GPTConfig{Vocab: data.TextVocab, Block: c.Block, Layers: c.Layers, Heads: c.Heads, Dim: c.Dim})
 			if err != nil {
 				t.Fatal(err)

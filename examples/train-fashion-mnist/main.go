@@ -23,9 +23,8 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
-	"github.com/godist/godist/examples/internal/progress"
-	"github.com/godist/godist/internal/blas"
-	"github.com/godist/godist/internal/models"
+	"github.com/godist/godist/examples/progress"
+	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"
@@ -88,7 +87,7 @@ func run(model string, epochs, batch int, lr, momentum float64, seed uint64, dir
 	}
 	opt := optim.NewSGD(nn.Parameters(net), optim.SGDOptions{LR: lr, Momentum: momentum})
 	loader := data.NewLoader(data.NewTensorDataset(xtr, ytr), data.LoaderOptions{BatchSize: batch, Shuffle: true, Seed: seed})
-	res := result{Model: model, Epochs: epochs, Data: which, TrainN: xtr.Size(0), BLAS: blas.Default.Name()}
+	res := result{Model: model, Epochs: epochs, Data: which, TrainN: xtr.Size(0), BLAS: tensor.BLAS()}
 	var trainTime time.Duration
 	steps := 0
 	for ep := range epochs {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/checkpoint"
-	"github.com/godist/godist/internal/paritytest"
+	"github.com/godist/godist/checkpoint/paritytest"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/parallel/fsdp"
 	"github.com/godist/godist/tensor"

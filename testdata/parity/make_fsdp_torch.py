@@ -1,6 +1,6 @@
 """PyTorch 1.13 loads the full state dict FSDP wrote (fsdp_full_state.safetensors,
 from TestFullStateDictInPyTorch with GODIST_WRITE_PARITY=1) into the tiny GPT
-of internal/tools/peers/gpt_twin.py, strictly, and writes its logits on the stored
+of tools/peers/gpt_twin.py, strictly, and writes its logits on the stored
 input to fsdp_full_state_torch.safetensors.
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 testdata/parity/make_fsdp_torch.py

@@ -2,11 +2,11 @@
 """Reference values for godist's transformer parity tests, computed by
 PyTorch 1.13: causal torch.nn.MultiheadAttention, a pre-LayerNorm
 torch.nn.TransformerEncoderLayer (GELU), and a 2-layer GPT with tied
-weights (internal/models.GPT's twin), forward and every gradient.
+weights (models.GPT's twin), forward and every gradient.
 
 Run with Debian's PyTorch:  /usr/bin/python3 make_transformer_parity.py
 It writes transformer.safetensors beside this script; the Go tests in
-nn/transformer_parity_test.go and internal/models load it, so CI needs no
+nn/transformer_parity_test.go and models load it, so CI needs no
 PyTorch. All float32.
 """
 import os
@@ -75,7 +75,7 @@ y.backward(g)
 record("block", block, x, y, g)
 
 
-# A 2-layer GPT with tied weights: internal/models.GPT's twin.
+# A 2-layer GPT with tied weights: models.GPT's twin.
 class GPT(nn.Module):
     def __init__(self, vocab, block, layers, heads, dim):
         super().__init__()

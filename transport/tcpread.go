@@ -1,0 +1,274 @@
+package transport
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"time"
+)
+
+// readLoop reads frames from rank r until the connection ends.
+func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
+	defer shm.unmap()
+	var w *waker
+	if e.wakers != nil {
+		w = e.wakers[r]
+	}
+	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.live[r].heard}, viewMax)
+	in := &streamPayload{br}
+	var asm assembly
+	for {
+		if err := e.readFrame(r, br, in, shm, &asm); err != nil {
+			e.endRead(r, conn, err)
+			return
+		}
+	}
+}
+
+// endRead ends a reader on err: the connection's end, or a broken frame
+// (then the connection is closed too).
+func (e *Endpoint) endRead(r int, conn net.Conn, err error) {
+	e.spares[r].close()
+	var fe frameErr
+	if errors.As(err, &fe) {
+		e.peerDown(r, fe.err)
+		conn.Close()
+		return
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = ErrClosed
+	}
+	e.peerDown(r, err)
+}
+
+// frameErr marks a frame that breaks the protocol: the reader closes the
+// connection.
+type frameErr struct{ err error }
+
+func (f frameErr) Error() string { return f.err.Error() }
+
+// readFrame reads one frame's header from the socket and handles it.
+func (e *Endpoint) readFrame(r int, br *bufio.Reader, in payload, shm *shmSeg, asm *assembly) error {
+	var hb [HeaderSize]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return err
+	}
+	h, err := decodeHeader(hb[:])
+	if err != nil {
+		return frameErr{err}
+	}
+	return e.handleFrame(r, &h, in, shm, asm)
+}
+
+// handleFrame delivers one frame whose payload is in (or in a slot of
+// shm). An error is a frameErr.
+func (e *Endpoint) handleFrame(r int, h *Header, in payload, shm *shmSeg, asm *assembly) error {
+	if h.Frag != 0 || asm.active {
+		if err := e.fragment(r, h, shm, asm); err != nil {
+			return frameErr{err}
+		}
+		return nil
+	}
+	if h.Kind == KindShmData || h.Kind == KindShmMessage {
+		if shm == nil || int(h.Slot) >= shmSlots || h.Len > shmSlotSize {
+			return frameErr{fmt.Errorf("%w: shared-memory frame (slot %d, %d bytes) on a connection without a segment for it", ErrFrame, h.Slot, h.Len)}
+		}
+		if h.Kind == KindShmData {
+			h.Kind = KindData
+		} else {
+			h.Kind = KindMessage
+		}
+		err := e.deliver(r, h, &memPayload{b: shm.slot(int(h.Slot))[:h.Len], slot: true})
+		shm.free(int(h.Slot)) // the sender may reuse it
+		if err != nil {
+			return frameErr{err}
+		}
+		return nil
+	}
+	if err := e.deliver(r, h, in); err != nil {
+		return frameErr{err}
+	}
+	return nil
+}
+
+// readRing reads rank r's frames from the ring in its segment
+// (TCPOptions.ShmRing): it polls the ring for up to spin, then parks on
+// the socket, which brings a wakeup byte (0) when the sender has pushed
+// a frame since, or the connection's end. A frame too large for the ring
+// comes on the socket after an empty frame in the ring that says so.
+func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool, shm *shmSeg) {
+	defer shm.unmap()
+	var w *waker // yielding: poll only while a receive waits (wake.go)
+	if e.wakers != nil {
+		w = e.wakers[r]
+	}
+	br := bufio.NewReaderSize(countingReader{conn, &e.live[r].heard}, viewMax)
+	in := &streamPayload{br}
+	var asm assembly
+	var ferr error
+	bulk := false // the last frame's payload was in a slot
+	handle := func(f []byte) {
+		if len(f) == 0 {
+			// The next frame is on the socket, after any wakeups.
+			for {
+				b, err := br.Peek(1)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if b[0] != 0 {
+					break
+				}
+				br.Discard(1)
+			}
+			ferr = e.readFrame(r, br, in, shm, &asm)
+			return
+		}
+		if len(f) < HeaderSize {
+			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d bytes", ErrFrame, len(f))}
+			return
+		}
+		h, err := decodeHeader(f[:HeaderSize])
+		if err != nil {
+			ferr = frameErr{err}
+			return
+		}
+		body := f[HeaderSize:]
+		if h.Kind != KindShmData && h.Kind != KindShmMessage && int64(len(body)) != h.Len {
+			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d payload bytes for a header of %d", ErrFrame, len(body), h.Len)}
+			return
+		}
+		bulk = h.Kind == KindShmData || h.Kind == KindShmMessage
+		ferr = e.handleFrame(r, &h, &memPayload{b: body}, shm, &asm)
+	}
+	ring := shm.ring
+	var idle, checked time.Time
+	polls, handled := 0, 0
+	for {
+		got, err := ring.TryPop(handle)
+		if err != nil {
+			e.endRead(r, conn, frameErr{fmt.Errorf("%w: %w", ErrFrame, err)})
+			return
+		}
+		if ferr != nil {
+			e.endRead(r, conn, ferr)
+			return
+		}
+		if got {
+			e.live[r].heard.Add(1)
+			idle, polls = time.Time{}, 0
+			// While frames keep coming this loop never waits, and the
+			// goroutines its frames wake (the handler of a request, the
+			// caller of a reply) would wait for the runtime to preempt
+			// it, 10 ms later. Step aside after each frame whose payload
+			// was in a slot (a copy long enough to make a yield cheap)
+			// and every 16 others.
+			if handled++; bulk || handled%16 == 0 {
+				bulk = false
+				runtime.Gosched()
+			}
+			continue
+		}
+		if idle.IsZero() {
+			idle = time.Now()
+			checked = idle
+		}
+		// The clock is read every 32 polls: a poll is cheaper than it.
+		// While a fragmented message is under way its next fragment is
+		// due as soon as the sender has copied it in (tens of µs), so the
+		// reader polls longer (fragSpin) rather than make the sender wake
+		// it for each fragment.
+		wait := spin
+		unwanted := w != nil && !e.receiveWaits()
+		if unwanted {
+			wait = min(spin, yieldGrace)
+		}
+		if asm.active {
+			wait = max(spin, fragSpin)
+		}
+		if polls++; wait > 0 && polls%32 == 0 {
+			now := time.Now()
+			if !yield && now.Sub(checked) > preempted {
+				// The thread was off its CPU between two looks at the
+				// clock: other work wants this CPU, and a poller that
+				// holds it only delays the peer's answer (a busy host
+				// turned 10 µs calls into 16 ms ones). Sleep instead.
+				wait = 0
+			}
+			checked = now
+			if now.Sub(idle) >= wait {
+				wait = 0
+			}
+		}
+		if wait > 0 {
+			runtime.Gosched() // polling must not keep the senders off the cores
+			if yield {
+				osYield()
+			}
+			continue
+		}
+		if !ring.Park() {
+			continue
+		}
+		if w != nil {
+			w.park()
+			if unwanted && e.receiveWaits() && w.state.CompareAndSwap(readerParked, readerRunning) {
+				// A receive was posted as it parked. (One that waits
+				// longer than spin does not keep it polling: parked, it
+				// reads the socket, which brings the peer's end.)
+				ring.Unpark()
+				idle = time.Time{}
+				continue
+			}
+		}
+		// Asleep on the socket: a wakeup, the connection's end, or a
+		// receive posted (the waker's deadline).
+		b, err := br.ReadByte()
+		woke := w != nil && w.resume()
+		ring.Unpark()
+		if err != nil {
+			if woke && errors.Is(err, os.ErrDeadlineExceeded) {
+				idle = time.Time{}
+				continue
+			}
+			e.endRead(r, conn, err)
+			return
+		}
+		if b != 0 {
+			br.UnreadByte() // a frame the ring's marker announces
+		}
+		idle = time.Time{}
+	}
+}
+
+// streamPayload is the payload of the frame being read from a connection.
+type streamPayload struct{ br *bufio.Reader }
+
+func (s *streamPayload) read(p []byte) error {
+	_, err := io.ReadFull(s.br, p)
+	return err
+}
+
+// view hands out the bytes in the connection's read buffer (n is at most
+// its size).
+func (s *streamPayload) view(n int, fn func([]byte)) error {
+	b, err := s.br.Peek(n)
+	if err != nil {
+		return err
+	}
+	fn(b)
+	_, err = s.br.Discard(n)
+	return err
+}
+
+// preempted is a gap between two looks at the clock of a polling reader
+// (32 polls, a few µs) that says its thread lost its CPU meanwhile.
+const preempted = 500 * time.Microsecond
+
+// fragSpin is how long a ring's reader polls for the next fragment of a
+// message under way before it parks.
+const fragSpin = 2 * time.Millisecond

@@ -79,24 +79,14 @@ func main() {
 // runs this rank, prints rank 0's result as one JSON line on stdout and
 // returns the exit status.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
-	g, err := dist.Init(ctx, dist.Options{})
-	if err != nil {
-		dist.RecordError(err)
-		fmt.Fprintln(stderr, "rpc-batch:", err)
-		return 1
-	}
-	defer g.Destroy()
-	res, err := run(ctx, g, c, stderr)
-	if err != nil {
-		dist.RecordError(err)
-		fmt.Fprintf(stderr, "rpc-batch: rank %d: %v\n", g.Rank(), err)
-		return 1
-	}
-	if res != nil {
-		line, _ := json.Marshal(res)
-		fmt.Fprintln(stdout, string(line))
-	}
-	return 0
+	return dist.Main(ctx, "rpc-batch", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
+		res, err := run(ctx, g, c, stderr)
+		if err == nil && res != nil {
+			line, _ := json.Marshal(res)
+			fmt.Fprintln(stdout, string(line))
+		}
+		return err
+	})
 }
 
 // server is the agent as its RRef holds it: the policy and the batch

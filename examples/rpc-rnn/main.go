@@ -94,24 +94,14 @@ func main() {
 // runs this rank, prints the trainer's result as one JSON line on stdout
 // and returns the exit status.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
-	g, err := dist.Init(ctx, dist.Options{})
-	if err != nil {
-		dist.RecordError(err)
-		fmt.Fprintln(stderr, "rpc-rnn:", err)
-		return 1
-	}
-	defer g.Destroy()
-	res, err := run(ctx, g, c, stderr)
-	if err != nil {
-		dist.RecordError(err)
-		fmt.Fprintf(stderr, "rpc-rnn: rank %d: %v\n", g.Rank(), err)
-		return 1
-	}
-	if res != nil {
-		line, _ := json.Marshal(res)
-		fmt.Fprintln(stdout, string(line))
-	}
-	return 0
+	return dist.Main(ctx, "rpc-rnn", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
+		res, err := run(ctx, g, c, stderr)
+		if err == nil && res != nil {
+			line, _ := json.Marshal(res)
+			fmt.Fprintln(stdout, string(line))
+		}
+		return err
+	})
 }
 
 func (c config) check() error {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/internal/handshake"
-	"github.com/godist/godist/internal/launch"
+	"github.com/godist/godist/internal/launch/errorfile"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -675,7 +675,7 @@ func withEnv(opt Options, get func(string) string) Options {
 	if opt.FlightDir == "" {
 		opt.FlightDir = get("GODIST_FLIGHT_DIR")
 	}
-	for _, name := range []string{launch.ErrorFileEnv, launch.TorchErrorFileEnv} {
+	for _, name := range []string{errorfile.Env, errorfile.TorchEnv} {
 		if v := get(name); opt.FlightDir == "" && v != "" {
 			opt.FlightDir = filepath.Dir(v)
 		}

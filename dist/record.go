@@ -5,14 +5,14 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/godist/godist/internal/launch"
+	"github.com/godist/godist/internal/launch/errorfile"
 )
 
 // ErrorFileEnv is the variable in which a launcher (godist run,
 // dist.Spawn) gives each worker the path of its error file; RecordError
 // writes it. torchrun's name for it, TORCHELASTIC_ERROR_FILE, is set to
 // the same path and read when this one is unset.
-const ErrorFileEnv = launch.ErrorFileEnv
+const ErrorFileEnv = errorfile.Env
 
 // RecordError tells the launcher why this worker is about to fail, so
 // that its root-cause report can tell the rank that failed on its own
@@ -40,9 +40,9 @@ func RecordError(err error) error {
 	if err == nil {
 		return nil
 	}
-	path := os.Getenv(launch.ErrorFileEnv)
+	path := os.Getenv(errorfile.Env)
 	if path == "" {
-		path = os.Getenv(launch.TorchErrorFileEnv)
+		path = os.Getenv(errorfile.TorchEnv)
 	}
 	if path == "" {
 		return nil
@@ -53,13 +53,13 @@ func RecordError(err error) error {
 	}
 	rec := errorRecord(err, rank)
 	rec.PID = os.Getpid()
-	return launch.WriteRecord(path, rec)
+	return errorfile.Write(path, rec)
 }
 
 // errorRecord classifies err, the error of rank self (-1 unknown), by
 // dist's typed errors.
-func errorRecord(err error, self int) launch.Record {
-	r := launch.Record{Rank: self, Kind: launch.Other, Peer: -1, Message: err.Error()}
+func errorRecord(err error, self int) errorfile.Record {
+	r := errorfile.Record{Rank: self, Kind: errorfile.Other, Peer: -1, Message: err.Error()}
 	var (
 		re *RankError
 		ae *AbortError
@@ -68,18 +68,18 @@ func errorRecord(err error, self int) launch.Record {
 	)
 	switch {
 	case errors.As(err, &re):
-		r.Kind, r.Peer = launch.PeerLost, re.Rank
+		r.Kind, r.Peer = errorfile.PeerLost, re.Rank
 	case errors.As(err, &ae):
-		r.Kind, r.Peer = launch.Aborted, ae.Rank
+		r.Kind, r.Peer = errorfile.Aborted, ae.Rank
 	case errors.As(err, &de):
 		// Both sides of a desync fail with it; the other is whichever
 		// of the two is not this rank.
-		r.Kind, r.Peer = launch.Desync, de.Peer
+		r.Kind, r.Peer = errorfile.Desync, de.Peer
 		if de.Peer == self {
 			r.Peer = de.Rank
 		}
 	case errors.As(err, &te):
-		r.Kind = launch.Timeout
+		r.Kind = errorfile.Timeout
 		switch {
 		case te.Cause != "" && len(te.Chain) > 0 && te.Chain[len(te.Chain)-1] != self:
 			// The rank the waits lead to, not this rank's own peer (a

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/godist/godist/internal/launch"
+	"github.com/godist/godist/internal/launch/errorfile"
 )
 
 func TestErrorRecord(t *testing.T) {
@@ -16,19 +16,19 @@ func TestErrorRecord(t *testing.T) {
 		name string
 		err  error
 		self int
-		kind launch.Kind
+		kind errorfile.Kind
 		peer int
 	}{
-		{"rank gone", gone, 0, launch.PeerLost, 3},
-		{"wrapped, on a failed group", fmt.Errorf("step 7: %w", fmt.Errorf("%w: %w", ErrGroupFailed, gone)), 0, launch.PeerLost, 3},
-		{"aborted", &AbortError{Rank: 2, Reason: "size mismatch"}, 1, launch.Aborted, 2},
-		{"timeout on one", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4}}, 0, launch.Timeout, 4},
-		{"timeout on several", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4, 5}}, 0, launch.Timeout, -1},
-		{"timeout through a chain", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 1}, Cause: "rank 1 (h, pid 9) has not reported for 5s"}, 2, launch.Timeout, 1},
-		{"timeout in a cycle through this rank", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 2}, Cause: "ranks 0, 2 wait on each other"}, 2, launch.Timeout, 0},
-		{"desync found here", &DesyncError{Rank: 1, Peer: 2}, 1, launch.Desync, 2},
-		{"desync told by the other", &DesyncError{Rank: 2, Peer: 1}, 1, launch.Desync, 2},
-		{"other", errors.New("bad batch"), 0, launch.Other, -1},
+		{"rank gone", gone, 0, errorfile.PeerLost, 3},
+		{"wrapped, on a failed group", fmt.Errorf("step 7: %w", fmt.Errorf("%w: %w", ErrGroupFailed, gone)), 0, errorfile.PeerLost, 3},
+		{"aborted", &AbortError{Rank: 2, Reason: "size mismatch"}, 1, errorfile.Aborted, 2},
+		{"timeout on one", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4}}, 0, errorfile.Timeout, 4},
+		{"timeout on several", &TimeoutError{Op: "barrier", Timeout: "1s", Waiting: []int{4, 5}}, 0, errorfile.Timeout, -1},
+		{"timeout through a chain", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 1}, Cause: "rank 1 (h, pid 9) has not reported for 5s"}, 2, errorfile.Timeout, 1},
+		{"timeout in a cycle through this rank", &TimeoutError{Op: "all_reduce", Timeout: "1s", Waiting: []int{0}, Chain: []int{0, 2}, Cause: "ranks 0, 2 wait on each other"}, 2, errorfile.Timeout, 0},
+		{"desync found here", &DesyncError{Rank: 1, Peer: 2}, 1, errorfile.Desync, 2},
+		{"desync told by the other", &DesyncError{Rank: 2, Peer: 1}, 1, errorfile.Desync, 2},
+		{"other", errors.New("bad batch"), 0, errorfile.Other, -1},
 	}
 	for _, c := range cases {
 		r := errorRecord(c.err, c.self)
@@ -41,7 +41,7 @@ func TestErrorRecord(t *testing.T) {
 func TestRecordError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "error.json")
 	t.Setenv("RANK", "1")
-	t.Setenv(launch.TorchErrorFileEnv, "")
+	t.Setenv(errorfile.TorchEnv, "")
 	t.Setenv(ErrorFileEnv, "")
 	if err := RecordError(errors.New("x")); err != nil {
 		t.Fatalf("no file asked for: %v", err)
@@ -50,12 +50,12 @@ func TestRecordError(t *testing.T) {
 		t.Fatal("a file was written although none was asked for")
 	}
 	// torchrun's name alone is enough.
-	t.Setenv(launch.TorchErrorFileEnv, path)
+	t.Setenv(errorfile.TorchEnv, path)
 	if err := RecordError(&RankError{Rank: 0, Op: "broadcast", Err: errors.New("reset")}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := launch.ReadRecord(path)
-	if err != nil || r.Rank != 1 || r.Kind != launch.PeerLost || r.Peer != 0 || r.PID != os.Getpid() || r.Time == 0 {
+	r, err := errorfile.Read(path)
+	if err != nil || r.Rank != 1 || r.Kind != errorfile.PeerLost || r.Peer != 0 || r.PID != os.Getpid() || r.Time == 0 {
 		t.Fatalf("record %+v, %v", r, err)
 	}
 	if RecordError(nil) != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/godist/godist/internal/launch"
+	"github.com/godist/godist/internal/launch/errorfile"
 	"github.com/godist/godist/store"
 )
 
@@ -64,7 +64,7 @@ func TestExplainTimeoutStoreHostSilent(t *testing.T) {
 			if strings.Contains(msg, "which waits on") || !strings.Contains(msg, "waiting on ranks ["+string(rune('0'+c.waiting))+"]") {
 				t.Errorf("message %q", msg)
 			}
-			if r := errorRecord(te, 2); r.Kind != launch.Timeout || r.Peer != 0 {
+			if r := errorRecord(te, 2); r.Kind != errorfile.Timeout || r.Peer != 0 {
 				t.Errorf("error record %+v, want a timeout blaming rank 0", r)
 			}
 		})

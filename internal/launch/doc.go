@@ -3,9 +3,10 @@
 // variables that make up a worker's identity, which a child must get from
 // its launcher and never inherit ([Identity], [Env], [Rank]); starting a
 // worker and describing how it ended ([Start], [Exit]); free ports and
-// tokens; and the error file through which a failed worker tells its
-// launcher why it failed ([Record], [WriteRecord], [ReadRecord],
-// [RootCause], [Order]).
+// tokens; and the reading of the error file through which a failed
+// worker tells its launcher why it failed ([Record], [ReadRecord],
+// [RootCause], [Order]; the file's format, which workers write, is
+// package errorfile's, apart so that a worker need not link this one).
 //
 // A launcher does, in short:
 //
@@ -23,5 +24,6 @@
 // the group, SIGTERM then SIGKILL, when the launcher dies without doing
 // so, even by SIGKILL. The watchdog, and the gate through which such a
 // worker starts, are the launcher's own binary re-executed: this
-// package's init runs them, so any program that links it can launch.
+// package's init runs them, so any program that links it can launch,
+// and only such a program should link it: package dist does not.
 package launch

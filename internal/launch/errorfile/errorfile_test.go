@@ -1,4 +1,4 @@
-package launch
+package errorfile
 
 import (
 	"errors"
@@ -15,20 +15,20 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "error.json")
 	in := Record{Rank: 2, PID: 77, Kind: PeerLost, Peer: 1, Message: "dist: all_reduce failed: rank 1 is gone", Time: 1767225600, TimeNS: 1767225600123456789}
-	if err := WriteRecord(path, in); err != nil {
+	if err := Write(path, in); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadRecord(path)
-	in.Version = RecordVersion
+	got, err := Read(path)
+	in.Version = Version
 	if err != nil || *got != in {
-		t.Fatalf("ReadRecord = %+v, %v; want %+v", got, err, in)
+		t.Fatalf("Read = %+v, %v; want %+v", got, err, in)
 	}
 	// A second record replaces the first, and no temporary file is left.
-	if err := WriteRecord(path, Record{Rank: 2, Kind: Other, Peer: -1, Message: strings.Repeat("é", MaxMessage)}); err != nil {
+	if err := Write(path, Record{Rank: 2, Kind: Other, Peer: -1, Message: strings.Repeat("é", MaxMessage)}); err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now()
-	got, err = ReadRecord(path)
+	got, err = Read(path)
 	// The time of the failure to the nanosecond, and the same second.
 	if err != nil || got.Kind != Other || got.TimeNS == 0 || got.Time != got.TimeNS/int64(time.Second) ||
 		got.When().Sub(before) > time.Minute || before.Sub(got.When()) > time.Minute || len(got.Message) > MaxMessage || !utf8.ValidString(got.Message) ||
@@ -38,15 +38,15 @@ func TestRecordRoundTrip(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
 		t.Errorf("the directory holds %d files, want 1", len(ents))
 	}
-	if _, err := ReadRecord(filepath.Join(t.TempDir(), "none.json")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := Read(filepath.Join(t.TempDir(), "none.json")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
 	}
-	if err := WriteRecord(filepath.Join(t.TempDir(), "no", "dir.json"), in); err == nil {
-		t.Errorf("WriteRecord into a missing directory succeeded")
+	if err := Write(filepath.Join(t.TempDir(), "no", "dir.json"), in); err == nil {
+		t.Errorf("Write into a missing directory succeeded")
 	}
 }
 
-func TestParseRecord(t *testing.T) {
+func TestParse(t *testing.T) {
 	cases := []struct {
 		name string
 		in   string
@@ -75,7 +75,7 @@ func TestParseRecord(t *testing.T) {
 		{"time_ns a word", `{"time_ns":"soon"}`, nil},
 	}
 	for _, c := range cases {
-		got, err := ParseRecord([]byte(c.in))
+		got, err := Parse([]byte(c.in))
 		switch {
 		case c.want == nil && err == nil:
 			t.Errorf("%s: parsed %+v, want an error", c.name, got)
@@ -87,24 +87,24 @@ func TestParseRecord(t *testing.T) {
 	}
 }
 
-func TestReadRecordBounded(t *testing.T) {
+func TestReadBounded(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.json")
-	os.WriteFile(big, []byte(`{"message":"`+strings.Repeat("x", MaxRecordFile)+`"}`), 0o600)
-	if _, err := ReadRecord(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+	os.WriteFile(big, []byte(`{"message":"`+strings.Repeat("x", MaxFile)+`"}`), 0o600)
+	if _, err := Read(big); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("an oversized file: %v", err)
 	}
 	long := filepath.Join(dir, "long.json")
-	os.WriteFile(long, []byte(`{"kind":"other","message":"`+strings.Repeat("y", MaxRecordFile/2)+`"}`), 0o600)
-	if r, err := ReadRecord(long); err != nil || len(r.Message) > MaxMessage {
+	os.WriteFile(long, []byte(`{"kind":"other","message":"`+strings.Repeat("y", MaxFile/2)+`"}`), 0o600)
+	if r, err := Read(long); err != nil || len(r.Message) > MaxMessage {
 		t.Errorf("a long message: %v, %d bytes kept", err, len(r.Message))
 	}
-	if _, err := ReadRecord(dir); err == nil {
+	if _, err := Read(dir); err == nil {
 		t.Errorf("a directory was read as a record")
 	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err == nil {
-		if _, err := ReadRecord(fifo); err == nil {
+		if _, err := Read(fifo); err == nil {
 			t.Errorf("a FIFO was read as a record")
 		}
 	}

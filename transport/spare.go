@@ -195,3 +195,13 @@ func hugePages(b []byte) {
 		unix.Madvise(b[lo-p:hi-p], unix.MADV_HUGEPAGE)
 	}
 }
+
+// alloc8 returns n bytes whose start is 8-byte aligned, so that the
+// elements of tensors inside them can be used in place.
+func alloc8(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	w := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+}

@@ -347,20 +347,6 @@ func RankAddr(ctx context.Context, st store.Store, prefix string, rank int) (str
 // maxPendingHandshakes bounds the handshakes a listener runs at once.
 const maxPendingHandshakes = 128
 
-// DuplicateRankError reports that another process published itself as
-// this rank first: two processes were started with the same RANK, or a
-// process of an earlier attempt of the job is still running.
-type DuplicateRankError struct {
-	Rank  int
-	Addr  string // this process's address
-	Other string // the address of the process that holds the rank
-}
-
-func (e *DuplicateRankError) Error() string {
-	return fmt.Sprintf("transport: rank %d is taken: the process at %s registered as rank %d before this one (at %s); two processes were started with RANK=%d, or one of an earlier attempt of this job still runs, or the store holds an earlier job's records (use a fresh store or job id); give every process its own RANK",
-		e.Rank, e.Other, e.Rank, e.Addr, e.Rank)
-}
-
 // rankRecord is what a rank publishes: its address and public key.
 type rankRecord struct {
 	addr string

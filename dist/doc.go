@@ -79,9 +79,9 @@
 // runs and the predicted time.
 //
 // The algorithms are pure schedules in package dist/algo; the group runs
-// them over the transport. Spawn
-// starts ranks as processes (torch.multiprocessing.spawn); package
-// dist/disttest runs them as goroutines in a test.
+// them over the transport. Package dist/spawn starts ranks as processes
+// (torch.multiprocessing.spawn); package dist/disttest runs them as
+// goroutines in a test.
 //
 // A training step's all-reduce, under godist run or torchrun:
 //

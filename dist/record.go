@@ -9,7 +9,7 @@ import (
 )
 
 // ErrorFileEnv is the variable in which a launcher (godist run,
-// dist.Spawn) gives each worker the path of its error file; RecordError
+// spawn.Run) gives each worker the path of its error file; RecordError
 // writes it. torchrun's name for it, TORCHELASTIC_ERROR_FILE, is set to
 // the same path and read when this one is unset.
 const ErrorFileEnv = errorfile.Env

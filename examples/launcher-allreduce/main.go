@@ -1,5 +1,5 @@
 // Command launcher-allreduce is a small worker for `godist run` (and for
-// Slurm, mpirun and dist.Spawn): it joins its group through env://, runs
+// Slurm, mpirun and spawn.Run): it joins its group through env://, runs
 // --steps all-reduces, and prints the sum of their results from rank 0.
 // Under `godist run --rdzv-backend etcd` its store is etcd's (it imports
 // store/etcdstore, which registers etcd:// for dist.Init). It can resume

@@ -1,5 +1,5 @@
 // Package launch is what godist's three launchers share: godist run's
-// agent (elastic.Agent), dist.Spawn and godist bench. It owns the list of
+// agent (elastic.Agent), spawn.Run and godist bench. It owns the list of
 // variables that make up a worker's identity, which a child must get from
 // its launcher and never inherit ([Identity], [Env], [Rank]); starting a
 // worker and describing how it ended ([Start], [Exit]); free ports and

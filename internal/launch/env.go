@@ -12,7 +12,7 @@ import (
 // belongs to: every launcher sets those it needs for each worker, and
 // [Env] removes all of them from the environment a worker would
 // otherwise inherit, so that a launcher started from inside another job's
-// worker (a dist.Spawn program run under godist run, say) never hands its
+// worker (a spawn.Run program run under godist run, say) never hands its
 // children a stale rank, port, token or error file.
 //
 // Settings that are not an identity pass through: GODIST_HOST (the
@@ -34,8 +34,8 @@ var Identity = []string{
 	watchdogEnv, gateEnv,
 }
 
-// SpawnRankEnv is the variable that marks a process started by dist.Spawn
-// as a worker, holding its rank.
+// SpawnRankEnv is the variable that marks a process started by spawn.Run
+// as a worker, holding its rank (spawn.RankEnv).
 const SpawnRankEnv = "GODIST_SPAWN_RANK"
 
 // Env returns a worker's environment: base without the [Identity]

@@ -22,7 +22,7 @@ import (
 // (the launcher's own program, even if its file has been replaced since)
 // with argv[0] watchdogArg0 and watchdogEnv set to the launcher's pid.
 // Any program that links this package, so every launcher (godist,
-// dist.Spawn's program, a test binary, a user's elastic.Agent), becomes
+// spawn.Run's program, a test binary, a user's elastic.Agent), becomes
 // the watchdog in this package's init, before its main runs.
 //
 // A gate (see gate) is this binary too, with argv[0] gateArg0 and

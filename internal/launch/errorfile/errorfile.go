@@ -8,7 +8,7 @@
 // every program that joins a job) writes it and must not link the
 // launcher's process-spawning code and its init, which re-executes the
 // binary as a watchdog or a gate; the launchers (godist run's agent,
-// dist.Spawn, godist bench) read it through package launch, which
+// spawn.Run, godist bench) read it through package launch, which
 // re-exports what they use.
 //
 //	// in a worker, on its fatal path:

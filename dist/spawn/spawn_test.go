@@ -1,4 +1,4 @@
-package dist_test
+package spawn_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/spawn"
 	"github.com/godist/godist/tensor"
 )
 
@@ -18,20 +19,20 @@ import (
 const spawnModeEnv = "GODIST_TEST_SPAWN_MODE"
 
 // TestSpawnProgram is the program that TestSpawn runs as a subprocess:
-// dist.Spawn re-executes the test binary with the same -test.run, so the
+// spawn.Run re-executes the test binary with the same -test.run, so the
 // children land here too and run fn.
 func TestSpawnProgram(t *testing.T) {
 	mode := os.Getenv(spawnModeEnv)
 	if mode == "" {
 		t.Skip("run by TestSpawn")
 	}
-	if os.Getenv("RANK") != "" && !dist.IsSpawnedWorker() {
+	if os.Getenv("RANK") != "" && !spawn.IsWorker() {
 		t.Fatal("the parent has RANK set")
 	}
 	const world = 3
-	err := dist.Spawn(world, func(rank int) error {
-		if !dist.IsSpawnedWorker() {
-			return errors.New("IsSpawnedWorker is false in a child")
+	err := spawn.Run(world, func(rank int) error {
+		if !spawn.IsWorker() {
+			return errors.New("IsWorker is false in a child")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -73,11 +74,11 @@ func TestSpawnProgram(t *testing.T) {
 		}
 		return g.Barrier(ctx)
 	})
-	if dist.IsSpawnedWorker() {
-		t.Fatal("Spawn returned in a child")
+	if spawn.IsWorker() {
+		t.Fatal("Run returned in a child")
 	}
 	if err != nil {
-		var se *dist.SpawnError
+		var se *spawn.Error
 		if errors.As(err, &se) {
 			fmt.Printf("SPAWN-ERROR rank=%d code=%d signal=%d\n", se.Rank, se.ExitCode, int(se.Signal))
 		}

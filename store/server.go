@@ -26,7 +26,9 @@ type ServerOptions struct {
 	// one line a second (with the count of those not told).
 	Logf func(format string, args ...any)
 	// MaxConns bounds the connections served at once (DefaultMaxConns
-	// when zero; negative: none): one more is closed at once.
+	// when zero; negative: none): one more is closed at once. The
+	// process's descriptor limit bounds them too (RaiseFileLimit); the
+	// server says so in Logf when it reaches it.
 	MaxConns int
 	// MaxBytes bounds the bytes of keys and values the store holds
 	// (DefaultMaxBytes when zero; negative: none): a write past it fails
@@ -44,7 +46,7 @@ type ServerOptions struct {
 // addresses and object collectives use, far below what would exhaust a
 // host.
 const (
-	DefaultMaxConns = 1024
+	DefaultMaxConns = 1 << 16
 	DefaultMaxBytes = 256 << 20
 	// DefaultMaxInflight admits one frame of the largest request (a
 	// compare-and-set of two values of MaxValueLen): a smaller budget
@@ -155,8 +157,15 @@ func (s *Server) accept() {
 			if closed {
 				return
 			}
-			s.opts.Logf("store server %s: accept: %v", s.Addr(), err)
-			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				s.mu.Lock()
+				n := len(s.mu.conns)
+				s.mu.Unlock()
+				s.opts.Logf("store server %s: out of file descriptors at %d connections (soft limit %d): new clients wait in the listen queue; raise the limit (ulimit -n, LimitNOFILE=, or store.RaiseFileLimit before NewServer)", s.Addr(), n, fileLimit())
+			} else {
+				s.opts.Logf("store server %s: accept: %v", s.Addr(), err)
+			}
+			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		s.mu.Lock()

@@ -19,6 +19,7 @@ func storeMain(args []string) int {
 	addr := fs.String("addr", ":29500", "`host:port` to listen on (port 0 picks a free one)")
 	tokenEnv := fs.String("token-env", "GODIST_TOKEN", "name of the environment `variable` holding the job token (hex or raw); unset or empty means no authentication")
 	jobID := fs.String("job-id", os.Getenv("GODIST_RUN_ID"), "job `id` clients must present (default $GODIST_RUN_ID)")
+	maxConns := fs.Int("max-conns", store.DefaultMaxConns, "most `clients` served at once; the descriptor limit is raised to match where the process may")
 	insecure := fs.Bool("insecure", false, "without a token, listen on --addr even off loopback (a private network only: any client could rewrite the job's addresses)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: godist store [flags]\n\nServes a TCP store (the rendezvous of dist.Init's tcp:// and env://) until SIGINT or SIGTERM.\n\nFlags:\n")
@@ -42,9 +43,16 @@ func storeMain(args []string) int {
 		logger.Printf("%s", note)
 	}
 	*addr = listen
+	if *maxConns > 0 {
+		// One descriptor a client, and a few for the process itself.
+		want := uint64(*maxConns) + 64
+		if have, err := store.RaiseFileLimit(want); err != nil || have < want {
+			logger.Printf("the descriptor limit (%d) admits about %d clients, fewer than --max-conns %d: raise it (ulimit -n, LimitNOFILE=) or run as root", have, max(int(have)-64, 0), *maxConns)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := store.NewServer(ctx, *addr, store.ServerOptions{Token: token, JobID: *jobID, Logf: logger.Printf})
+	srv, err := store.NewServer(ctx, *addr, store.ServerOptions{Token: token, JobID: *jobID, Logf: logger.Printf, MaxConns: *maxConns})
 	if err != nil {
 		logger.Printf("%v", err)
 		return exitFail

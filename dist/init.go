@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/internal/localaddr"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -152,7 +153,7 @@ func rankInMethod(method string) (rank, size int, ok bool, err error) {
 func (j *joining) chooseHost() error {
 	j.host = j.opt.Host
 	if j.host == "" {
-		j.host = localAddrFor(j.masterHost)
+		j.host = localaddr.Toward(j.masterHost)
 	}
 	if len(j.opt.Token) > 0 || isLoopback(j.host) {
 		return nil

@@ -162,17 +162,3 @@ func firstHost(method string) string {
 	}
 	return strings.Trim(rest, "[]")
 }
-
-// localAddrFor returns the local address that routes to host (without
-// sending anything), or 127.0.0.1.
-func localAddrFor(host string) string {
-	if host == "" || host == "localhost" || strings.HasPrefix(host, "127.") {
-		return "127.0.0.1"
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
-}

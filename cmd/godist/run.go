@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/elastic"
+	"github.com/godist/godist/internal/localaddr"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/store/etcdstore"
 )
@@ -395,7 +396,7 @@ func runJob(ctx context.Context, o *runOptions, sigs <-chan os.Signal, stdout, s
 		self.Addr = o.localAddr
 		if self.Addr == "" {
 			h, _, _ := net.SplitHostPort(dialTo)
-			self.Addr = routeTo(h)
+			self.Addr = localaddr.Toward(h)
 		}
 	} else if o.localAddr != "" {
 		self.Addr = o.localAddr
@@ -514,17 +515,4 @@ func isLocalHost(host string) bool {
 		}
 	}
 	return false
-}
-
-// routeTo returns the local address that routes to host (nothing is sent).
-func routeTo(host string) string {
-	if host == "" || host == "localhost" || strings.HasPrefix(host, "127.") {
-		return "127.0.0.1"
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }

@@ -112,13 +112,8 @@ func (f *FSDP) pieces(st dcp.State, u *unit, t *tensor.Tensor, key func(name str
 	if f.opt.Strategy != NoShard {
 		lo = f.shards.Rank() * n
 	}
-	for k, p := range u.params {
-		off, size := u.offsets[k], numel(p.Shape())
-		a, b := max(off, lo), min(off+size, lo+n)
-		if a >= b {
-			continue
-		}
-		st[key(u.names[k])] = dcp.Flat(p.Shape(), a-off, t.Narrow(0, a-lo, b-a))
+	for _, pc := range u.pieces(lo, n) {
+		st[key(u.names[pc.param])] = dcp.Flat(u.params[pc.param].Shape(), pc.from, t.Narrow(0, pc.at, pc.n))
 	}
 }
 

@@ -1,39 +1,3 @@
-// Package fsdp is fully sharded data parallelism, PyTorch's
-// FullyShardedDataParallel: each unit of a model keeps its parameters
-// flattened into one flat parameter, padded to a multiple of the group's
-// size, and each rank holds one shard of it. Before a unit's forward pass
-// the shards are all-gathered into the full parameters; after it they are
-// freed again (FullShard) or kept until backward (ShardGradOp); in backward
-// they are gathered again where freed, and the unit's gradients are
-// reduce-scattered into the shards' gradients the moment the unit's last
-// gradient is ready, while the rest of backward runs.
-//
-//	model, err := fsdp.New(ctx, net, group, fsdp.Options{
-//		Wrap: func(name string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok },
-//	})
-//	opt := optim.NewAdamW(model.Parameters(), optim.AdamOptions{LR: 1e-3}) // the shards
-//	loss := lossOf(nn.Call(model, x))
-//	err = model.Backward(ctx, loss) // gradients reduce-scattered into the shards
-//	opt.Step()
-//
-// The optimizer steps the shards (Parameters), never the module's own
-// parameters, whose values between steps are placeholders of the right
-// shape and no memory: read them inside SummonFullParams.
-//
-// A unit is a module that the Wrap policy selects (or that holds at least
-// MinParams parameters not already in a smaller unit) and that its parent
-// calls through nn.Call, whose hooks gather and free it; the root unit
-// holds every other parameter, gathered for the whole forward and backward
-// pass. Every parameter must get a gradient in every backward pass.
-//
-// State dicts: FullStateDict and FullStateDictOn (one rank) give the
-// module's whole parameters under its own names, FullOptimStateDict the
-// optimizer's state whole by parameter name; CheckpointState is the
-// sharded form, for checkpoint/dcp.
-//
-// Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
-// float32 master shards, and Options.LimitAllGathers bounds how many
-// modules prefetching may hold gathered ahead of computation.
 package fsdp
 
 import (
@@ -49,131 +13,6 @@ import (
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/tensor"
 )
-
-// Strategy says what is sharded, as PyTorch's ShardingStrategy.
-type Strategy int
-
-const (
-	// FullShard shards parameters, gradients and optimizer state; a
-	// unit's full parameters exist only during its forward and backward.
-	FullShard Strategy = iota
-	// ShardGradOp shards gradients and optimizer state; a unit's full
-	// parameters stay from its forward until its backward is done.
-	ShardGradOp
-	// NoShard keeps every parameter whole on every rank and all-reduces
-	// the gradients, as DDP.
-	NoShard
-	// HybridShard is FullShard within groups of Options.ShardSize ranks
-	// (a node's) and replication across them: parameters are gathered and
-	// gradients reduce-scattered within a group, then the gradient shards
-	// all-reduced across the groups.
-	HybridShard
-)
-
-func (s Strategy) String() string {
-	switch s {
-	case FullShard:
-		return "FullShard"
-	case ShardGradOp:
-		return "ShardGradOp"
-	case NoShard:
-		return "NoShard"
-	case HybridShard:
-		return "HybridShard"
-	}
-	return fmt.Sprintf("Strategy(%d)", int(s))
-}
-
-// Options configure FSDP.
-type Options struct {
-	Strategy Strategy
-	// ShardSize is, for HybridShard, the number of consecutive ranks that
-	// shard among themselves (ranks per node); it must divide the world.
-	// Zero takes the groups from the group's topology (dist.Group.Topology):
-	// the ranks of each host shard among themselves and replicate across
-	// hosts, which needs the same number of ranks on every host.
-	ShardSize int
-	// Wrap, if set, makes a unit of every module for which it returns
-	// true (PyTorch's ModuleWrapPolicy, e.g. every transformer block).
-	Wrap func(name string, m nn.Module) bool
-	// MinParams, if positive, also makes a unit of every module holding
-	// at least this many parameters that no smaller unit holds
-	// (PyTorch's size_based_auto_wrap_policy).
-	MinParams int
-	// Group, if set, puts each parameter (by its name in the module) in a
-	// parameter group, 0, 1, ...: a unit keeps one flat parameter per
-	// group, so that an optimizer can treat the groups apart (weight
-	// decay on matrices only, say; ParamGroups lists them).
-	Group func(name string, p *autograd.Var) int
-	// ForwardPrefetch starts gathering the next unit (in the order of the
-	// last forward pass) when a unit's forward begins; NoBackwardPrefetch
-	// turns off gathering the next unit of backward when a unit's
-	// backward begins (PyTorch's BACKWARD_PRE, on by default). Either
-	// way a gather overlaps the computation before it.
-	ForwardPrefetch, NoBackwardPrefetch bool
-	// NoSyncModuleStates keeps each rank's initial parameters instead of
-	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
-	// default).
-	NoSyncModuleStates bool
-	// MixedPrecision gathers and computes with parameters rounded to a
-	// lower precision and reduces gradients in one, while the shards stay
-	// float32 (PyTorch's MixedPrecision). The zero value is float32
-	// throughout.
-	MixedPrecision MixedPrecision
-	// LimitAllGathers bounds how far gathering runs ahead of computation
-	// (PyTorch's limit_all_gathers): a prefetch starts only while fewer
-	// than this many wrapped modules hold gathered parameters or gathers
-	// in flight, counting the ones computing; otherwise it waits, queued,
-	// until a module is freed. 0 means 2, the running module and the next;
-	// a negative value means no limit. A gather that computation needs
-	// now is never held back, and the root, gathered for the whole pass,
-	// is not counted; a module split into parameter groups (Group) counts
-	// once. It applies where modules are freed after forward (FullShard,
-	// HybridShard): ShardGradOp keeps every module gathered until its
-	// backward by design.
-	LimitAllGathers int
-}
-
-// MixedPrecision chooses the precision of FSDP's gathers, computation
-// and gradient reduction, as PyTorch's MixedPrecision(param_dtype,
-// reduce_dtype). Each field is tensor.BFloat16, tensor.Float16 or
-// tensor.Float32; the zero value (tensor.Invalid) of ParamDType means
-// Float32, that of ReduceDType means ParamDType (PyTorch's default).
-//
-// The shards, which the optimizer steps, and their gradients stay
-// float32: they are the master copy. Before a unit runs, each rank rounds
-// its shard to ParamDType and the all-gather moves the rounded values, so
-// a 2-byte ParamDType halves the gather traffic and the gathered memory
-// (Memory.Gathered counts it at that precision). godist's kernels are
-// float32, so the unit then computes in float32 on the gathered values
-// widened back exactly (counted apart, in Memory.Upcast): its parameters
-// are exactly those of a bfloat16 computation, its arithmetic is not
-// (activations and sums are not rounded). The gradients, computed in
-// float32, are rounded to ReduceDType, reduce-scattered (averaged) in it,
-// and widened into the float32 shard gradients, to which they are added.
-// SummonFullParams, the state dicts and checkpoints always see the
-// float32 shards. Buffers are not cast (there is no buffer_dtype).
-type MixedPrecision struct {
-	ParamDType, ReduceDType tensor.DType
-}
-
-// resolve returns the gather and reduction dtypes, or an error naming a
-// dtype FSDP cannot use.
-func (mp MixedPrecision) resolve() (param, reduce tensor.DType, err error) {
-	param, reduce = mp.ParamDType, mp.ReduceDType
-	if param == tensor.Invalid {
-		param = tensor.Float32
-	}
-	if reduce == tensor.Invalid {
-		reduce = param
-	}
-	for _, d := range []tensor.DType{param, reduce} {
-		if d != tensor.Float32 && d != tensor.BFloat16 && d != tensor.Float16 {
-			return 0, 0, fmt.Errorf("fsdp: MixedPrecision with %v: use tensor.BFloat16, tensor.Float16 or tensor.Float32", d)
-		}
-	}
-	return param, reduce, nil
-}
 
 // FSDP wraps a module for fully sharded data-parallel training.
 type FSDP struct {
@@ -221,30 +60,6 @@ type pendingReduce struct {
 	work *dist.Work
 }
 
-// unit is one flat parameter: the module parameters it holds, where each
-// lies in the flat vector, this rank's shard, and the gathered whole.
-type unit struct {
-	name    string
-	group   int      // the parameter group of all its parameters
-	layer   nn.Layer // nil for the root
-	params  []*autograd.Var
-	names   []string
-	offsets []int
-	numel   int // real elements; the flat vector is padded to padded
-	padded  int
-	shard   *autograd.Var  // this rank's piece (the whole, with NoShard)
-	full    *tensor.Tensor // the gathered flat parameters, nil when freed
-	// held and upcast are the bytes this unit counts in FSDP.gathered and
-	// FSDP.upcast; rounded is set when full holds ParamDType's values.
-	held, upcast int
-	rounded      bool
-	ready        int  // parameters whose gradient is ready this pass
-	called       bool // gathered in this forward pass
-	// A prefetch in flight: the gather's work and where it lands.
-	inflight *dist.Work
-	landing  *tensor.Tensor
-}
-
 // New wraps module for training over group. Every member must call it
 // with the same architecture and options.
 func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (*FSDP, error) {
@@ -272,7 +87,7 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 			return nil, fmt.Errorf("fsdp: replica groups: %w", err)
 		}
 	}
-	if err := f.planUnits(); err != nil {
+	if err := f.makeUnits(); err != nil {
 		return nil, err
 	}
 	if !opt.NoSyncModuleStates {
@@ -322,67 +137,31 @@ func hybridGroups(hosts [][]int, world, rank, shardSize int) (shard, replica int
 	return 0, 0, fmt.Errorf("fsdp: HybridShard: rank %d is on none of the group's hosts %v", rank, hosts)
 }
 
-// planUnits chooses the units, deepest first, and the root.
-func (f *FSDP) planUnits() error {
-	mods := nn.NamedModules(f.Module)
-	owner := map[*autograd.Var]*unit{}
-	// Deepest first: NamedModules is depth first, so children come after
-	// their parents; walk it backwards.
-	for i := len(mods) - 1; i >= 1; i-- {
-		m := mods[i]
-		var free []nn.Named[*autograd.Var]
-		for _, p := range nn.NamedParameters(m.Value) {
-			if owner[p.Value] == nil && p.Value.RequiresGrad() {
-				free = append(free, p)
-			}
-		}
-		count := 0
-		for _, p := range free {
-			count += p.Value.Value().Numel()
-		}
-		wrap := f.opt.Wrap != nil && f.opt.Wrap(m.Name, m.Value)
-		if !wrap && (f.opt.MinParams <= 0 || count < f.opt.MinParams) {
-			continue
-		}
-		l, ok := m.Value.(nn.Layer)
-		if !ok {
-			if !wrap {
-				continue // a container: the size policy looks further up
-			}
-			return fmt.Errorf("fsdp: Wrap chose module %s (%T), which is no nn.Layer: no forward hooks could gather it", m.Name, m.Value)
-		}
-		if len(free) == 0 {
-			continue
-		}
-		var names []string
-		for _, p := range free {
-			names = append(names, m.Name+"."+p.Name)
-		}
-		us, err := f.split(m.Name, l, names, free)
-		if err != nil {
-			return err
-		}
-		for _, u := range us {
-			for _, p := range u.params {
-				owner[p] = u
-			}
-		}
-		f.units = append(us, f.units...) // registration order
+// makeUnits makes a unit of each unit the planner chooses (planUnits)
+// over the module's own parameters: wrapped units in registration order,
+// then the root's.
+func (f *FSDP) makeUnits() error {
+	mods, named, vars := describe(f.Module, f.opt.Wrap)
+	policy := planPolicy{minParams: f.opt.MinParams, world: f.shards.Size()}
+	if f.opt.Group != nil {
+		policy.group = func(name string, id int) int { return f.opt.Group(name, vars[id]) }
 	}
-	var rest []nn.Named[*autograd.Var]
-	var names []string
-	for _, p := range nn.NamedParameters(f.Module) {
-		if owner[p.Value] == nil && p.Value.RequiresGrad() {
-			rest = append(rest, p)
-			names = append(names, p.Name)
-		}
-	}
-	roots, err := f.split("(root)", nil, names, rest)
+	plans, err := planUnits(mods, policy)
 	if err != nil {
 		return err
 	}
-	f.units = append(f.units, roots...)
-	f.roots = roots
+	for _, pl := range plans {
+		u := &unit{unitPlan: pl}
+		for _, id := range pl.ids {
+			u.params = append(u.params, vars[id])
+		}
+		if pl.module == 0 {
+			f.roots = append(f.roots, u)
+		} else {
+			u.layer = named[pl.module].Value.(nn.Layer)
+		}
+		f.units = append(f.units, u)
+	}
 	for _, u := range f.units {
 		for _, p := range u.params {
 			if p.DType() != tensor.Float32 {
@@ -393,44 +172,33 @@ func (f *FSDP) planUnits() error {
 	return nil
 }
 
-// split makes the units of one module: one per parameter group.
-func (f *FSDP) split(name string, l nn.Layer, names []string, ps []nn.Named[*autograd.Var]) ([]*unit, error) {
-	var us []*unit
-	byGroup := map[int]*unit{}
-	for i, p := range ps {
-		g := 0
-		if f.opt.Group != nil {
-			g = f.opt.Group(names[i], p.Value)
-		}
-		if g < 0 {
-			return nil, fmt.Errorf("fsdp: Group put parameter %s in group %d; groups are 0, 1, ...", names[i], g)
-		}
-		u := byGroup[g]
-		if u == nil {
-			u = &unit{name: name, layer: l, group: g}
-			if f.opt.Group != nil {
-				u.name = fmt.Sprintf("%s[group %d]", name, g)
-			}
-			byGroup[g] = u
-			us = append(us, u)
-		}
-		u.add(names[i], p.Value)
+// describe gives the planner the module tree of root: its modules (Wrap
+// asked of each but the root, deepest first), nn.NamedModules' list of
+// them, and every parameter, indexed by its id.
+func describe(root nn.Module, wrap func(name string, m nn.Module) bool) ([]planModule, []nn.Named[nn.Module], []*autograd.Var) {
+	var vars []*autograd.Var
+	id := map[*autograd.Var]int{}
+	for _, p := range nn.NamedParameters(root) {
+		id[p.Value] = len(vars)
+		vars = append(vars, p.Value)
 	}
-	return us, nil
-}
-
-func (u *unit) add(name string, p *autograd.Var) {
-	u.names = append(u.names, name)
-	u.params = append(u.params, p)
-	u.offsets = append(u.offsets, u.numel)
-	u.numel += p.Value().Numel()
+	named := nn.NamedModules(root)
+	mods := make([]planModule, len(named))
+	for i := len(named) - 1; i >= 0; i-- {
+		m := named[i]
+		_, layer := m.Value.(nn.Layer)
+		mods[i] = planModule{name: m.Name, typ: fmt.Sprintf("%T", m.Value), layer: layer}
+		mods[i].wrap = i > 0 && wrap != nil && wrap(m.Name, m.Value)
+		for _, p := range nn.NamedParameters(m.Value) {
+			mods[i].params = append(mods[i].params, planParam{name: p.Name, id: id[p.Value], numel: p.Value.Value().Numel(), trainable: p.Value.RequiresGrad()})
+		}
+	}
+	return mods, named, vars
 }
 
 // shardUnit flattens u's parameters, keeps this rank's shard and hooks the
 // unit's forward and its parameters' gradients.
 func (f *FSDP) shardUnit(u *unit) {
-	world, rank := f.shards.Size(), f.shards.Rank()
-	u.padded = (u.numel + world - 1) / world * world
 	flat := tensor.New(tensor.Float32, u.padded)
 	for i, p := range u.params {
 		flat.Narrow(0, u.offsets[i], p.Value().Numel()).Copy(p.Value().Reshape(-1))
@@ -438,14 +206,14 @@ func (f *FSDP) shardUnit(u *unit) {
 	if f.opt.Strategy == NoShard {
 		u.shard = autograd.Param(flat)
 		if f.paramDT == tensor.Float32 {
-			u.full = flat // computed on in place; never freed
+			u.full, u.state = flat, gathered // computed on in place; never freed
 			u.viewParams()
 		} else {
 			f.free(u) // each forward rounds the whole anew
 		}
 	} else {
-		n := u.padded / world
-		u.shard = autograd.Param(flat.Narrow(0, rank*n, n).Clone())
+		lo, n := u.shardRange(f.shards.Rank(), f.shards.Size())
+		u.shard = autograd.Param(flat.Narrow(0, lo, n).Clone())
 		f.free(u)
 	}
 	for i, p := range u.params {
@@ -493,154 +261,6 @@ type hookable interface {
 // forward (and gather them again for backward).
 func (f *FSDP) reshardAfterForward() bool {
 	return f.opt.Strategy == FullShard || f.opt.Strategy == HybridShard
-}
-
-// viewParams points every parameter of u at its piece of u.full.
-func (u *unit) viewParams() {
-	for i, p := range u.params {
-		shape := p.Shape()
-		p.SetValue(u.full.Narrow(0, u.offsets[i], numel(shape)).Reshape(shape...))
-	}
-}
-
-// free drops u's gathered parameters: each parameter's value becomes a
-// placeholder of its shape that holds no memory. Prefetches that
-// LimitAllGathers held back start, as far as the limit now lets them.
-func (f *FSDP) free(u *unit) {
-	f.gathered -= u.held
-	f.upcast -= u.upcast
-	u.held, u.upcast, u.rounded = 0, 0, false
-	u.full = nil
-	zero := tensor.New(tensor.Float32, 1)
-	for _, p := range u.params {
-		p.SetValue(zero.Reshape().Expand(p.Shape()...))
-	}
-	for len(f.deferred) > 0 && f.mayPrefetch(f.deferred[0]) {
-		next := f.deferred[0]
-		f.deferred = f.deferred[1:]
-		f.startGather(next)
-	}
-}
-
-func numel(shape []int) int {
-	n := 1
-	for _, s := range shape {
-		n *= s
-	}
-	return n
-}
-
-// gather all-gathers u's shards into its full parameters, unless they are
-// already there. A failure is kept for Backward; the parameters then hold
-// zeros, so that the pass runs to its end.
-func (f *FSDP) gather(u *unit) {
-	u.called = true
-	if i := slices.Index(f.deferred, u); i >= 0 {
-		f.deferred = slices.Delete(f.deferred, i, i+1)
-	}
-	if u.full != nil {
-		return
-	}
-	f.startGather(u)
-	if u.inflight != nil {
-		if err := f.wait(context.Background(), u.inflight); err != nil {
-			f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
-			// A call given up on may go on writing where it lands.
-			u.landing = tensor.New(u.landing.DType(), u.padded)
-		}
-	}
-	full := u.landing
-	u.rounded = full.DType() != tensor.Float32
-	if u.rounded {
-		// Exactly the gathered values, in the kernels' float32.
-		full = full.To(tensor.Float32)
-		u.upcast = 4 * u.padded
-		f.upcast += u.upcast
-		f.peakUpcast = max(f.peakUpcast, f.upcast)
-	}
-	u.full, u.inflight, u.landing = full, nil, nil
-	u.viewParams()
-}
-
-// startGather starts gathering u's shards, at ParamDType unless f.exact,
-// unless they are gathered or on their way. Under NoShard (mixed
-// precision only) it rounds the whole locally.
-func (f *FSDP) startGather(u *unit) {
-	if u == nil || u.full != nil || u.inflight != nil {
-		return
-	}
-	dt := f.paramDT
-	if f.exact {
-		dt = tensor.Float32
-	}
-	mine := u.shard.Value().To(dt) // the shard itself for float32
-	if f.opt.Strategy == NoShard {
-		u.landing = mine
-		return
-	}
-	u.landing = tensor.New(dt, u.padded)
-	if err := f.group.Err(); err != nil {
-		// The group has failed, maybe through a rank outside the shard
-		// group, which would still gather: start nothing (zeros land).
-		f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
-		return
-	}
-	u.held = u.padded * dt.Size()
-	f.gathered += u.held
-	f.peak = max(f.peak, f.gathered)
-	f.gatherBytes += int64(len(mine.Bytes()))
-	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, mine)
-}
-
-// request starts a prefetch of u, or queues it while LimitAllGathers
-// holds it back.
-func (f *FSDP) request(u *unit) {
-	if u == nil || u.full != nil || u.inflight != nil || slices.Contains(f.deferred, u) {
-		return
-	}
-	if !f.mayPrefetch(u) {
-		f.deferred = append(f.deferred, u)
-		return
-	}
-	f.startGather(u)
-}
-
-// mayPrefetch reports whether LimitAllGathers lets u's gather start now:
-// u's module already counts, or fewer than the limit do.
-func (f *FSDP) mayPrefetch(u *unit) bool {
-	if f.limit == 0 || !f.reshardAfterForward() {
-		return true
-	}
-	var busy []nn.Layer
-	for _, v := range f.units {
-		if v.layer == nil || (v.full == nil && v.inflight == nil) {
-			continue
-		}
-		if v.layer == u.layer {
-			return true
-		}
-		if !slices.Contains(busy, v.layer) {
-			busy = append(busy, v.layer)
-		}
-	}
-	return len(busy) < f.limit
-}
-
-// prefetch starts gathering the units of the module next to u's in the
-// last forward pass's order: after it (d = 1) or before it (d = -1, the
-// next in backward). A module's units (one per parameter group) are
-// adjacent in that order and are prefetched together.
-func (f *FSDP) prefetch(u *unit, d int) {
-	i := slices.Index(f.order, u)
-	if i < 0 {
-		return
-	}
-	for i >= 0 && i < len(f.order) && f.order[i].layer == u.layer {
-		i += d
-	}
-	for j := i; j >= 0 && j < len(f.order) && f.order[j].layer == f.order[i].layer; j += d {
-		f.request(f.order[j])
-	}
 }
 
 // wait waits for w, a call of the shard or replica group. Under
@@ -794,12 +414,12 @@ func (f *FSDP) Wait(ctx context.Context) error {
 		u.ready = 0
 		// A prefetch no backward consumed would hand the next forward
 		// these (old) parameters: drop it.
-		if u.inflight != nil {
+		if u.state == gathering {
 			if err := f.wait(ctx, u.inflight); err != nil {
 				f.setErr(err)
 				return fmt.Errorf("fsdp: gather unit %s: %w", u.name, err)
 			}
-			u.inflight, u.landing = nil, nil
+			u.inflight, u.landing, u.state = nil, nil, sharded
 			f.gathered -= u.held
 			u.held = 0
 		}
@@ -880,7 +500,6 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 	f.summoned = true
 	ferr := fn()
 	f.summoned = false
-	world, rank := f.shards.Size(), f.shards.Rank()
 	for _, u := range f.units {
 		// Parameters fn replaced or changed are copied back into the flat
 		// vector before this rank keeps its shard of it.
@@ -894,8 +513,8 @@ func (f *FSDP) SummonFullParams(ctx context.Context, fn func() error) error {
 			u.shard.Value().Copy(u.full)
 			continue
 		}
-		n := u.padded / world
-		u.shard.Value().Copy(u.full.Narrow(0, rank*n, n))
+		lo, n := u.shardRange(f.shards.Rank(), f.shards.Size())
+		u.shard.Value().Copy(u.full.Narrow(0, lo, n))
 		f.free(u)
 	}
 	return ferr

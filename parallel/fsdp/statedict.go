@@ -157,15 +157,13 @@ func (f *FSDP) LoadFullOptimStateDict(full map[string]*tensor.Tensor, opt optim.
 			}
 			shard := tensor.New(tensor.Float32, n)
 			for k, p := range u.params {
-				t, ok := full[u.names[k]+"."+s]
-				if !ok || t.Numel() != p.Value().Numel() {
+				if t, ok := full[u.names[k]+"."+s]; !ok || t.Numel() != p.Value().Numel() {
 					return fmt.Errorf("fsdp: load full optimizer state dict: state %s of parameter %s is missing or not of its %d elements", s, u.names[k], p.Value().Numel())
 				}
-				off, size := u.offsets[k], p.Value().Numel()
-				a, b := max(off, lo), min(off+size, lo+n)
-				if a < b {
-					shard.Narrow(0, a-lo, b-a).Copy(t.Contiguous().Reshape(-1).Narrow(0, a-off, b-a).To(tensor.Float32))
-				}
+			}
+			for _, pc := range u.pieces(lo, n) {
+				t := full[u.names[pc.param]+"."+s]
+				shard.Narrow(0, pc.at, pc.n).Copy(t.Contiguous().Reshape(-1).Narrow(0, pc.from, pc.n).To(tensor.Float32))
 			}
 			sd[prefix+s] = shard
 		}

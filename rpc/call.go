@@ -109,33 +109,15 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 		var zero R
 		f.Set(zero, &CallError{Worker: to, Function: h.name, Err: err})
 	}
-	dst, ok := a.byName[to]
-	if !ok {
-		fail(fmt.Errorf("%w %q (the job's workers: %v)", ErrUnknownWorker, to, a.workerNames()))
-		return f
-	}
-	argFP, resFP, err := fingerprints[A, R](h.name)
+	dst, argFP, resFP, err := target[A, R](a, to, h.name)
 	if err != nil {
 		fail(err)
 		return f
 	}
 	h.resultFP = resFP
-	e := encoders.Get().(*wire.Encoder)
-	defer putEncoder(e)
-	e.Reset()
 	x := &Exchange{Agent: a, Peer: dst, Context: ctx}
 	ec := &encodeCtx{agent: a, dst: dst, x: x}
-	e.Ctx = ec
-	if err := e.Encode(args); err != nil {
-		ec.cancelForks()
-		if werr := a.downFor(dst, err); werr != nil {
-			fail(werr) // an RRef in the arguments cannot go to a dead worker
-		} else {
-			fail(fmt.Errorf("encoding the arguments: %w", err))
-		}
-		return f
-	}
-	a.send(ctx, dst, &h, argFP, e.Parts(), &call{dst: dst, fn: h.name, unsent: ec.cancelForks, complete: func(body []byte, err error) {
+	err = a.sendArgs(ctx, &h, argFP, args, ec, &call{dst: dst, fn: h.name, unsent: ec.cancelForks, complete: func(body []byte, err error) {
 		if err != nil {
 			fail(err)
 			return
@@ -147,7 +129,42 @@ func start[A, R any](ctx context.Context, a *Agent, to string, h head, args A) *
 		}
 		f.Set(r, nil)
 	}})
+	if err != nil {
+		if werr := a.downFor(dst, err); werr != nil {
+			fail(werr) // an RRef in the arguments cannot go to a dead worker
+		} else {
+			fail(fmt.Errorf("encoding the arguments: %w", err))
+		}
+	}
 	return f
+}
+
+// target resolves a call to fn on worker to, as start and remote make
+// it: the worker's rank and the wire fingerprints of A and R.
+func target[A, R any](a *Agent, to, fn string) (dst int, argFP, resFP uint64, err error) {
+	dst, ok := a.byName[to]
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("%w %q (the job's workers: %v)", ErrUnknownWorker, to, a.workerNames())
+	}
+	argFP, resFP, err = fingerprints[A, R](fn)
+	return dst, argFP, resFP, err
+}
+
+// sendArgs encodes args in ec (which forks the RRefs among them to
+// ec.dst) and sends them to ec.dst as the request h, for c to hear the
+// reply. When args do not encode, it unforks those RRefs, sends nothing
+// and returns the encoder's error; c then never completes.
+func (a *Agent) sendArgs(ctx context.Context, h *head, argFP uint64, args any, ec *encodeCtx, c *call) error {
+	e := encoders.Get().(*wire.Encoder)
+	defer putEncoder(e)
+	e.Reset()
+	e.Ctx = ec
+	if err := e.Encode(args); err != nil {
+		ec.cancelForks()
+		return err
+	}
+	a.send(ctx, ec.dst, h, argFP, e.Parts(), c)
+	return nil
 }
 
 func decodeResult[R any](a *Agent, src int, body []byte, x *Exchange) (R, error) {

@@ -96,21 +96,11 @@ func decodeArgs[A any](d *wire.Decoder) (A, error) {
 // checked here, so that a type that cannot travel fails at registration,
 // not at the first call.
 func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, args A) (R, error)) (Fn[A, R], error) {
-	af, rf, err := fingerprints[A, R](name)
-	if err != nil {
-		return Fn[A, R]{}, err
-	}
-	h := &handler{name: name, argFP: af, resFP: rf,
-		run: func(ctx context.Context, _ any, d *wire.Decoder, done func(any, error)) {
-			a, err := decodeArgs[A](d)
-			if err != nil {
-				done(nil, decodeError(err))
-				return
-			}
-			res, err := fn(ctx, a)
-			done(res, err)
-		}}
-	return Fn[A, R]{name}, r.registry().add(h)
+	handle, err := register[any, A, R](r, name, false, func(ctx context.Context, _ any, a A, done func(any, error)) {
+		res, err := fn(ctx, a)
+		done(res, err)
+	})
+	return Fn[A, R]{handle}, err
 }
 
 // RegisterAsync registers a function that returns a future instead of a
@@ -119,80 +109,75 @@ func Register[A, R any](r Registrar, name string, fn func(ctx context.Context, a
 // This is what batching needs: the function parks the request's future
 // and returns; whoever completes the batch sets every future.
 func RegisterAsync[A, R any](r Registrar, name string, fn func(ctx context.Context, args A) *Future[R]) (Fn[A, R], error) {
-	af, rf, err := fingerprints[A, R](name)
-	if err != nil {
-		return Fn[A, R]{}, err
-	}
-	h := &handler{name: name, argFP: af, resFP: rf,
-		run: func(ctx context.Context, _ any, d *wire.Decoder, done func(any, error)) {
-			a, err := decodeArgs[A](d)
-			if err != nil {
-				done(nil, decodeError(err))
-				return
-			}
-			f := fn(ctx, a)
-			if f == nil {
-				done(nil, fmt.Errorf("rpc: %s returned a nil future", name))
-				return
-			}
-			f.Then(func(v R, err error) { done(v, err) })
-		}}
-	return Fn[A, R]{name}, r.registry().add(h)
+	handle, err := register[any, A, R](r, name, false, func(ctx context.Context, _ any, a A, done func(any, error)) {
+		settle(name, fn(ctx, a), done)
+	})
+	return Fn[A, R]{handle}, err
 }
 
 // RegisterMethod registers a method of the objects of type T that RRefs
 // refer to: the owner runs fn on the referenced value (PyTorch's
 // rref.rpc_sync().method(...)). Call it with Method.Call and friends.
 func RegisterMethod[T, A, R any](r Registrar, name string, fn func(ctx context.Context, self T, args A) (R, error)) (Method[T, A, R], error) {
-	af, rf, err := fingerprints[A, R](name)
-	if err != nil {
-		return Method[T, A, R]{}, err
-	}
-	h := &handler{name: name, argFP: af, resFP: rf, recv: reflect.TypeFor[T](),
-		run: func(ctx context.Context, self any, d *wire.Decoder, done func(any, error)) {
-			obj, ok := self.(T)
-			if !ok {
-				done(nil, fmt.Errorf("rpc: method %s wants a %v, the RRef holds a %T", name, reflect.TypeFor[T](), self))
-				return
-			}
-			a, err := decodeArgs[A](d)
-			if err != nil {
-				done(nil, decodeError(err))
-				return
-			}
-			res, err := fn(ctx, obj, a)
-			done(res, err)
-		}}
-	return Method[T, A, R]{name}, r.registry().add(h)
+	handle, err := register[T, A, R](r, name, true, func(ctx context.Context, self T, a A, done func(any, error)) {
+		res, err := fn(ctx, self, a)
+		done(res, err)
+	})
+	return Method[T, A, R]{handle}, err
 }
 
 // RegisterMethodAsync is RegisterMethod for a method that returns a
 // future (see RegisterAsync).
 func RegisterMethodAsync[T, A, R any](r Registrar, name string, fn func(ctx context.Context, self T, args A) *Future[R]) (Method[T, A, R], error) {
+	handle, err := register[T, A, R](r, name, true, func(ctx context.Context, self T, a A, done func(any, error)) {
+		settle(name, fn(ctx, self, a), done)
+	})
+	return Method[T, A, R]{handle}, err
+}
+
+// register adds to r the handler of name: a method of the values of type
+// T that RRefs refer to, or (method false) a function, whose T is unused.
+// The handler checks a method's value, decodes the arguments and passes
+// both to call, which completes done. It returns the name the typed
+// handle carries: "" when A cannot travel (a zero handle), name otherwise,
+// even when r already has a function of that name.
+func register[T, A, R any](r Registrar, name string, method bool, call func(ctx context.Context, self T, args A, done func(any, error))) (string, error) {
 	af, rf, err := fingerprints[A, R](name)
 	if err != nil {
-		return Method[T, A, R]{}, err
+		return "", err
 	}
-	h := &handler{name: name, argFP: af, resFP: rf, recv: reflect.TypeFor[T](),
+	var recv reflect.Type
+	if method {
+		recv = reflect.TypeFor[T]()
+	}
+	h := &handler{name: name, argFP: af, resFP: rf, recv: recv,
 		run: func(ctx context.Context, self any, d *wire.Decoder, done func(any, error)) {
-			obj, ok := self.(T)
-			if !ok {
-				done(nil, fmt.Errorf("rpc: method %s wants a %v, the RRef holds a %T", name, reflect.TypeFor[T](), self))
-				return
+			var obj T
+			if method {
+				var ok bool
+				if obj, ok = self.(T); !ok {
+					done(nil, fmt.Errorf("rpc: method %s wants a %v, the RRef holds a %T", name, recv, self))
+					return
+				}
 			}
 			a, err := decodeArgs[A](d)
 			if err != nil {
 				done(nil, decodeError(err))
 				return
 			}
-			f := fn(ctx, obj, a)
-			if f == nil {
-				done(nil, fmt.Errorf("rpc: %s returned a nil future", name))
-				return
-			}
-			f.Then(func(v R, err error) { done(v, err) })
+			call(ctx, obj, a, done)
 		}}
-	return Method[T, A, R]{name}, r.registry().add(h)
+	return name, r.registry().add(h)
+}
+
+// settle completes done with the result of f, the future a function
+// registered with RegisterAsync or RegisterMethodAsync returned.
+func settle[R any](name string, f *Future[R], done func(any, error)) {
+	if f == nil {
+		done(nil, fmt.Errorf("rpc: %s returned a nil future", name))
+		return
+	}
+	f.Then(func(v R, err error) { done(v, err) })
 }
 
 // decodeErr marks an argument that did not decode.

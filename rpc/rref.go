@@ -279,11 +279,7 @@ func (m Method[T, A, R]) Remote(ctx context.Context, a *Agent, ref *RRef[T], arg
 }
 
 func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A) (*RRef[R], error) {
-	dst, ok := a.byName[to]
-	if !ok {
-		return nil, &CallError{Worker: to, Function: hd.name, Err: fmt.Errorf("%w %q (the job's workers: %v)", ErrUnknownWorker, to, a.workerNames())}
-	}
-	argFP, resFP, err := fingerprints[A, R](hd.name)
+	dst, argFP, resFP, err := target[A, R](a, to, hd.name)
 	if err != nil {
 		return nil, &CallError{Worker: to, Function: hd.name, Err: err}
 	}
@@ -297,17 +293,7 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 	h := s.newHandleLocked(dst, id, fork, resFP)
 	s.mu.Unlock()
 	hd.rref, hd.fork, hd.resultFP = toID(id), toForkID(fork), resFP
-	e := encoders.Get().(*wire.Encoder)
-	defer putEncoder(e)
-	e.Reset()
-	ec := &encodeCtx{agent: a, dst: dst}
-	e.Ctx = ec
-	if err := e.Encode(args); err != nil {
-		ec.cancelForks()
-		h.fail(fmt.Errorf("encoding the arguments: %w", err))
-		return nil, &CallError{Worker: to, Function: hd.name, Err: a.peerDown(dst, err)}
-	}
-	a.send(ctx, dst, &hd, argFP, e.Parts(), &call{dst: dst, fn: hd.name, complete: func(_ []byte, err error) {
+	err = a.sendArgs(ctx, &hd, argFP, args, &encodeCtx{agent: a, dst: dst}, &call{dst: dst, fn: hd.name, complete: func(_ []byte, err error) {
 		if err != nil {
 			h.err = &CallError{Worker: to, Function: hd.name, Err: err}
 			s.mu.Lock()
@@ -322,6 +308,10 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 		s.mu.Unlock()
 		close(h.created)
 	}})
+	if err != nil {
+		h.fail(fmt.Errorf("encoding the arguments: %w", err))
+		return nil, &CallError{Worker: to, Function: hd.name, Err: a.peerDown(dst, err)}
+	}
 	return wrap[R](h), nil
 }
 

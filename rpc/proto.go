@@ -159,6 +159,10 @@ const (
 	errRefused  = 10 // the arguments decoded, but the callee refused them
 )
 
+// Error implements error for the agent's own wire errors so that they
+// pass through done unchanged.
+func (w *wireError) Error() string { return w.Message }
+
 func (w *wireError) err() error {
 	switch w.Kind {
 	case errRemote:

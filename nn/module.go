@@ -205,6 +205,28 @@ func Parameters(m Module) []*autograd.Var {
 	return out
 }
 
+// ParamNames returns the name that NamedParameters gives each of ps in m,
+// in ps's order: an optimizer's Params named for a state dict keyed by
+// parameter name, as FSDP's full optimizer state and distributed
+// checkpoints are. It takes the parameters as a list, not the optimizer,
+// so that nn stays below optim. A parameter that is not one of m's is an
+// error naming its index in ps.
+func ParamNames(m Module, ps []*autograd.Var) ([]string, error) {
+	byVar := map[*autograd.Var]string{}
+	for _, p := range NamedParameters(m) {
+		byVar[p.Value] = p.Name
+	}
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		n, ok := byVar[p]
+		if !ok {
+			return nil, fmt.Errorf("nn: parameter %d of %d is not one of the module's", i, len(ps))
+		}
+		names[i] = n
+	}
+	return names, nil
+}
+
 // NamedBuffers returns every buffer of m and its submodules with its dotted
 // name, in registration order, depth first.
 func NamedBuffers(m Module) []Named[*tensor.Tensor] {

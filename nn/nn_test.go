@@ -199,6 +199,27 @@ func TestDefaultInitBounds(t *testing.T) {
 	}
 }
 
+// TestParamNames: parameters listed in any order are named as
+// NamedParameters names them (a shared one by its first name), and one
+// that is not the module's is an error naming its index.
+func TestParamNames(t *testing.T) {
+	rng := tensor.NewRNG(1)
+	e := NewEmbedding(rng, 5, 3)
+	l := NewLinear(rng, 3, 2, true)
+	s := NewSequential(e, l, e)
+	got, err := ParamNames(s, []*autograd.Var{l.Bias, e.Weight, l.Weight})
+	if want := []string{"1.bias", "0.weight", "1.weight"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("names %v (%v), want %v", got, err, want)
+	}
+	if got, err := ParamNames(s, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no parameters: %v (%v)", got, err)
+	}
+	stranger := autograd.Param(tensor.Zeros(1))
+	if _, err := ParamNames(s, []*autograd.Var{e.Weight, stranger}); err == nil || !strings.Contains(err.Error(), "parameter 1 of 2") {
+		t.Fatalf("a parameter not the module's: %v", err)
+	}
+}
+
 func TestEmbeddingAndSharedParameters(t *testing.T) {
 	e := NewEmbedding(tensor.NewRNG(1), 5, 3)
 	y := e.Forward(autograd.Const(tensor.FromInt64([]int64{4, 4, 1})))

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
@@ -37,9 +36,9 @@ func ModuleState(m nn.Module, opt optim.Optimizer) (State, error) {
 	if opt == nil {
 		return st, nil
 	}
-	names, err := paramNames(m, opt)
+	names, err := nn.ParamNames(m, opt.Params())
 	if err != nil {
-		return nil, err
+		return nil, errorf(ErrInvalidState, err, "the optimizer's parameters")
 	}
 	for k, t := range opt.StateDict() {
 		i, s, ok := stateKey(k)
@@ -68,9 +67,9 @@ func LoadModule(ctx context.Context, dir string, m nn.Module, opt optim.Optimize
 		if err != nil {
 			return err
 		}
-		names, err := paramNames(m, opt)
+		names, err := nn.ParamNames(m, opt.Params())
 		if err != nil {
-			return err
+			return errorf(ErrInvalidState, err, "the optimizer's parameters")
 		}
 		sd = map[string]*tensor.Tensor{}
 		for i, name := range names {
@@ -114,22 +113,4 @@ func stateKey(k string) (int, string, bool) {
 	idx, s, ok := strings.Cut(rest, ".")
 	i, err := strconv.Atoi(idx)
 	return i, s, ok && err == nil
-}
-
-// paramNames names each of opt's parameters by its name in m.
-func paramNames(m nn.Module, opt optim.Optimizer) ([]string, error) {
-	byVar := map[*autograd.Var]string{}
-	for _, p := range nn.NamedParameters(m) {
-		byVar[p.Value] = p.Name
-	}
-	ps := opt.Params()
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		n, ok := byVar[p]
-		if !ok {
-			return nil, errorf(ErrInvalidState, nil, "the optimizer's parameter %d is not one of the module's", i)
-		}
-		names[i] = n
-	}
-	return names, nil
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/tensor"
@@ -181,9 +180,9 @@ func (f *FSDP) LoadFullOptimStateDict(full map[string]*tensor.Tensor, opt optim.
 // PyTorch's FSDP.rekey_optim_state_dict to parameter ids. States of
 // parameters opt does not step are an error.
 func OptimStateByIndex(full map[string]*tensor.Tensor, m nn.Module, opt optim.Optimizer) (map[string]*tensor.Tensor, error) {
-	names, err := paramNames(m, opt)
+	names, err := nn.ParamNames(m, opt.Params())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fsdp: the optimizer's parameters: %w", err)
 	}
 	index := map[string]int{}
 	for i, n := range names {
@@ -205,9 +204,9 @@ func OptimStateByIndex(full map[string]*tensor.Tensor, m nn.Module, opt optim.Op
 // state of opt, an optimizer over module m's parameters, keyed by the
 // parameters' names, for LoadFullOptimStateDict.
 func OptimStateByName(m nn.Module, opt optim.Optimizer) (map[string]*tensor.Tensor, error) {
-	names, err := paramNames(m, opt)
+	names, err := nn.ParamNames(m, opt.Params())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fsdp: the optimizer's parameters: %w", err)
 	}
 	out := map[string]*tensor.Tensor{}
 	for k, t := range opt.StateDict() {
@@ -250,21 +249,4 @@ func statesOf(full map[string]*tensor.Tensor, name string) map[string]*tensor.Te
 		}
 	}
 	return out
-}
-
-// paramNames names each of opt's parameters by its name in m.
-func paramNames(m nn.Module, opt optim.Optimizer) ([]string, error) {
-	byVar := map[*autograd.Var]string{}
-	for _, p := range nn.NamedParameters(m) {
-		byVar[p.Value] = p.Name
-	}
-	names := make([]string, len(opt.Params()))
-	for i, p := range opt.Params() {
-		n, ok := byVar[p]
-		if !ok {
-			return nil, fmt.Errorf("fsdp: the optimizer's parameter %d is not one of the module's", i)
-		}
-		names[i] = n
-	}
-	return names, nil
 }

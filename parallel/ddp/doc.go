@@ -1,7 +1,8 @@
 // Package ddp is DistributedDataParallel: data-parallel training over a
 // dist.Group, with gradient buckets reduced while backward is still
-// running, communication hooks (plain, fp16/bf16 compression, PowerSGD),
-// no-sync gradient accumulation, Join for uneven inputs and
+// running, communication hooks (plain, fp16/bf16 compression, PowerSGD,
+// and HookWithZeroStep, which runs a zero.ZeRO optimizer's step inside
+// backward), no-sync gradient accumulation, Join for uneven inputs and
 // SyncBatchNorm.
 //
 //	g, _ := dist.Init(ctx, dist.Options{})

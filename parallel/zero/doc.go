@@ -44,7 +44,7 @@
 // and sending it, so that they do not hang and every rank ends with the
 // same parameters.
 //
-// With Options.OverlapWithDDP and HookWithZeroStep as the DDP model's
+// With Options.OverlapWithDDP and ddp.HookWithZeroStep as the DDP model's
 // communication hook (PyTorch's overlap_with_ddp and
 // hook_with_zero_step), the step runs inside backward instead: each DDP
 // bucket, once reduced, is stepped by the owners of its parameters and

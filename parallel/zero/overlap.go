@@ -4,92 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
+	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
-	"github.com/godist/godist/parallel/ddp"
+	"github.com/godist/godist/tensor"
 )
 
-// HookWithZeroStep returns a DDP communication hook that overlaps z's
-// step with the DDP model's backward pass, as PyTorch's
-// hook_with_zero_step: once base (ddp.AllReduceHook if nil) has reduced
-// a bucket, the owners of the bucket's parameters step them with its
-// averaged gradients, and each is broadcast from its owner, while the
-// rest of backward runs. z must be made with Options.OverlapWithDDP over
-// the model's parameters on the model's group.
-//
-//	opt, err := zero.New(nn.Parameters(net), newAdam, g, zero.Options{OverlapWithDDP: true})
-//	model, err := ddp.New(ctx, net, g, ddp.Options{CommHook: zero.HookWithZeroStep(nil, opt)})
-//	for batch := range batches {
-//		opt.ZeroGrad(true)
-//		err := model.Backward(ctx, loss(batch)) // reduced, stepped and sent
-//		err = opt.StepContext(ctx)              // checks that every parameter was
-//	}
-//
-// The parameters are the same, bit for bit, as after model.Backward and
-// opt.StepContext without overlap: the same gradients and the same
-// per-parameter updates. Like PyTorch's, the hook changes a parameter
-// (its owner steps it, the others receive it) while backward is still
-// running: safe because a parameter whose gradient is complete is not
-// read again by the pass, unless the model reads its value behind
-// autograd's back. The buckets are handled one after another, in bucket
-// order on every rank, so that their collectives are issued in the same
-// order everywhere; a bucket's reduction starts once the one before it
-// has been stepped and sent.
-func HookWithZeroStep(base ddp.CommHook, z *ZeRO) ddp.CommHook {
-	if base == nil {
-		base = ddp.AllReduceHook
+// StepBucket is the step of Options.OverlapWithDDP for one bucket of a DDP
+// model's gradients, run by the communication hook that overlaps the step
+// with backward (ddp.HookWithZeroStep, PyTorch's hook_with_zero_step). It
+// checks that z steps params, the bucket's parameters, over g; calls
+// reduce, which must average their gradients over g and return them in
+// params' order; steps the parameters this rank owns with them; and
+// broadcasts each parameter from its owner. It blocks until the
+// broadcasts are done. bucket is the bucket's index, for errors. Every
+// rank must call it for the same buckets in the same order, one bucket
+// at a time, so that their collectives are issued alike everywhere. Its
+// error is also kept for the next StepContext, which checks that every
+// parameter was stepped once.
+func (z *ZeRO) StepBucket(g *dist.Group, bucket int, params []*autograd.Var, reduce func() ([]*tensor.Tensor, error)) error {
+	err := z.stepBucket(g, bucket, params, reduce)
+	if err != nil {
+		z.mu.Lock()
+		if z.mu.err == nil {
+			z.mu.err = err
+		}
+		z.mu.Unlock()
 	}
-	var mu sync.Mutex
-	var last *dist.Work // the previous bucket's
-	return func(g *dist.Group, b *ddp.GradBucket) *dist.Work {
-		mu.Lock()
-		defer mu.Unlock()
-		prev := last
-		last = dist.Go(func() error {
-			if prev != nil {
-				if err := prev.Wait(context.Background()); err != nil {
-					return err
-				}
-			}
-			err := z.stepBucket(g, b, base)
-			if err != nil {
-				z.mu.Lock()
-				if z.mu.err == nil {
-					z.mu.err = err
-				}
-				z.mu.Unlock()
-			}
-			return err
-		})
-		return last
-	}
+	return err
 }
 
-// stepBucket reduces bucket b with base, steps the parameters of it this
-// rank owns and broadcasts each of the bucket's parameters from its
-// owner. It runs on the hook's goroutine, one bucket at a time.
-func (z *ZeRO) stepBucket(g *dist.Group, b *ddp.GradBucket, base ddp.CommHook) error {
+// stepBucket is StepBucket without keeping its error.
+func (z *ZeRO) stepBucket(g *dist.Group, bucket int, params []*autograd.Var, reduce func() ([]*tensor.Tensor, error)) error {
 	me := z.group.Rank()
 	if !z.opt.OverlapWithDDP {
-		return fmt.Errorf("zero: rank %d: HookWithZeroStep with an optimizer made without Options.OverlapWithDDP", me)
+		return fmt.Errorf("zero: rank %d: ddp.HookWithZeroStep with an optimizer made without Options.OverlapWithDDP", me)
 	}
 	if g != z.group {
-		return errors.New("zero: HookWithZeroStep on a DDP model of another group than the ZeRO optimizer's")
+		return errors.New("zero: ddp.HookWithZeroStep on a DDP model of another group than the ZeRO optimizer's")
 	}
-	params := b.Parameters()
 	idx := make([]int, len(params))
 	for k, p := range params {
 		i, ok := z.index[p]
 		if !ok {
-			return fmt.Errorf("zero: rank %d: DDP bucket %d holds a parameter (its %d) that the ZeRO optimizer was not given", me, b.Index, k)
+			return fmt.Errorf("zero: rank %d: DDP bucket %d holds a parameter (its %d) that the ZeRO optimizer was not given", me, bucket, k)
 		}
 		idx[k] = i
 	}
-	if err := base(g, b).Wait(context.Background()); err != nil {
+	grads, err := reduce() // the averages
+	if err != nil {
 		return err
 	}
-	grads := b.Gradients() // the averages
 	stepped := false
 	for _, p := range z.local.Params() {
 		p.ZeroGrad(true) // proxies: only this bucket's are stepped

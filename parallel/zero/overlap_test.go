@@ -56,7 +56,7 @@ func overlapRun(t *testing.T, world, steps int, bucketMB float64, overlap bool) 
 		}
 		opt := ddp.Options{BucketCapMB: bucketMB, FirstBucketCapMB: bucketMB}
 		if overlap {
-			opt.CommHook = zero.HookWithZeroStep(nil, z)
+			opt.CommHook = ddp.HookWithZeroStep(nil, z)
 		}
 		m, err := ddp.New(ctx, net, g, opt)
 		if err != nil {
@@ -96,7 +96,7 @@ func overlapRun(t *testing.T, world, steps int, bucketMB float64, overlap bool) 
 	return losses, params
 }
 
-// TestOverlapWithDDP: DDP with HookWithZeroStep steps the tied GPT with
+// TestOverlapWithDDP: DDP with ddp.HookWithZeroStep steps the tied GPT with
 // AdamW inside backward, bucket by bucket, to the very parameters (bit
 // for bit) that DDP followed by ZeRO's StepContext reaches, at worlds 2
 // and 3, with many small buckets (rebuilt after the first step) and with
@@ -162,7 +162,7 @@ func TestOverlapJoin(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			m, err := ddp.New(ctx, n, g, ddp.Options{CommHook: zero.HookWithZeroStep(nil, z), BucketCapMB: 0.0005, FirstBucketCapMB: 0.0005})
+			m, err := ddp.New(ctx, n, g, ddp.Options{CommHook: ddp.HookWithZeroStep(nil, z), BucketCapMB: 0.0005, FirstBucketCapMB: 0.0005})
 			if err != nil {
 				return err
 			}

@@ -26,7 +26,7 @@ func TestStepErrorIsNotLost(t *testing.T) {
 	disttest.Spawn(t, 1, func(g *dist.Group) error {
 		ctx := context.Background()
 		ps := newParams(1)
-		// OverlapWithDDP without HookWithZeroStep as the model's hook: a
+		// OverlapWithDDP without ddp.HookWithZeroStep as the model's hook: a
 		// step that the hook did not take is an error.
 		z, err := zero.New(ps, optimizers[0].make, g, zero.Options{OverlapWithDDP: true})
 		if err != nil {

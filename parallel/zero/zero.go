@@ -30,7 +30,7 @@ type Options struct {
 	ParametersAsBucketView bool
 	// OverlapWithDDP is PyTorch's overlap_with_ddp: the step runs inside
 	// the DDP model's backward pass, bucket by bucket, from the
-	// communication hook HookWithZeroStep (which must be the model's
+	// communication hook ddp.HookWithZeroStep (which must be the model's
 	// CommHook), overlapping the rest of backward, and StepContext only
 	// checks that it did. The parameters stay partitioned as without it
 	// (Partition); ParametersAsBucketView is ignored, the updated
@@ -219,7 +219,7 @@ func (z *ZeRO) StepContext(ctx context.Context) error {
 			return err
 		}
 		if n != len(z.params) {
-			return fmt.Errorf("zero: rank %d: OverlapWithDDP, but HookWithZeroStep stepped %d parameter(s) of %d since the last step; make it the DDP model's CommHook, and call StepContext once after each backward pass", z.group.Rank(), n, len(z.params))
+			return fmt.Errorf("zero: rank %d: OverlapWithDDP, but ddp.HookWithZeroStep stepped %d parameter(s) of %d since the last step; make it the DDP model's CommHook, and call StepContext once after each backward pass", z.group.Rank(), n, len(z.params))
 		}
 		return nil
 	}
@@ -238,7 +238,7 @@ func (z *ZeRO) SetJoin(c *join.Context) { z.join = c }
 // gradients are the iteration's average, which DDP's Shadow leaves in
 // them; joined alone, the gradients are whatever the caller left there.
 // With OverlapWithDDP it does nothing: DDP's Shadow runs the model's
-// CommHook, HookWithZeroStep, which steps and sends as in training.
+// CommHook, ddp.HookWithZeroStep, which steps and sends as in training.
 func (z *ZeRO) Shadow(ctx context.Context) error {
 	if z.opt.OverlapWithDDP {
 		z.mu.Lock()

@@ -33,14 +33,11 @@ const (
 	gathered
 )
 
+var unitStates = [...]string{sharded: "sharded", gathering: "gathering", gathered: "gathered"}
+
 func (s unitState) String() string {
-	switch s {
-	case sharded:
-		return "sharded"
-	case gathering:
-		return "gathering"
-	case gathered:
-		return "gathered"
+	if s >= 0 && int(s) < len(unitStates) {
+		return unitStates[s]
 	}
 	return fmt.Sprintf("unitState(%d)", int(s))
 }

@@ -36,8 +36,11 @@ const (
 // protoVersion is this build's RPC protocol; agents of other versions
 // refuse each other at Init. Version 2: graceful shutdown's probes and
 // aborts (shutdownMsg's Kind), and arguments refused (errRefused) apart
-// from arguments that do not decode.
-const protoVersion = 2
+// from arguments that do not decode. Version 3: a type met twice in
+// another, not in a cycle, is described in full in its wire fingerprint
+// (it was rec(T), and a type's fingerprint depended on what the worker
+// had built before it).
+const protoVersion = 3
 
 // A request starts with a fixed head, padded to 8 bytes so that the body
 // after it (and the tensors in it) stay aligned:

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"unsafe"
 )
 
@@ -12,10 +13,10 @@ import (
 // checked against the bytes left before anything is allocated.
 
 // arrayPlan: the elements, no length.
-func (b *builder) arrayPlan(p *plan, t reflect.Type) (string, error) {
-	ep, edesc, err := b.build(t.Elem())
+func (b *builder) arrayPlan(p *plan, t reflect.Type) (describer, error) {
+	ep, err := b.build(t.Elem())
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", t, err)
+		return nil, fmt.Errorf("%v: %w", t, err)
 	}
 	n := t.Len()
 	p.min = n * ep.min
@@ -25,19 +26,21 @@ func (b *builder) arrayPlan(p *plan, t reflect.Type) (string, error) {
 	p.dec = nested(func(d *Decoder, v reflect.Value) error {
 		return decodeElems(d, ep, v, n)
 	})
-	return fmt.Sprintf("[%d]%s", n, edesc), nil
+	return func(elem func(*plan) string) string {
+		return fmt.Sprintf("[%d]%s", n, elem(ep))
+	}, nil
 }
 
 // mapPlan: 0 for nil, else the number of entries plus one, then each key
 // and value.
-func (b *builder) mapPlan(p *plan, t reflect.Type) (string, error) {
-	kp, kdesc, err := b.build(t.Key())
+func (b *builder) mapPlan(p *plan, t reflect.Type) (describer, error) {
+	kp, err := b.build(t.Key())
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", t, err)
+		return nil, fmt.Errorf("%v: %w", t, err)
 	}
-	vp, vdesc, err := b.build(t.Elem())
+	vp, err := b.build(t.Elem())
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", t, err)
+		return nil, fmt.Errorf("%v: %w", t, err)
 	}
 	p.min = 1
 	per := max(kp.min+vp.min, 0)
@@ -78,34 +81,35 @@ func (b *builder) mapPlan(p *plan, t reflect.Type) (string, error) {
 		v.Set(m)
 		return nil
 	})
-	return "map[" + kdesc + "]" + vdesc, nil
+	return func(elem func(*plan) string) string {
+		return "map[" + elem(kp) + "]" + elem(vp)
+	}, nil
 }
 
 // structPlan: the exported fields in order.
-func (b *builder) structPlan(p *plan, t reflect.Type) (string, error) {
+func (b *builder) structPlan(p *plan, t reflect.Type) (describer, error) {
 	type field struct {
 		index int
+		name  string
 		p     *plan
 	}
 	var fields []field
-	desc := "struct{"
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
 			continue
 		}
-		fp, fdesc, err := b.build(f.Type)
+		fp, err := b.build(f.Type)
 		if err != nil {
-			return "", fmt.Errorf("field %s of %v: %w", f.Name, t, err)
+			return nil, fmt.Errorf("field %s of %v: %w", f.Name, t, err)
 		}
-		fields = append(fields, field{i, fp})
+		fields = append(fields, field{i, f.Name, fp})
 		p.min += fp.min
-		desc += f.Name + " " + fdesc + ";"
 	}
 	if len(fields) == 0 && t.NumField() > 0 {
 		// Only unexported fields: it would travel empty (an
 		// *autograd.Var, a mutex), which is never what was meant.
-		return "", fmt.Errorf("%w: %v has no exported fields, so nothing of it would travel", errNotEncoded, t)
+		return nil, fmt.Errorf("%w: %v has no exported fields, so nothing of it would travel", errNotEncoded, t)
 	}
 	p.enc = func(e *Encoder, v reflect.Value) error {
 		for _, f := range fields {
@@ -123,14 +127,22 @@ func (b *builder) structPlan(p *plan, t reflect.Type) (string, error) {
 		}
 		return nil
 	})
-	return desc + "}", nil
+	return func(elem func(*plan) string) string {
+		var desc strings.Builder
+		desc.WriteString("struct{")
+		for _, f := range fields {
+			desc.WriteString(f.name + " " + elem(f.p) + ";")
+		}
+		desc.WriteString("}")
+		return desc.String()
+	}, nil
 }
 
 // pointerPlan: a nil marker, then the value pointed to.
-func (b *builder) pointerPlan(p *plan, t reflect.Type) (string, error) {
-	ep, edesc, err := b.build(t.Elem())
+func (b *builder) pointerPlan(p *plan, t reflect.Type) (describer, error) {
+	ep, err := b.build(t.Elem())
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", t, err)
+		return nil, fmt.Errorf("%v: %w", t, err)
 	}
 	elem := t.Elem()
 	p.min = 1
@@ -155,20 +167,22 @@ func (b *builder) pointerPlan(p *plan, t reflect.Type) (string, error) {
 		v.Set(nv)
 		return nil
 	}
-	return "*" + edesc, nil
+	return func(elem func(*plan) string) string {
+		return "*" + elem(ep)
+	}, nil
 }
 
 // slicePlan: 0 for nil, else the length plus one, then the elements; a
 // slice of fixed-size numbers copies its memory instead
 // (numericSlicePlan).
-func (b *builder) slicePlan(p *plan, t reflect.Type) (string, error) {
+func (b *builder) slicePlan(p *plan, t reflect.Type) (describer, error) {
 	p.min = 1
 	if travelsAsMemory(t.Elem()) {
-		return numericSlicePlan(p, t), nil
+		return leaf(numericSlicePlan(p, t)), nil
 	}
-	ep, edesc, err := b.build(t.Elem())
+	ep, err := b.build(t.Elem())
 	if err != nil {
-		return "", fmt.Errorf("%v: %w", t, err)
+		return nil, fmt.Errorf("%v: %w", t, err)
 	}
 	p.enc = func(e *Encoder, v reflect.Value) error {
 		n, ok := e.nilableLength(v)
@@ -189,7 +203,9 @@ func (b *builder) slicePlan(p *plan, t reflect.Type) (string, error) {
 		v.Set(s)
 		return nil
 	})
-	return "[]" + edesc, nil
+	return func(elem func(*plan) string) string {
+		return "[]" + elem(ep)
+	}, nil
 }
 
 // encodeElems encodes the first n elements of the slice or array v.

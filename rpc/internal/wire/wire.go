@@ -80,7 +80,8 @@ var (
 
 // Fingerprint returns the fingerprint of t's structure: the same on
 // every side for types of the same shape (names of named types do not
-// count; field names do).
+// count, except where a recursive type refers to itself; field names
+// do), whatever else each side encoded first.
 func Fingerprint(t reflect.Type) (uint64, error) {
 	p, err := planFor(t)
 	if err != nil {

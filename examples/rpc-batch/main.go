@@ -260,17 +260,13 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	if err != nil {
 		return nil, err
 	}
-	a, err := rpc.Init(ctx, workerName(g.Rank()), rpc.Options{Group: g, Functions: reg})
-	if err != nil {
-		return nil, err
-	}
 	var res *result
-	if g.Rank() == 0 {
-		res, err = train(ctx, a, f, c, log)
-	}
-	if serr := a.Shutdown(ctx, true); err == nil {
-		err = serr
-	}
+	err = rpc.Run(ctx, workerName(g.Rank()), rpc.Options{Group: g, Functions: reg}, func(ctx context.Context, a *rpc.Agent) (err error) {
+		if g.Rank() == 0 {
+			res, err = train(ctx, a, f, c, log)
+		}
+		return err
+	})
 	return res, err
 }
 

@@ -286,19 +286,15 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	if err != nil {
 		return nil, err
 	}
-	a, err := rpc.Init(ctx, workerName(g.Rank()), rpc.Options{Group: g, Functions: reg})
-	if err != nil {
-		return nil, err
-	}
 	var res *result
-	if g.Rank() == 0 {
-		res, err = serve(ctx, g, server, d, c, log)
-	} else {
-		err = train(ctx, g, a, f, d, c, log)
-	}
-	if serr := a.Shutdown(ctx, true); err == nil {
-		err = serr
-	}
+	err = rpc.Run(ctx, workerName(g.Rank()), rpc.Options{Group: g, Functions: reg}, func(ctx context.Context, a *rpc.Agent) (err error) {
+		if g.Rank() == 0 {
+			res, err = serve(ctx, g, server, d, c, log)
+		} else {
+			err = train(ctx, g, a, f, d, c, log)
+		}
+		return err
+	})
 	return res, err
 }
 

@@ -150,18 +150,14 @@ func run(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result, 
 	if g.Rank() == 1 {
 		name = trainerName
 	}
-	a, err := rpc.Init(ctx, name, rpc.Options{Group: g, Functions: reg})
-	if err != nil {
-		return nil, err
-	}
 	var res *result
-	if g.Rank() == 1 {
-		res, err = train(ctx, a, f, c, log)
-	}
-	// Graceful: the parameter server waits here until the trainer is done.
-	if serr := a.Shutdown(ctx, true); err == nil {
-		err = serr
-	}
+	// The parameter server serves until the trainer is done.
+	err = rpc.Run(ctx, name, rpc.Options{Group: g, Functions: reg}, func(ctx context.Context, a *rpc.Agent) (err error) {
+		if g.Rank() == 1 {
+			res, err = train(ctx, a, f, c, log)
+		}
+		return err
+	})
 	return res, err
 }
 

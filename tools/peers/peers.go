@@ -6,7 +6,8 @@
 // bench --rpc times godist's), and train_ddp.py (PyTorch DDP over gloo training
 // Fashion-MNIST as examples/ddp-fashion-mnist does, under torchrun) and
 // gpt_twin.py (examples/tinygpt's PyTorch twin: the same GPT, weights and
-// batches; alone, or under torchrun). They are the team's anchors
+// batches; alone, or under torchrun), and store_load.py (PyTorch's TCPStore
+// under tools/storeload's rendezvous load). They are the team's anchors
 // (shared/anchors) kept in the repository, so that the benchmark tools
 // need nothing outside it; the tools carry them in their binaries and
 // write them out to run them. gpt_compare.sh compares tinygpt with its
@@ -22,11 +23,11 @@ import (
 	"path/filepath"
 )
 
-//go:embed bench_gloo.py bench_mpi.py bench_rpc.py train_ddp.py gpt_twin.py
+//go:embed bench_gloo.py bench_mpi.py bench_rpc.py train_ddp.py gpt_twin.py store_load.py
 var scripts embed.FS
 
 // Scripts are the file names Write writes.
-var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "bench_rpc.py", "train_ddp.py", "gpt_twin.py"}
+var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "bench_rpc.py", "train_ddp.py", "gpt_twin.py", "store_load.py"}
 
 // Write writes the scripts into dir (made if missing), side by side, since
 // bench_mpi.py imports bench_gloo.py's table, and returns dir.

@@ -48,7 +48,7 @@
 // state (the remote call, its reply, and RPCs with RRefs in their
 // arguments or results) are delivered at most once, in any order relative
 // to everything else, and lost only when a peer is down or the send is
-// known to have failed before delivery (CancelFork). After PeerDown(w) the
+// known to have failed before delivery (CancelRemote, CancelFork). After PeerDown(w) the
 // agent hands nothing more from w to the Table; a worker that went down
 // does not come back under the same WorkerID.
 //
@@ -60,6 +60,7 @@
 //
 //	rpc.RRef(v) on the owner     id, f := t.NewOwned()
 //	remote(owner, fn) sent       id, f, err := t.CreateRemote(owner); send id, f with the call
+//	  ... the call never left    out := t.CancelRemote(id, f)
 //	remote call arrives (owner)  err := t.AcceptRemote(caller, id, f); nil: run fn into id's slot
 //	remote reply arrives         out := t.ConfirmRemote(id, f)
 //	RRef sent in an RPC          child, err := t.Fork(id, f, to); send (owner, id, child)

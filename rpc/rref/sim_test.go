@@ -203,13 +203,19 @@ func (s *sim) act() {
 			}
 			s.fatalf("%v CreateRemote(%v): %v", a, o, err)
 		}
-		s.logf("%v CreateRemote on %v: %v %v", a, o, id, f)
 		s.owner[id] = o
 		s.involve(id, o)
-		s.addHandle(handle{a, id, f, o})
 		if o == a {
 			s.born[id] = true
-		} else {
+		}
+		if s.r.IntN(20) == 0 {
+			s.logf("%v CreateRemote on %v: %v %v, send fails", a, o, id, f)
+			s.out(a, s.tabs[a].CancelRemote(id, f))
+			return
+		}
+		s.logf("%v CreateRemote on %v: %v %v", a, o, id, f)
+		s.addHandle(handle{a, id, f, o})
+		if o != a {
 			s.net = append(s.net, item{kind: itRemote, from: a, to: o, id: id, fork: f})
 		}
 	case x < 60:

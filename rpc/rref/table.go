@@ -210,6 +210,29 @@ func (t *Table) ConfirmRemote(id RRefID, fork ForkID) []Msg {
 	return t.flush()
 }
 
+// CancelRemote undoes CreateRemote when the remote call that was to
+// carry (id, fork) is known never to have been sent (it did not encode,
+// or the send failed before any byte left): the handle is dropped, and
+// the agent must not use it again. Without it, the released handle would
+// wait for ever for a confirmation that cannot come. Calling it when the
+// call may have arrived, or after the handle was forked, breaks the
+// guarantees. It returns no messages, since the owner never heard of the
+// RRef; when this worker is the owner, see Deleted.
+func (t *Table) CancelRemote(id RRefID, fork ForkID) []Msg {
+	if e := t.owned[id]; e != nil {
+		// remote() to self: the local handle NewOwned made.
+		if h, ok := e.forks[fork]; ok && h == t.self {
+			delete(e.forks, fork)
+			t.maybeFree(id, e)
+		}
+		return t.flush()
+	}
+	if u := t.users[fork]; u != nil && u.rref == id && !u.confirmed && len(u.children) == 0 {
+		delete(t.users, fork)
+	}
+	return t.flush()
+}
+
 // Fork is called when this worker sends the handle (id, fork) to worker
 // to, as an argument or result of an RPC. It returns the child ForkID to
 // send with the RRef's id and owner; the receiver passes them to

@@ -439,6 +439,27 @@ func TestCancelFork(t *testing.T) {
 	c.expectEmpty()
 }
 
+// TestCancelRemote: a remote call that never left leaves nothing behind,
+// on another owner and on self.
+func TestCancelRemote(t *testing.T) {
+	c := newCluster(t, 2)
+	id, f := must2(t)(c.w(1).CreateRemote(0))
+	c.send(c.w(1).CancelRemote(id, f))
+	c.expectQueued()
+	if c.w(1).Confirmed(id, f) {
+		t.Fatal("a canceled remote call's handle is confirmed")
+	}
+	c.send(c.w(1).Release(id, f)) // the agent's handle, dropped after
+	c.expectQueued()
+	c.expectDeleted(id, 0)
+	c.expectEmpty()
+
+	id, f = must2(t)(c.w(1).CreateRemote(1))
+	c.send(c.w(1).CancelRemote(id, f))
+	c.expectDeleted(id, 1)
+	c.expectEmpty()
+}
+
 func TestPeerDown(t *testing.T) {
 	c := newCluster(t, 4)
 	// Worker 2 is the only holder of a value on worker 0.

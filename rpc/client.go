@@ -24,7 +24,8 @@ type call struct {
 	// exactly once.
 	complete func(body []byte, err error)
 	// unsent, when set, runs when the request is known never to have
-	// left (the RRefs forked into it are unforked).
+	// left (the RRefs forked into it are unforked, and a remote call's
+	// new RRef is dropped).
 	unsent func()
 }
 

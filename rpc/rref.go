@@ -293,7 +293,15 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 	h := s.newHandleLocked(dst, id, fork, resFP)
 	s.mu.Unlock()
 	hd.rref, hd.fork, hd.resultFP = toID(id), toForkID(fork), resFP
-	err = a.sendArgs(ctx, &hd, argFP, args, &encodeCtx{agent: a, dst: dst}, &call{dst: dst, fn: hd.name, complete: func(_ []byte, err error) {
+	// A request that never leaves undoes what was done for it, as start's
+	// does: the forks of the RRefs among the arguments, and the new RRef's
+	// handle, which no owner will ever confirm.
+	ec := &encodeCtx{agent: a, dst: dst}
+	unsent := func() {
+		ec.cancelForks()
+		h.cancelRemote()
+	}
+	err = a.sendArgs(ctx, &hd, argFP, args, ec, &call{dst: dst, fn: hd.name, unsent: unsent, complete: func(_ []byte, err error) {
 		if err != nil {
 			h.err = &CallError{Worker: to, Function: hd.name, Err: err}
 			s.mu.Lock()
@@ -309,6 +317,7 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 		close(h.created)
 	}})
 	if err != nil {
+		h.cancelRemote() // sendArgs unforked the arguments
 		h.fail(fmt.Errorf("encoding the arguments: %w", err))
 		return nil, &CallError{Worker: to, Function: hd.name, Err: a.peerDown(dst, err)}
 	}
@@ -331,6 +340,14 @@ func (a *Agent) peerDown(dst int, err error) error {
 		return werr
 	}
 	return err
+}
+
+// cancelRemote drops the table's handle of a remote call that was never
+// sent.
+func (h *handle) cancelRemote() {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	h.s.emitLocked(h.s.t.CancelRemote(h.id, h.fork))
 }
 
 // fail marks a handle whose remote call was never sent.

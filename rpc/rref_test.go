@@ -363,3 +363,53 @@ func TestShutdownReleasesRRefs(t *testing.T) {
 	}
 	runtime.KeepAlive(keep)
 }
+
+// TestUnsentRequestUnforks: a request with an RRef among its arguments
+// that never leaves (too large for its callee) undoes the RRef's fork
+// for the callee, from Remote as from Go, so that no table keeps it and
+// the owner frees the value once its handles are released; a Remote's
+// own RRef, never sent, is dropped too, as it is when the arguments do
+// not encode.
+func TestUnsentRequestUnforks(t *testing.T) {
+	var f rrefFuncs
+	agents := make([]*rpc.Agent, 2)
+	c := startWith(t, 2, transport.Faults{}, rpc.Options{MaxMessage: 1 << 16}, func(r int, reg *rpc.Registry) {
+		if fr := registerRRefs(t, reg, &agents[r]); r == 0 {
+			f = fr
+		}
+	})
+	copy(agents, c.agents)
+	ctx := ctx(t)
+	a := c.agents[0]
+	x := rpc.NewRRef(a, tensor.FromFloat32([]float32{1, 2}, 2))
+	_, before := a.RRefsEmpty()
+	tooLarge := passArgs{Ref: x, To: strings.Repeat("w", 1<<17)}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, rpc.ErrTooLarge) {
+			t.Errorf("%s: %v, want ErrTooLarge", what, err)
+		}
+		if _, after := a.RRefsEmpty(); after != before {
+			t.Errorf("%s: the table was\n%s\nand is\n%s", what, before, after)
+		}
+	}
+	_, err := f.pass.Go(ctx, a, "worker1", tooLarge).Wait(ctx)
+	check("Go", err)
+	y, err := f.pass.Remote(ctx, a, "worker1", tooLarge)
+	if err == nil {
+		_, err = y.ToHere(ctx)
+		y.Release()
+	}
+	check("Remote", err)
+	released := rpc.NewRRef(a, tensor.FromFloat32([]float32{3}, 1))
+	released.Release()
+	_, before = a.RRefsEmpty()
+	if _, err := f.pass.Remote(ctx, a, "worker1", passArgs{Ref: released}); err == nil {
+		t.Error("Remote with a released RRef among its arguments: no error")
+	}
+	if _, after := a.RRefsEmpty(); after != before {
+		t.Errorf("Remote whose arguments do not encode: the table was\n%s\nand is\n%s", before, after)
+	}
+	x.Release()
+	quiet(t, c)
+}

@@ -14,7 +14,6 @@ type Encoder struct {
 	meta  []byte
 	parts [][]byte // tensor data, with padding, after meta
 	data  int      // bytes in parts
-	// Tensors that had to be made contiguous are kept alive here.
 }
 
 // Reset prepares e for a new body, keeping its buffers.

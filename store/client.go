@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -327,8 +328,10 @@ func (c *client) ping() {
 // call waiting for it.
 func (c *client) reader() {
 	defer close(c.readerDone)
+	// Buffered: a frame's header and small body in one read.
+	r := bufio.NewReaderSize(liveReader{c}, readBuffer)
 	for {
-		resp, err := readResponse(liveReader{c})
+		resp, err := readResponse(r)
 		if err != nil {
 			c.fail(err)
 			return

@@ -211,6 +211,12 @@ func readFrame(r io.Reader) (id uint64, k uint8, body []byte, err error) {
 
 // readFrameReserving is readFrame that first asks reserve for the bytes
 // the header announces (when reserve is set and the body is larger than
+// readBuffer is the read buffer of a connection, on both sides: a
+// rendezvous' frames fit in it whole, so one read brings a header and its
+// body (larger bodies are read straight into their own memory), at 1 KiB
+// a connection.
+const readBuffer = 1 << 10
+
 // firstChunk); its error refuses the frame, out of step.
 func readFrameReserving(r io.Reader, reserve func(n int) error) (id uint64, k uint8, body []byte, err error) {
 	var h [headerLen]byte

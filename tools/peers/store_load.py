@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch's TCPStore under the rendezvous' load, as tools/storeload puts
 it on godist's store: N clients connected at once, every round each one
 sets its key, adds to a counter, the last one sets "go", every one gets

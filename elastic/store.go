@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -59,6 +60,20 @@ type StoreRendezvous struct {
 	beatOnce sync.Once
 	beatStop chan struct{}
 	beatDone chan struct{}
+
+	// seen caches the heartbeats read (see beats).
+	seen struct {
+		sync.Mutex
+		m map[string]seenBeat
+	}
+}
+
+// seenBeat is a heartbeat as read at a time; ok false: the key was
+// missing (the node was never seen).
+type seenBeat struct {
+	beat Heartbeat
+	ok   bool
+	read time.Time
 }
 
 func (r *StoreRendezvous) now() time.Time {
@@ -90,30 +105,71 @@ func (r *StoreRendezvous) read(ctx context.Context) (State, []byte, error) {
 	return s, raw, nil
 }
 
-// beats reads the heartbeats of the nodes named in s.
-func (r *StoreRendezvous) beats(ctx context.Context, s State) (map[string]Heartbeat, error) {
+// beats returns the heartbeats of the nodes named in s, reading from the
+// store only those that may have news: a heartbeat read less than maxAge
+// ago (or a node that joined less than maxAge ago) is used as it is,
+// unless it would count its node gone, and a node that is done stays
+// done. Reading every node's heartbeat at every poll
+// made a rendezvous of n nodes cost n² reads a poll (256 nodes did not
+// settle in five minutes through a TCP store); heartbeats change only
+// every KeepAlive/4, which is the maxAge of Next and Check.
+func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Duration) (map[string]Heartbeat, error) {
+	now := r.now()
+	r.seen.Lock()
+	defer r.seen.Unlock()
+	if r.seen.m == nil {
+		r.seen.m = make(map[string]seenBeat)
+	}
 	out := make(map[string]Heartbeat)
 	for _, ns := range [][]Node{s.Members, s.Waiting} {
 		for _, n := range ns {
 			if _, ok := out[n.ID]; ok {
 				continue
 			}
-			k := beatKey + n.ID
-			ok, err := r.Store.Check(ctx, k)
-			if err != nil {
-				return nil, err
+			c, cached := r.seen.m[n.ID]
+			if !cached {
+				// As good as a read when it joined: a node is not
+				// counted gone before KeepAlive after it joined, so
+				// the hundreds joining at once are not read at all.
+				c = seenBeat{read: n.Joined}
 			}
-			if !ok {
-				continue
+			fresh := c.beat.Done || now.Sub(c.read) < maxAge && !gone(r.Config, n, map[string]Heartbeat{n.ID: c.beat}, now)
+			if !fresh {
+				var err error
+				if c, err = r.readBeat(ctx, n.ID, now); err != nil {
+					return nil, err
+				}
+				r.seen.m[n.ID] = c
 			}
-			v, err := r.Store.Get(ctx, k)
-			if err != nil {
-				return nil, err
+			if c.ok {
+				out[n.ID] = c.beat
 			}
-			out[n.ID] = parseBeat(v)
 		}
 	}
 	return out, nil
+}
+
+// readBeat reads one node's heartbeat from the store.
+func (r *StoreRendezvous) readBeat(ctx context.Context, id string, now time.Time) (seenBeat, error) {
+	k := beatKey + id
+	ok, err := r.Store.Check(ctx, k)
+	if err != nil || !ok {
+		return seenBeat{read: now}, err
+	}
+	v, err := r.Store.Get(ctx, k)
+	if err != nil {
+		return seenBeat{}, err
+	}
+	return seenBeat{beat: parseBeat(v), ok: true, read: now}, nil
+}
+
+// beatAge is how old a heartbeat read may be for Next and Check: the
+// interval at which nodes write them.
+func (r *StoreRendezvous) beatAge() time.Duration {
+	if r.Config.KeepAlive > 0 {
+		return r.Config.KeepAlive / 4
+	}
+	return time.Second
 }
 
 func parseBeat(v []byte) Heartbeat {
@@ -186,13 +242,14 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var lastRound = -1
+	lost := 0 // compare-and-sets lost in a row
 	for {
 		s, raw, err := r.read(ctx)
 		if err != nil {
 			return Round{}, r.timeout(ctx, lastRound, timeout, err)
 		}
 		lastRound = s.Round
-		beats, err := r.beats(ctx, s)
+		beats, err := r.beats(ctx, s, r.beatAge())
 		if err != nil {
 			return Round{}, r.timeout(ctx, lastRound, timeout, err)
 		}
@@ -207,8 +264,17 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 				return Round{}, r.timeout(ctx, lastRound, timeout, err)
 			}
 			if !bytes.Equal(got, next) {
-				continue // another node wrote first: decide again
+				// Another node wrote first: decide again, after a pause
+				// drawn at random from a window that doubles with each
+				// loss, so that hundreds of nodes joining at once take
+				// turns instead of all rereading and losing again.
+				lost++
+				if err := sleep(ctx, rand.N(min(r.poll(), time.Millisecond<<min(lost, 10)))); err != nil {
+					return Round{}, r.timeout(ctx, lastRound, timeout, err)
+				}
+				continue
 			}
+			lost = 0
 		}
 		switch d.Action {
 		case Abort:
@@ -221,14 +287,20 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 			}
 			return rd, nil
 		}
-		t := time.NewTimer(r.poll())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Round{}, r.timeout(ctx, lastRound, timeout, ctx.Err())
-		case <-t.C:
+		if err := sleep(ctx, r.pause(s)); err != nil {
+			return Round{}, r.timeout(ctx, lastRound, timeout, err)
 		}
 	}
+}
+
+// pause is how long a node waits before reading the state again: Poll,
+// stretched by one Poll for every 64 nodes in the state (every node reads
+// the whole state, so the load on the store grows with the square of the
+// nodes at a fixed poll), drawn at random from half to one and a half of
+// that, so that the nodes' reads spread out.
+func (r *StoreRendezvous) pause(s State) time.Duration {
+	d := r.poll() * time.Duration(1+(len(s.Members)+len(s.Waiting))/64)
+	return d/2 + rand.N(d)
 }
 
 func (r *StoreRendezvous) timeout(ctx context.Context, round int, limit time.Duration, err error) error {
@@ -278,7 +350,7 @@ func (r *StoreRendezvous) Check(ctx context.Context, round int) (bool, string, e
 	if err != nil {
 		return false, "", err
 	}
-	beats, err := r.beats(ctx, s)
+	beats, err := r.beats(ctx, s, r.beatAge())
 	if err != nil {
 		return false, "", err
 	}
@@ -323,7 +395,7 @@ func (r *StoreRendezvous) Finish(ctx context.Context, round int, wait bool) erro
 		if err != nil {
 			return err
 		}
-		beats, err := r.beats(ctx, s)
+		beats, err := r.beats(ctx, s, 0) // who is done, now
 		if err != nil {
 			return err
 		}
@@ -361,3 +433,15 @@ func NewNodeID() string { return launch.RandomHex(6) }
 // FreePort returns a TCP port that was free on every interface a moment
 // ago.
 func FreePort() (int, error) { return launch.FreePort("") }
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -148,6 +148,13 @@ bench-hosts-pipeline:
 # RPCCMP_FLAGS narrows it, e.g. RPCCMP_FLAGS='--rounds 1 --cases add'.
 bench-rpc:
 	$(GO) run ./tools/rpccmp --python $(PYTHON) $(RPCCMP_FLAGS)
+
+# The store under the rendezvous' load: 10,000 clients connected at once
+# to godist store, beside PyTorch's TCPStore (tools/peers/store_load.py),
+# 2 runs each taking turns. STORELOAD_FLAGS='--clients 8000' for a count
+# PyTorch's server fits in 20,000 descriptors (it holds two a client).
+bench-store:
+	$(GO) run ./tools/storeload --python $(PYTHON) $(STORELOAD_FLAGS)
 
 bench-gemm:
 	$(GO) test -run '^$$' -bench . -benchtime 20x $(if $(HAVE_OPENBLAS),-tags openblas) ./internal/blas/

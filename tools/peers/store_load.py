@@ -18,6 +18,8 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import queue
+import resource
 import subprocess
 import sys
 import threading
@@ -32,8 +34,29 @@ def rss_kb(pid):
     return 0
 
 
+def raise_file_limit(want):
+    """Raises RLIMIT_NOFILE to want where allowed (the hard limit too as
+    root), as a server of many clients must."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= want:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+
+
+def cpu_s(pid):
+    """The CPU time (user and system) a process has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def client_proc(port, first, count, total, rounds, ready, start, out):
     import torch.distributed as dist
+
+    raise_file_limit(count + 256)
 
     threading.stack_size(256 << 10)
     timeout = datetime.timedelta(seconds=600)
@@ -109,7 +132,13 @@ def main():
 
     server = subprocess.Popen(
         [sys.executable, "-c",
-         "import datetime, sys, time, torch.distributed as d\n"
+         "import datetime, resource, sys, time, torch.distributed as d\n"
+         f"want = {2 * a.clients + 1024}\n"
+         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+         "try:\n"
+         "    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))\n"
+         "except (ValueError, OSError):\n"
+         "    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n"
          "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=600), wait_for_workers=False)\n"
          "print(s.port, flush=True)\n"
          "sys.stdin.read()\n"],
@@ -118,6 +147,7 @@ def main():
         port = int(server.stdout.readline())
         time.sleep(0.2)
         rss0 = rss_kb(server.pid)
+
         ctx = mp.get_context("fork")
         ready, out, start = ctx.Queue(), ctx.Queue(), ctx.Event()
         per = [a.clients // a.procs + (1 if k < a.clients % a.procs else 0) for k in range(a.procs)]
@@ -128,21 +158,33 @@ def main():
             p.start()
             procs.append(p)
             first += per[k]
+        def get(q):
+            # A server that dies leaves its clients waiting for ever.
+            while True:
+                try:
+                    return q.get(timeout=1)
+                except queue.Empty:
+                    if server.poll() is not None:
+                        raise SystemExit(f"store_load: the TCPStore server exited ({server.returncode})")
+
         for _ in procs:
-            _, errs = ready.get()
+            _, errs = get(ready)
             if errs:
                 raise SystemExit(f"store_load: connecting: {errs}")
         connect_s = time.time() - t0
         rss1 = rss_kb(server.pid)
+        fds = len(os.listdir(f"/proc/{server.pid}/fd"))
+        cpu0 = cpu_s(server.pid)
         begin = time.time()
         start.set()
         lats, barrier, end = [], [], begin
         for _ in procs:
-            t, l, b = out.get()
+            t, l, b = get(out)
             end, lats, barrier = max(end, t), lats + l, barrier + b
         for p in procs:
             p.join()
         wall = end - begin
+        cpu = cpu_s(server.pid) - cpu0
         ops = a.clients * a.rounds * 4 + a.rounds
         print(json.dumps({
             "store": "torch", "clients": a.clients, "rounds": a.rounds,
@@ -150,10 +192,13 @@ def main():
             "p50_ms": pct(lats, 0.5) * 1e3, "p99_ms": pct(lats, 0.99) * 1e3,
             "barrier_p50_ms": pct(barrier, 0.5) * 1e3, "barrier_p99_ms": pct(barrier, 0.99) * 1e3,
             "server_rss_mb": rss1 / 1024, "rss_per_client_kb": (rss1 - rss0) / a.clients,
+            "server_fds": fds, "server_cpu_us_per_op": cpu / ops * 1e6,
         }), flush=True)
     finally:
         server.stdin.close()
         server.kill()
+        for p in mp.active_children():
+            p.kill()
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ type result struct {
 	BarrierP99Ms  float64 `json:"barrier_p99_ms"`
 	ServerRSSMB   float64 `json:"server_rss_mb"`
 	RSSPerClientK float64 `json:"rss_per_client_kb"`
+	ServerFDs     int     `json:"server_fds"`
+	ServerCPUUs   float64 `json:"server_cpu_us_per_op"`
 }
 
 func main() {
@@ -170,6 +172,8 @@ func runGodist(bin string, n, rounds int) (result, error) {
 	}
 	connect := time.Since(t0)
 	rss1 := rssKB(cmd.Process.Pid)
+	fds := countFDs(cmd.Process.Pid)
+	cpu0 := cpuSeconds(cmd.Process.Pid)
 
 	lats := make([][]time.Duration, n)
 	waits := make([][]time.Duration, n)
@@ -191,6 +195,7 @@ func runGodist(bin string, n, rounds int) (result, error) {
 	close(start)
 	g.Wait()
 	wall := time.Since(begin)
+	cpu := cpuSeconds(cmd.Process.Pid) - cpu0
 	close(errs)
 	if err := <-errs; err != nil {
 		return result{}, err
@@ -203,6 +208,7 @@ func runGodist(bin string, n, rounds int) (result, error) {
 		P50Ms: ms(pct(all, 0.5)), P99Ms: ms(pct(all, 0.99)),
 		BarrierP50Ms: ms(pct(barrier, 0.5)), BarrierP99Ms: ms(pct(barrier, 0.99)),
 		ServerRSSMB: float64(rss1) / 1024, RSSPerClientK: float64(rss1-rss0) / float64(n),
+		ServerFDs: fds, ServerCPUUs: cpu / float64(ops) * 1e6,
 	}, nil
 }
 
@@ -292,6 +298,29 @@ func rssKB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// countFDs is how many descriptors a process holds open.
+func countFDs(pid int) int {
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents)
+}
+
+// cpuSeconds is the CPU time (user and system) a process has used, from
+// /proc/PID/stat in clock ticks of 1/100 s (Linux's USER_HZ).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	k, _ := strconv.Atoi(f[12])
+	return float64(u+k) / 100
 }
 
 func pct(xs []time.Duration, q float64) time.Duration {

@@ -26,6 +26,8 @@ var metrics = []metric{
 	{"connect all, s", func(r result) float64 { return r.ConnectS }, "%.2f", false},
 	{"server RSS, MiB", func(r result) float64 { return r.ServerRSSMB }, "%.1f", false},
 	{"server RSS a client, KiB", func(r result) float64 { return r.RSSPerClientK }, "%.2f", false},
+	{"server descriptors", func(r result) float64 { return float64(r.ServerFDs) }, "%.0f", false},
+	{"server CPU an operation, µs", func(r result) float64 { return r.ServerCPUUs }, "%.1f", false},
 }
 
 // table is the markdown comparison: each metric's median over the runs

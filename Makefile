@@ -81,13 +81,15 @@ vet:
 
 # Every package under the race detector; the release tests again with the
 # guard that makes a use of released tensor memory panic (godist_guard);
-# the long PyTorch parity runs that the race build skips; then the
+# the long PyTorch parity runs and the 256-node rendezvous that the race
+# build skips or shrinks; then the
 # OpenBLAS build's tests when OpenBLAS is installed.
 test: vet
 	$(GO) test -race -timeout 20m ./...
 	$(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
 	$(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./models/
 	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
+	$(GO) test -timeout 5m -run RendezvousManyNodes ./elastic/
 ifeq ($(HAVE_OPENBLAS),yes)
 	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
 else

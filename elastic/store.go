@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -106,13 +107,14 @@ func (r *StoreRendezvous) read(ctx context.Context) (State, []byte, error) {
 }
 
 // beats returns the heartbeats of the nodes named in s, reading from the
-// store only those that may have news: a heartbeat read less than maxAge
-// ago (or a node that joined less than maxAge ago) is used as it is,
-// unless it would count its node gone, and a node that is done stays
-// done. Reading every node's heartbeat at every poll
-// made a rendezvous of n nodes cost n² reads a poll (256 nodes did not
-// settle in five minutes through a TCP store); heartbeats change only
-// every KeepAlive/4, which is the maxAge of Next and Check.
+// store only those that may have news. Reading every node's heartbeat at
+// every poll made a rendezvous of n nodes cost n² reads a poll (256 nodes
+// did not settle in five minutes through a TCP store), while heartbeats
+// change only every KeepAlive/4. So a node that is done stays done; a
+// heartbeat read (or a node that joined) less than maxAge ago is used as
+// it is; one that would count its node gone is always read again first;
+// and of the others, older than maxAge, at most beatBudget a call are read
+// again, the oldest first (all of them when maxAge is 0).
 func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Duration) (map[string]Heartbeat, error) {
 	now := r.now()
 	r.seen.Lock()
@@ -120,10 +122,11 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 	if r.seen.m == nil {
 		r.seen.m = make(map[string]seenBeat)
 	}
-	out := make(map[string]Heartbeat)
+	have := make(map[string]seenBeat)
+	var stale []Node
 	for _, ns := range [][]Node{s.Members, s.Waiting} {
 		for _, n := range ns {
-			if _, ok := out[n.ID]; ok {
+			if _, ok := have[n.ID]; ok {
 				continue
 			}
 			c, cached := r.seen.m[n.ID]
@@ -133,21 +136,44 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 				// the hundreds joining at once are not read at all.
 				c = seenBeat{read: n.Joined}
 			}
-			fresh := c.beat.Done || now.Sub(c.read) < maxAge && !gone(r.Config, n, map[string]Heartbeat{n.ID: c.beat}, now)
-			if !fresh {
+			switch {
+			case c.beat.Done:
+			case gone(r.Config, n, map[string]Heartbeat{n.ID: c.beat}, now):
 				var err error
 				if c, err = r.readBeat(ctx, n.ID, now); err != nil {
 					return nil, err
 				}
 				r.seen.m[n.ID] = c
+			case now.Sub(c.read) >= maxAge:
+				stale = append(stale, n)
 			}
-			if c.ok {
-				out[n.ID] = c.beat
-			}
+			have[n.ID] = c
+		}
+	}
+	if maxAge > 0 && len(stale) > beatBudget {
+		slices.SortFunc(stale, func(a, b Node) int { return have[a.ID].read.Compare(have[b.ID].read) })
+		stale = stale[:beatBudget]
+	}
+	for _, n := range stale {
+		c, err := r.readBeat(ctx, n.ID, now)
+		if err != nil {
+			return nil, err
+		}
+		r.seen.m[n.ID], have[n.ID] = c, c
+	}
+	out := make(map[string]Heartbeat, len(have))
+	for id, c := range have {
+		if c.ok {
+			out[id] = c.beat
 		}
 	}
 	return out, nil
 }
+
+// beatBudget is how many heartbeats that merely grew old beats reads a
+// call: at a poll of 100 ms and more, every heartbeat of 256 nodes is
+// read again within two seconds, well inside KeepAlive.
+const beatBudget = 16
 
 // readBeat reads one node's heartbeat from the store.
 func (r *StoreRendezvous) readBeat(ctx context.Context, id string, now time.Time) (seenBeat, error) {
@@ -266,10 +292,11 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 			if !bytes.Equal(got, next) {
 				// Another node wrote first: decide again, after a pause
 				// drawn at random from a window that doubles with each
-				// loss, so that hundreds of nodes joining at once take
-				// turns instead of all rereading and losing again.
+				// loss up to a second (Ethernet's backoff), so that
+				// hundreds of nodes joining at once take turns instead
+				// of all rereading and losing again.
 				lost++
-				if err := sleep(ctx, rand.N(min(r.poll(), time.Millisecond<<min(lost, 10)))); err != nil {
+				if err := sleep(ctx, rand.N(time.Millisecond<<min(lost, 10))); err != nil {
 					return Round{}, r.timeout(ctx, lastRound, timeout, err)
 				}
 				continue

@@ -24,7 +24,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +33,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/godist/godist/examples/progress"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/models/rl/reinforce"
@@ -75,17 +76,13 @@ func main() {
 	os.Exit(worker(context.Background(), c, os.Stdout, os.Stderr))
 }
 
-// worker joins the job from the environment (as godist run sets it),
-// runs this rank, prints rank 0's result as one JSON line on stdout and
-// returns the exit status.
+// worker is one process of the job: rank 0 the agent that answers its
+// observers' requests for actions in batches, the others the observers.
+// The agent's result ends as one JSON line on stdout; the exit status is
+// 0, or 1 with the error recorded for the launcher.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
 	return dist.Main(ctx, "rpc-batch", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
-		res, err := run(ctx, g, c, stderr)
-		if err == nil && res != nil {
-			line, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(line))
-		}
-		return err
+		return progress.JSONLine[*result](stdout)(run(ctx, g, c, stderr))
 	})
 }
 

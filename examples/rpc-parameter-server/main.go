@@ -37,7 +37,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,6 +45,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/godist/godist/examples/progress"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
@@ -95,17 +96,13 @@ func main() {
 	os.Exit(worker(context.Background(), c, os.Stdout, os.Stderr))
 }
 
-// worker joins the job from the environment (as godist run sets it), runs
-// this rank, prints the server's result as one JSON line and returns the
-// exit status.
+// worker is one process of the job: rank 0 the parameter server, the
+// others Hogwild-style trainers whose forward passes run on it by RPC.
+// The server's result ends as one JSON line on stdout; the exit status is
+// 0, or 1 with the error recorded for the launcher.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
 	return dist.Main(ctx, "rpc-parameter-server", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
-		res, err := run(ctx, g, c, stderr)
-		if err == nil && res != nil {
-			line, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(line))
-		}
-		return err
+		return progress.JSONLine[*result](stdout)(run(ctx, g, c, stderr))
 	})
 }
 

@@ -20,13 +20,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/godist/godist/examples/progress"
 
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/models/rl/reinforce"
@@ -65,17 +66,13 @@ func main() {
 	os.Exit(worker(context.Background(), c, os.Stdout, os.Stderr))
 }
 
-// worker joins the job from the environment (as godist run sets it),
-// runs this rank, prints rank 0's result as one JSON line on stdout and
-// returns the exit status.
+// worker is one process of the job: rank 0 the agent learning CartPole,
+// the others its observers (godist run --nproc-per-node 1+observers). The
+// agent's rewards and episodes end as one JSON line on stdout; the exit
+// status is 0, or 1 with the error recorded for the launcher.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
 	return dist.Main(ctx, "rpc-rl", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
-		res, err := run(ctx, g, c, stderr)
-		if err == nil && res != nil {
-			line, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(line))
-		}
-		return err
+		return progress.JSONLine[*result](stdout)(run(ctx, g, c, stderr))
 	})
 }
 

@@ -27,13 +27,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/godist/godist/examples/progress"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/data"
@@ -90,17 +91,13 @@ func main() {
 	os.Exit(worker(context.Background(), c, os.Stdout, os.Stderr))
 }
 
-// worker joins the job from the environment (as godist run sets it),
-// runs this rank, prints the trainer's result as one JSON line on stdout
-// and returns the exit status.
+// worker is one process of the job: rank 0 the parameter server holding
+// the embedding and the decoder, rank 1 the trainer driving the LSTM
+// through distributed autograd. The trainer's losses end as one JSON line
+// on stdout; the exit status is 0, or 1 with the error recorded.
 func worker(ctx context.Context, c config, stdout, stderr io.Writer) int {
 	return dist.Main(ctx, "rpc-rnn", dist.Options{}, stderr, func(ctx context.Context, g *dist.Group) error {
-		res, err := run(ctx, g, c, stderr)
-		if err == nil && res != nil {
-			line, _ := json.Marshal(res)
-			fmt.Fprintln(stdout, string(line))
-		}
-		return err
+		return progress.JSONLine[*result](stdout)(run(ctx, g, c, stderr))
 	})
 }
 

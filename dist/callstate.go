@@ -33,6 +33,7 @@ type callState struct {
 	group      uint32
 	me         int   // this member's global rank
 	ranks      []int // the members' global ranks
+	contiguous bool  // ranks[i] == ranks[0]+i, as the world's and a Split's are
 	timeout    time.Duration
 	probeAfter time.Duration
 
@@ -153,23 +154,32 @@ type probe struct {
 }
 
 func newCallState(group uint32, me int, ranks []int, timeout time.Duration) *callState {
+	contiguous := len(ranks) > 0
+	for i, r := range ranks {
+		if r != ranks[0]+i {
+			contiguous = false
+			break
+		}
+	}
 	return &callState{
-		group: group, me: me, ranks: ranks, timeout: timeout, probeAfter: probeAfter,
+		group: group, me: me, ranks: ranks, contiguous: contiguous, timeout: timeout, probeAfter: probeAfter,
 		calls: map[callID]*callRec{}, byseq: map[uint64]callID{}, early: map[uint64]early{},
 		sent: map[p2pKey]uint64{}, rcvd: map[p2pKey]uint64{},
 	}
 }
 
-func (s *callState) isMember(global int) bool {
-	for _, r := range s.ranks {
-		if r == global {
-			return true
-		}
-	}
-	return false
-}
+func (s *callState) isMember(global int) bool { return s.groupRank(global) >= 0 }
 
+// groupRank is global's rank in the group, -1 for none: arithmetic for
+// contiguous members (every peer's loss reaches every group of a rank, so
+// a scan made a job's teardown cost W³ at W ranks), a scan otherwise.
 func (s *callState) groupRank(global int) int {
+	if s.contiguous {
+		if i := global - s.ranks[0]; i >= 0 && i < len(s.ranks) {
+			return i
+		}
+		return -1
+	}
 	for i, r := range s.ranks {
 		if r == global {
 			return i

@@ -722,3 +722,24 @@ func TestCallStateCallErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestGroupRank checks the member lookup both ways it is done: by
+// arithmetic for contiguous ranks, by a scan otherwise.
+func TestGroupRank(t *testing.T) {
+	for _, c := range []struct {
+		ranks []int
+		want  map[int]int
+	}{
+		{[]int{4, 5, 6}, map[int]int{3: -1, 4: 0, 5: 1, 6: 2, 7: -1}},
+		{[]int{0}, map[int]int{-1: -1, 0: 0, 1: -1}},
+		{[]int{2, 0, 7}, map[int]int{0: 1, 1: -1, 2: 0, 7: 2, 8: -1}},
+		{[]int{1, 3}, map[int]int{1: 0, 2: -1, 3: 1}},
+	} {
+		s := newCallState(0, c.ranks[0], c.ranks, time.Minute)
+		for global, want := range c.want {
+			if got := s.groupRank(global); got != want || s.isMember(global) != (want >= 0) {
+				t.Errorf("ranks %v: groupRank(%d) = %d, isMember %v; want %d", c.ranks, global, got, s.isMember(global), want)
+			}
+		}
+	}
+}

@@ -56,7 +56,7 @@ func NewInProc(size int, f Faults) *Mesh {
 	for a := range size {
 		for b := range size {
 			if a != b {
-				m.Endpoints[a].links[b] = &memLink{mesh: m, src: a, dst: b, seen: map[uint64]bool{}}
+				m.Endpoints[a].links[b] = &memLink{mesh: m, src: a, dst: b}
 			}
 		}
 	}
@@ -136,7 +136,7 @@ type memLink struct {
 
 	mu     sync.Mutex
 	next   uint64          // sequence number of the next frame
-	seen   map[uint64]bool // frames delivered (duplicates are dropped)
+	seen   map[uint64]bool // frames delivered, kept only under Faults.Dup (duplicates are dropped)
 	closed bool
 }
 
@@ -219,7 +219,15 @@ func (m *Mesh) route(l *memLink, seq uint64, frame []byte, delay time.Duration) 
 			l.mu.Unlock()
 			return
 		}
-		l.seen[seq] = true
+		if m.faults.Dup > 0 {
+			// Only a duplicated frame can come twice: without Dup
+			// the map would only grow, a frame at a time, on each of
+			// the W² links.
+			if l.seen == nil {
+				l.seen = make(map[uint64]bool)
+			}
+			l.seen[seq] = true
+		}
 		l.mu.Unlock()
 		m.receive(l, frame)
 	}

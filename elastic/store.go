@@ -435,12 +435,8 @@ func (r *StoreRendezvous) Finish(ctx context.Context, round int, wait bool) erro
 		if !pending || s.Round != round || s.Failed != "" {
 			return nil
 		}
-		t := time.NewTimer(r.poll())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleep(ctx, r.poll()); err != nil {
+			return err
 		}
 	}
 }

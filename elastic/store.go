@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -117,13 +118,9 @@ func (r *StoreRendezvous) read(ctx context.Context) (State, []byte, error) {
 // again, the oldest first (all of them when maxAge is 0).
 func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Duration) (map[string]Heartbeat, error) {
 	now := r.now()
-	r.seen.Lock()
-	defer r.seen.Unlock()
-	if r.seen.m == nil {
-		r.seen.m = make(map[string]seenBeat)
-	}
 	have := make(map[string]seenBeat)
-	var stale []Node
+	var suspect, stale []Node
+	r.seen.Lock()
 	for _, ns := range [][]Node{s.Members, s.Waiting} {
 		for _, n := range ns {
 			if _, ok := have[n.ID]; ok {
@@ -139,28 +136,33 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 			switch {
 			case c.beat.Done:
 			case gone(r.Config, n, map[string]Heartbeat{n.ID: c.beat}, now):
-				var err error
-				if c, err = r.readBeat(ctx, n.ID, now); err != nil {
-					return nil, err
-				}
-				r.seen.m[n.ID] = c
+				suspect = append(suspect, n)
 			case now.Sub(c.read) >= maxAge:
 				stale = append(stale, n)
 			}
 			have[n.ID] = c
 		}
 	}
+	r.seen.Unlock()
 	if maxAge > 0 && len(stale) > beatBudget {
 		slices.SortFunc(stale, func(a, b Node) int { return have[a.ID].read.Compare(have[b.ID].read) })
 		stale = stale[:beatBudget]
 	}
-	for _, n := range stale {
+	// The reads go to the store without the cache's lock held.
+	read := make(map[string]seenBeat)
+	for _, n := range slices.Concat(suspect, stale) {
 		c, err := r.readBeat(ctx, n.ID, now)
 		if err != nil {
 			return nil, err
 		}
-		r.seen.m[n.ID], have[n.ID] = c, c
+		read[n.ID], have[n.ID] = c, c
 	}
+	r.seen.Lock()
+	if r.seen.m == nil {
+		r.seen.m = make(map[string]seenBeat)
+	}
+	maps.Copy(r.seen.m, read)
+	r.seen.Unlock()
 	out := make(map[string]Heartbeat, len(have))
 	for id, c := range have {
 		if c.ok {

@@ -20,20 +20,21 @@ import (
 // is kept until a receive takes it (one copy).
 type Endpoint struct {
 	rank, size int
-	links      []link
-	gone       []atomic.Bool // set when the peer's connection fails
-	spares     []spare       // each peer's spare message buffer (spare.go)
-	hosts      []string      // each rank's host label (Hosts); nil: all on one host
-	log        *slog.Logger  // never nil (see Logger)
+	peers      peerTable    // the ranks used so far (peers.go)
+	hosts      []string     // each rank's host label (Hosts); nil: all on one host
+	log        *slog.Logger // never nil (see Logger)
+
+	// connect makes the link to a rank that has none, on its first use
+	// (linkTo): an in-process endpoint's links are made this way; a TCP
+	// endpoint's are all made by NewTCP, and it has none.
+	connect func(r int) error
 
 	// wanted counts the posted receives; wakers wakes each peer's parked
 	// reader, when readers yield (wake.go).
 	wanted atomic.Int32
 	wakers []*waker
 
-	// live is each peer's heartbeat and watchdog state (heartbeat.go);
-	// watchDone ends the watchdog.
-	live      []liveness
+	// watchDone ends the watchdog (heartbeat.go).
 	watchDone chan struct{}
 	watchStop sync.Once
 
@@ -88,7 +89,7 @@ type message struct {
 }
 
 func newEndpoint(rank, size int) *Endpoint {
-	e := &Endpoint{rank: rank, size: size, links: make([]link, size), gone: make([]atomic.Bool, size), spares: make([]spare, size), live: make([]liveness, size), log: discard}
+	e := &Endpoint{rank: rank, size: size, peers: newPeerTable(size), log: discard}
 	e.mu.down = map[int]*PeerError{}
 	return e
 }
@@ -111,6 +112,14 @@ func (e *Endpoint) Hosts() []string {
 	return append([]string(nil), e.hosts...)
 }
 
+// HostOf returns rank r's host label, as Hosts does without the copy.
+func (e *Endpoint) HostOf(r int) string {
+	if e.hosts == nil {
+		return ""
+	}
+	return e.hosts[r]
+}
+
 // Logger returns the logger the endpoint reports its fallbacks to
 // (TCPOptions.Logger), for the layers above to report theirs: never nil,
 // a logger that discards when none was given.
@@ -127,6 +136,10 @@ type Handlers struct {
 	Control func(src int, key Key, msg []byte)
 	// PeerDown is called once per peer when its connection fails or closes.
 	PeerDown func(err *PeerError)
+	// PeerUp is called once per peer when the link to it comes up: on
+	// its first use, for an endpoint that connects on demand (see
+	// Connected).
+	PeerUp func(rank int)
 	// Unexpected is called for each data frame that arrives before a
 	// receive wants it (it is kept until one does).
 	Unexpected func(src int, h *Header)
@@ -179,8 +192,8 @@ func (e *Endpoint) checkPeer(peer int, op string) error {
 // peerDown records that the connection to rank failed, fails every receive
 // waiting on it (and every receive from any source), and tells the handler.
 func (e *Endpoint) peerDown(rank int, cause error) {
-	if rank >= 0 && rank < len(e.gone) {
-		e.gone[rank].Store(true)
+	if rank >= 0 && rank < e.size && rank != e.rank {
+		e.peers.make(rank).gone.Store(true)
 	}
 	e.mu.Lock()
 	if _, ok := e.mu.down[rank]; ok || e.mu.closed {
@@ -221,6 +234,13 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	}
 }
 
+// isClosed reports whether Close has been called.
+func (e *Endpoint) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mu.closed
+}
+
 // closeTimeout bounds the goodbye frames Close sends.
 const closeTimeout = 2 * time.Second
 
@@ -240,11 +260,11 @@ func (e *Endpoint) Close() error {
 	e.stopWatching()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	for r, l := range e.links {
-		if l != nil && !down[r] {
+	e.peers.each(func(r int, p *peer) {
+		if l := p.linkOf(); l != nil && !down[r] {
 			_ = l.send(ctx, &Header{Kind: KindBye}, nil)
 		}
-	}
+	})
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
@@ -256,13 +276,13 @@ func (e *Endpoint) Close() error {
 		p.finish(-1, ErrClosed)
 	}
 	var first error
-	for _, l := range e.links {
-		if l != nil {
+	e.peers.each(func(_ int, p *peer) {
+		if l := p.linkOf(); l != nil {
 			if err := l.close(); err != nil && first == nil {
 				first = err
 			}
 		}
-	}
+	})
 	e.unmapPeerRegions()
 	return first
 }

@@ -13,11 +13,11 @@ func (e *Endpoint) Crash() {
 	for _, p := range posted {
 		p.finish(-1, ErrClosed)
 	}
-	for _, l := range e.links {
-		if l != nil {
+	e.peers.each(func(_ int, p *peer) {
+		if l := p.linkOf(); l != nil {
 			l.close()
 		}
-	}
+	})
 }
 
 // UsesSharedMemory reports whether e sends large payloads to peer through

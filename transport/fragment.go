@@ -127,7 +127,7 @@ func (e *Endpoint) fragment(src int, h *Header, shm *shmSeg, asm *assembly) erro
 		if fn == nil || asm.total > limit {
 			asm.prefix = append([]byte(nil), data[8:][:min(len(data)-8, MessagePrefix)]...)
 		} else {
-			asm.buf = e.spares[src].get(int(total))
+			asm.buf = e.peers.make(src).spare.get(int(total))
 		}
 		data = data[8:]
 	}

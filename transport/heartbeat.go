@@ -165,15 +165,19 @@ func (e *Endpoint) watch(timeout time.Duration, conns []net.Conn, done <-chan st
 		case <-t.C:
 		}
 		for p := range counts {
-			lv := &e.live[p]
-			counts[p] = peerCounts{skip: conns[p] == nil || e.gone[p].Load(), heard: lv.heard.Load(), sent: lv.sent.Load()}
+			if conns[p] == nil {
+				counts[p] = peerCounts{skip: true}
+				continue
+			}
+			pp := e.peers.make(p)
+			counts[p] = peerCounts{skip: pp.gone.Load(), heard: pp.live.heard.Load(), sent: pp.live.sent.Load()}
 		}
 		beat, lost, silence := w.tick(time.Now(), counts)
 		for i, p := range lost {
 			e.lose(p, silence[i], conns[p])
 		}
 		for _, p := range beat {
-			lv := &e.live[p]
+			lv := &e.peers.make(p).live
 			if !lv.beating.CompareAndSwap(false, true) {
 				continue
 			}

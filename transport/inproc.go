@@ -51,16 +51,26 @@ func NewInProc(size int, f Faults) *Mesh {
 	m.mu.held = map[[2]int][]func(){}
 	m.Endpoints = make([]*Endpoint, size)
 	for r := range size {
-		m.Endpoints[r] = newEndpoint(r, size)
-	}
-	for a := range size {
-		for b := range size {
-			if a != b {
-				m.Endpoints[a].links[b] = &memLink{mesh: m, src: a, dst: b}
-			}
-		}
+		e := newEndpoint(r, size)
+		e.connect = func(peer int) error { m.connect(r, peer); return nil }
+		m.Endpoints[r] = e
 	}
 	return m
+}
+
+// connect makes the links between ranks a and b, both ways, on their
+// first use (not at NewInProc: W ranks would make W² links, and most
+// pairs never exchange a frame).
+// A closed endpoint is connected to no more: the link to it is down, as a
+// TCP dial to a process that exited is refused.
+func (m *Mesh) connect(a, b int) {
+	ea, eb := m.Endpoints[a], m.Endpoints[b]
+	if eb.isClosed() {
+		ea.peerDown(b, ErrPeerClosed)
+		return
+	}
+	ea.setLink(b, &memLink{mesh: m, src: a, dst: b})
+	eb.setLink(a, &memLink{mesh: m, src: b, dst: a})
 }
 
 // SetHosts places the mesh's ranks on hosts, as Endpoint.Hosts reports

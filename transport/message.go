@@ -73,7 +73,7 @@ func (e *Endpoint) deliverMessage(src int, h *Header, in payload) error {
 			return err
 		}
 	} else {
-		buf = e.spares[src].get(int(h.Len))
+		buf = e.peers.make(src).spare.get(int(h.Len))
 		sum, err := readSum(in, buf)
 		if err != nil {
 			return err

@@ -91,6 +91,11 @@ func (e *Endpoint) post(p *pending) *Receive {
 			r.now, r.src, r.err = true, -1, err
 			return r
 		}
+		if e.connect != nil && !e.Connected(peer) {
+			// A rank waited on is connected to, so that its loss is
+			// seen here (and a failure it knows of is told here).
+			_, _ = e.linkTo(peer)
+		}
 	}
 	p.done = make(chan struct{})
 	e.mu.Lock()

@@ -145,7 +145,11 @@ func (e *Endpoint) SharesMemoryWith(peer int) bool {
 	if peer < 0 || peer >= e.size || peer == e.rank {
 		return false
 	}
-	l, ok := e.links[peer].(*tcpLink)
+	p := e.peers.get(peer)
+	if p == nil {
+		return false
+	}
+	l, ok := p.linkOf().(*tcpLink)
 	if !ok {
 		return false
 	}

@@ -41,10 +41,14 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 		n += int64(len(p))
 	}
 	h := Header{Kind: kind, Key: key, FP: fp, Len: n}
-	if kind != KindHeartbeat {
-		defer e.live[peer].sent.Add(1)
+	l, err := e.linkTo(peer)
+	if err != nil {
+		return err
 	}
-	if err := e.links[peer].send(ctx, &h, parts); err != nil {
+	if kind != KindHeartbeat {
+		defer e.peers.get(peer).live.sent.Add(1)
+	}
+	if err := l.send(ctx, &h, parts); err != nil {
 		var ns notSent
 		if errors.As(err, &ns) {
 			// Given up before any of the frame left: the stream is intact.
@@ -76,7 +80,7 @@ const resetGrace = 200 * time.Millisecond
 // awaitPeerDown waits until peer's connection is marked down, or d.
 func (e *Endpoint) awaitPeerDown(peer int, d time.Duration) {
 	end := time.Now().Add(d)
-	for !e.gone[peer].Load() && time.Now().Before(end) {
+	for !e.peers.isGone(peer) && time.Now().Before(end) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }

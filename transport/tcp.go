@@ -147,10 +147,10 @@ func (e *Endpoint) startLinks(opt TCPOptions, conns []net.Conn, shmOuts, shmIns 
 		}
 		l := newTCPLink(c)
 		if shmOuts[r] != nil {
-			l.shm = &shmOut{seg: shmOuts[r], down: &e.gone[r]}
+			l.shm = &shmOut{seg: shmOuts[r], down: &e.peers.make(r).gone}
 			l.ring = shmOuts[r].ring
 		}
-		e.links[r] = l
+		e.peers.make(r).link.Store(&linkRef{l})
 		if in := shmIns[r]; in != nil && in.ring != nil {
 			go e.readRing(r, c, opt.Spin, opt.Yield, in)
 		} else {

@@ -18,7 +18,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r]
 	}
-	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.live[r].heard}, viewMax)
+	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	for {
@@ -32,7 +32,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 // endRead ends a reader on err: the connection's end, or a broken frame
 // (then the connection is closed too).
 func (e *Endpoint) endRead(r int, conn net.Conn, err error) {
-	e.spares[r].close()
+	e.peers.make(r).spare.close()
 	var fe frameErr
 	if errors.As(err, &fe) {
 		e.peerDown(r, fe.err)
@@ -106,7 +106,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r]
 	}
-	br := bufio.NewReaderSize(countingReader{conn, &e.live[r].heard}, viewMax)
+	br := bufio.NewReaderSize(countingReader{conn, &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	var ferr error
@@ -159,7 +159,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			return
 		}
 		if got {
-			e.live[r].heard.Add(1)
+			e.peers.make(r).live.heard.Add(1)
 			idle, polls = time.Time{}, 0
 			// While frames keep coming this loop never waits, and the
 			// goroutines its frames wake (the handler of a request, the

@@ -2,12 +2,11 @@ package dist
 
 import (
 	"errors"
-
 	"fmt"
-	"github.com/godist/godist/transport"
 	"strings"
 
 	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
 )
 
 // opKind names a collective or point-to-point call.

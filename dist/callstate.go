@@ -434,7 +434,7 @@ func (s *callState) checkCollective(src int, seq, fp uint64) output {
 		return output{} // not there yet (the peer keeps waiting), or in step
 	}
 	d := &DesyncError{Group: s.group, Seq: seq, Rank: s.me, Peer: src, Mine: decodeCall(mine).String(), Theirs: decodeCall(fp).String(), Tag: -1}
-	return s.fail(d, &control{Kind: ctlDesync, Seq: seq, Rank: src, Got: fp, Want: mine})
+	return s.fail(d, &control{Kind: ctlDesync, From: s.me, Seq: seq, Rank: src, Got: fp, Want: mine})
 }
 
 // control handles a control message from global rank src.
@@ -445,20 +445,23 @@ func (s *callState) control(src int, m *control) output {
 	switch m.Kind {
 	case ctlProbe:
 		return s.checkCollective(src, m.Seq, m.Got)
+	// Each is passed on unchanged (proto.go): a lost rank, so that a
+	// member that hears of it only through this member's goodbye still
+	// learns the root cause first, and the others, so that the news
+	// reaches the members not connected to the one that saw it.
 	case ctlDown:
-		// Pass a lost rank on, so that a member that hears of it only
-		// through this member's goodbye still learns the root cause first.
-		err := &RankError{Rank: m.Rank, Op: fmt.Sprintf("group (rank %d saw it go)", src), Err: errors.New(m.Text)}
-		return s.fail(err, &control{Kind: ctlDown, Rank: m.Rank, Text: m.Text})
+		err := &RankError{Rank: m.Rank, Op: fmt.Sprintf("group (rank %d saw it go)", m.From), Err: errors.New(m.Text)}
+		return s.fail(err, m)
 	case ctlDesync:
-		// src found that m.Rank (maybe this member) sent Got where it
-		// expected Want.
+		// m.From found that m.Rank (maybe this member) sent Got where
+		// it expected Want.
+		d := &DesyncError{Group: s.group, Seq: m.Seq, Rank: m.From, Peer: m.Rank, Mine: decodeCall(m.Want).String(), Theirs: decodeCall(m.Got).String(), Tag: -1}
 		if m.P2P {
-			return s.fail(&DesyncError{Group: s.group, Seq: m.Seq, Rank: src, Peer: m.Rank, Mine: decodeCall(m.Want).String(), Theirs: decodeCall(m.Got).String(), Tag: int(m.Tag), P2P: true}, nil)
+			d.Tag, d.P2P = int(m.Tag), true
 		}
-		return s.fail(&DesyncError{Group: s.group, Seq: m.Seq, Rank: src, Peer: m.Rank, Mine: decodeCall(m.Want).String(), Theirs: decodeCall(m.Got).String(), Tag: -1}, nil)
+		return s.fail(d, m)
 	case ctlAbort:
-		return s.fail(&AbortError{Rank: src, Reason: m.Text}, nil)
+		return s.fail(&AbortError{Rank: m.From, Reason: m.Text}, m)
 	}
 	return output{}
 }
@@ -472,7 +475,7 @@ func (s *callState) peerDown(lost int, cause error) output {
 		return output{}
 	}
 	return s.fail(&RankError{Rank: lost, Op: "group", Err: cause},
-		&control{Kind: ctlDown, Rank: lost, Text: fmt.Sprint(cause)})
+		&control{Kind: ctlDown, From: s.me, Rank: lost, Text: fmt.Sprint(cause)})
 }
 
 // callFailed explains the transport error err of call id, deciding the
@@ -493,24 +496,24 @@ func (s *callState) callFailed(id callID, err error) (error, output) {
 		if r.kind != kindCollective {
 			// A message of a point-to-point stream unlike its receive.
 			d := &DesyncError{Group: s.group, Seq: fe.Key.Seq, Rank: s.me, Peer: fe.Src, Mine: decodeCall(fe.Want).String(), Theirs: decodeCall(fe.Got).String(), Tag: int(fe.Key.Tag), P2P: true}
-			return d, s.fail(d, &control{Kind: ctlDesync, P2P: true, Seq: fe.Key.Seq, Tag: fe.Key.Tag, Rank: fe.Src, Got: fe.Got, Want: fe.Want})
+			return d, s.fail(d, &control{Kind: ctlDesync, From: s.me, P2P: true, Seq: fe.Key.Seq, Tag: fe.Key.Tag, Rank: fe.Src, Got: fe.Got, Want: fe.Want})
 		}
 		d := &DesyncError{Group: s.group, Seq: fe.Key.Seq, Rank: s.me, Peer: fe.Src, Mine: decodeCall(fe.Want).String(), Theirs: decodeCall(fe.Got).String(), Tag: -1}
-		return d, s.fail(d, &control{Kind: ctlDesync, Seq: fe.Key.Seq, Rank: fe.Src, Got: fe.Got, Want: fe.Want})
+		return d, s.fail(d, &control{Kind: ctlDesync, From: s.me, Seq: fe.Key.Seq, Rank: fe.Src, Got: fe.Got, Want: fe.Want})
 	}
 	var pe *transport.PeerError
 	if errors.As(err, &pe) {
 		re := &RankError{Rank: pe.Rank, Op: r.c.String(), Err: pe}
 		var tell *control
 		if !errors.Is(pe, transport.ErrPeerClosed) {
-			tell = &control{Kind: ctlDown, Rank: pe.Rank, Text: fmt.Sprint(pe.Err)}
+			tell = &control{Kind: ctlDown, From: s.me, Rank: pe.Rank, Text: fmt.Sprint(pe.Err)}
 		}
 		return re, s.fail(re, tell)
 	}
 	// A size mismatch, say: the peers are waiting for something this
 	// member will not do; tell them.
 	err = fmt.Errorf("dist: %v: %w", r.c, err)
-	return err, s.fail(err, &control{Kind: ctlAbort, Text: err.Error()})
+	return err, s.fail(err, &control{Kind: ctlAbort, From: s.me, Text: err.Error()})
 }
 
 // callCancelled decides the failure of call id whose caller's context

@@ -478,10 +478,10 @@ func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tens
 	for _, in := range ins {
 		aliased = aliased || overlapMem(ob, in)
 	}
-	sendOnly := (g.rank + size - 1) % size // the ring's (ChooseReduceScatter)
 	if p.plan.Name != "ring" {
-		sendOnly = -1
+		return g.reduceScatterWhole(ctx, seq, c, s, out, ins, op)
 	}
+	sendOnly := (g.rank + size - 1) % size // the ring's (ChooseReduceScatter)
 	buf := parts{bufs: make([][]byte, size), offs: make([]int, size), es: es}
 	var copies [][]byte
 	for r, in := range ins {
@@ -545,12 +545,42 @@ func (g *Group) ReduceScatterTensorAsync(out, in *tensor.Tensor, op ReduceOp) *W
 
 // reduceScatterTensor reduce-scatters in straight out of the others'
 // memory when in is a piece of a shared tensor, else with the ring.
+// reduceScatterWhole runs a reduce-scatter whose schedule reduces the
+// whole buffer on every rank (ChooseReduceScatter's plan for small ones):
+// over one contiguous copy of the inputs (ins, concatenated), of which it
+// keeps its own chunk.
+func (g *Group) reduceScatterWhole(ctx context.Context, seq uint64, c call, s algo.Schedule, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
+	es, ob := out.DType().Size(), out.Bytes()
+	whole := scratch.Get(len(ob) * g.Size())
+	defer scratch.Put(whole)
+	off := 0
+	for _, in := range ins { // one per member, or the whole input
+		off += copy(whole[off:], in)
+	}
+	if err := g.execute(ctx, seq, c, s, flat{whole, es}, es, reduceFunc(op, out.DType()), nil); err != nil {
+		return err
+	}
+	copy(ob, whole[g.rank*len(ob):])
+	if op == Avg {
+		finishAvg(ob, out.DType(), g.Size())
+	}
+	return nil
+}
+
 func (g *Group) reduceScatterTensor(ctx context.Context, seq uint64, c call, out, in *tensor.Tensor, op ReduceOp) error {
 	switch c.via {
 	case byBlock:
 		return g.host.Block().ReduceScatter(ctx, hostCall(seq, c), out.Bytes(), in.Bytes(), g.reduction(op, out.DType()))
 	case byShared:
 		return g.sharedError(c, g.host.Tensors.ReduceScatter(ctx, hostCall(seq, c), out.Bytes(), in.Bytes(), g.reduction(op, out.DType())))
+	}
+	es, n := out.DType().Size(), out.Numel()
+	p := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
+		return g.planReduceScatter(equalCounts(g.Size(), n), es)
+	})
+	if p.plan.Name != "ring" {
+		// Without cutting in into a slice per member (W² in all).
+		return explainShared(g.reduceScatterWhole(ctx, seq, c, p.sched, out, [][]byte{in.Bytes()}, op), false)
 	}
 	return explainShared(g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op), false)
 }

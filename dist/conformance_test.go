@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/dist/disttest"
 	"github.com/godist/godist/tensor"
 )
 
@@ -39,6 +40,22 @@ func TestEveryCollectiveEveryOpAndDType(t *testing.T) {
 			})
 		})
 	}
+	// Nine ranks: reduce-scatters of a few elements take the whole-buffer
+	// plan (algo.ChooseReduceScatter), not the ring.
+	disttest.SpawnWith(t, 9, disttest.Options{}, func(_ *disttest.Job, g *dist.Group) error {
+		ctx := bg(t)
+		for _, d := range []tensor.DType{tensor.Float32, tensor.Int64} {
+			for _, op := range []dist.ReduceOp{dist.Sum, dist.Avg, dist.Max} {
+				if op == dist.Avg && !d.IsFloat() {
+					continue
+				}
+				if err := reducing(ctx, g, d, op, 3); err != nil {
+					return fmt.Errorf("9 ranks %v %v: %w", d, op, err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // reducing runs reduce, reduce_scatter and reduce_scatter_tensor with op

@@ -436,3 +436,61 @@ func TestCorruptFrameNotDeath(t *testing.T) {
 		t.Fatalf("a death reads as: %s", died)
 	}
 }
+
+// TestAbortReachesMembersNeverConnected: with links made on first use, a
+// member that aborts before any call is connected to nobody, and most
+// members never connect to it. Its news still reaches every member: those
+// that connect to it are told then (PeerUp), and each member that fails
+// passes the news on to its own overlay (±2^k), so every member's next
+// call fails naming the member that aborted, not at a timeout; and no
+// member connects to more than a few others.
+func TestAbortReachesMembersNeverConnected(t *testing.T) {
+	const w, aborter = 64, 37
+	m := transport.NewInProc(w, transport.Faults{})
+	gs := make([]*dist.Group, w)
+	for r, ep := range m.Endpoints {
+		gs[r] = dist.FromEndpoint(ep, nil, "inproc", time.Minute)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Destroy()
+		}
+	}()
+	gs[aborter].Abort(errors.New("out of memory on the device"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, w)
+	for r := range w {
+		if r == aborter {
+			continue
+		}
+		wg.Go(func() {
+			x := tensor.FromFloat32([]float32{1})
+			for i := 0; i < 1000 && errs[r] == nil; i++ { // until the news comes
+				errs[r] = gs[r].AllReduce(ctx, x, dist.Sum)
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if r == aborter {
+			continue
+		}
+		var ae *dist.AbortError
+		if !errors.As(err, &ae) || ae.Rank != aborter || !strings.Contains(ae.Reason, "out of memory") {
+			t.Fatalf("rank %d: %v, want an AbortError from rank %d", r, err, aborter)
+		}
+	}
+	for r, ep := range m.Endpoints {
+		n := 0
+		for p := range w {
+			if ep.Connected(p) {
+				n++
+			}
+		}
+		if n > 2*6+6 { // the overlay's 2log₂W, and the calls' own
+			t.Errorf("rank %d is connected to %d of %d ranks", r, n, w-1)
+		}
+	}
+}

@@ -80,8 +80,12 @@ func (e FlightEntry) Duration(now time.Time) time.Duration {
 // flightRing is the last calls of one group, oldest overwritten first.
 // A nil ring records nothing. It is the callState's and shares its lock.
 type flightRing struct {
-	buf []flightSlot
-	n   uint64 // calls entered so far; call k is in buf[k%len(buf)]
+	// buf grows to size slots as calls come (a job of thousands of
+	// goroutine ranks, most of whose groups make few calls, would
+	// otherwise hold size slots per group from the start).
+	buf  []flightSlot
+	size uint64
+	n    uint64 // calls entered so far; call k is in buf[k%size]
 }
 
 // flightSlot is one call in the ring: what the callState knows of it,
@@ -104,7 +108,7 @@ func newFlightRing(size int) *flightRing {
 	if size <= 0 {
 		return nil
 	}
-	return &flightRing{buf: make([]flightSlot, size)}
+	return &flightRing{size: uint64(size)}
 }
 
 // begin enters call id (r) begun at now; ranks maps group ranks to
@@ -119,7 +123,11 @@ func (f *flightRing) begin(id callID, r *callRec, ranks []int, now time.Time) {
 	if r.kind != kindCollective && r.peer >= 0 && r.peer < len(ranks) {
 		peer = ranks[r.peer]
 	}
-	f.buf[uint64(id-1)%uint64(len(f.buf))] = flightSlot{id: id, kind: r.kind, c: r.c, seq: r.seq, peer: peer, tag: r.tag, waitPeer: -1, start: now}
+	i := uint64(id-1) % f.size
+	for uint64(len(f.buf)) <= i {
+		f.buf = append(f.buf, flightSlot{})
+	}
+	f.buf[i] = flightSlot{id: id, kind: r.kind, c: r.c, seq: r.seq, peer: peer, tag: r.tag, waitPeer: -1, start: now}
 	f.n++
 }
 
@@ -128,8 +136,9 @@ func (f *flightRing) slot(id callID) *flightSlot {
 	if f == nil || id == 0 {
 		return nil
 	}
-	if sl := &f.buf[uint64(id-1)%uint64(len(f.buf))]; sl.id == id {
-		return sl
+	i := uint64(id-1) % f.size
+	if i < uint64(len(f.buf)) && f.buf[i].id == id {
+		return &f.buf[i]
 	}
 	return nil
 }
@@ -153,7 +162,7 @@ func (f *flightRing) entries(group uint32) []FlightEntry {
 	if f == nil {
 		return nil
 	}
-	size := uint64(len(f.buf))
+	size := f.size
 	first := uint64(0)
 	if f.n > size {
 		first = f.n - size

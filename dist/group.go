@@ -60,7 +60,7 @@ func newWorld(rank, size int, ep *transport.Endpoint, st store.Store, backend st
 	w := &world{rank: rank, size: size, ep: ep, store: st, backend: backend, flightSize: DefaultFlightEntries, storeHost: -1, model: algo.DefaultModel}
 	w.mu.groups = map[uint32]*Group{}
 	registerWorld(w)
-	ep.SetHandlers(transport.Handlers{Control: w.onControl, PeerDown: w.onPeerDown, Unexpected: w.onUnexpected})
+	ep.SetHandlers(transport.Handlers{Control: w.onControl, PeerDown: w.onPeerDown, PeerUp: w.onPeerUp, Unexpected: w.onUnexpected})
 	return w
 }
 
@@ -91,6 +91,12 @@ func (w *world) groups() []*Group {
 func (w *world) onPeerDown(e *transport.PeerError) {
 	for _, g := range w.groups() {
 		g.decide(func(s *callState, _ time.Time) output { return s.peerDown(e.Rank, e) })
+	}
+}
+
+func (w *world) onPeerUp(r int) {
+	for _, g := range w.groups() {
+		g.tellLate(r)
 	}
 }
 
@@ -132,7 +138,8 @@ type Group struct {
 	ranks   []int // global rank of each member, ascending
 	rank    int   // this process's rank in the group
 	timeout time.Duration
-	topo    algo.Topology // the members by host (topology.go)
+	spans   bool                 // the members are on more than one host
+	topo    func() algo.Topology // the members by host, made on first use (topology.go)
 
 	// The same-host engine (samehost.go): the control block of small
 	// collectives, once InitSmallCollectives has made one, and the
@@ -147,6 +154,7 @@ type Group struct {
 		st       *callState
 		timer    *time.Timer          // calls st.tick; armed as st decides
 		told     chan struct{}        // closed when the peers have been told of the failure
+		toldMsg  []byte               // what they were told (tellLate)
 		children uint32               // subgroups made from this group so far
 		plans    map[schedKey]planned // calls' plans and this rank's schedules (topology.go)
 		running  int                  // calls between runCall's start and end
@@ -164,7 +172,8 @@ func newGroup(w *world, id uint32, ranks []int, timeout time.Duration) *Group {
 	g.mu.st = newCallState(id, w.rank, ranks, timeout)
 	g.mu.st.flight = newFlightRing(w.flightSize)
 	g.mu.plans = map[schedKey]planned{}
-	g.topo = topologyOf(w.ep.Hosts(), ranks)
+	g.spans = spansHosts(w.ep, ranks)
+	g.topo = sync.OnceValue(func() algo.Topology { return topologyOf(w.ep, ranks) })
 	g.host = samehost.New(samehost.Config{ID: id, Ranks: ranks, Rank: g.rank, Yield: w.yield, Group: (*hostGroup)(g)})
 	w.register(g)
 	return g
@@ -272,23 +281,40 @@ func (g *Group) carry(out output) {
 	}
 }
 
-// tell sends m to every other member, from a goroutine of its own (the
-// caller may be the transport's reader); flushAbort waits for it.
+// tell sends m to the members tellTargets names, from a goroutine of its
+// own (the caller may be the transport's reader); flushAbort waits for it.
+// They pass it on (proto.go), and a member connected later hears it then
+// (tellLate).
 func (g *Group) tell(m *control) {
 	done := make(chan struct{})
-	g.mu.Lock()
-	g.mu.told = done
-	g.mu.Unlock()
 	msg := m.encode()
+	g.mu.Lock()
+	g.mu.told, g.mu.toldMsg = done, msg
+	g.mu.Unlock()
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		for _, r := range g.ranks {
-			if r != g.world.rank {
-				_ = g.world.ep.Control(ctx, r, transport.Key{Group: g.id}, msg)
-			}
+		for _, r := range tellTargets(g.rank, len(g.ranks)) {
+			_ = g.world.ep.Control(ctx, g.ranks[r], transport.Key{Group: g.id}, msg)
 		}
+	}()
+}
+
+// tellLate tells global rank r, connected to just now, why the group
+// failed, if it has and r is a member.
+func (g *Group) tellLate(r int) {
+	g.mu.Lock()
+	msg := g.mu.toldMsg
+	member := g.mu.st.isMember(r)
+	g.mu.Unlock()
+	if msg == nil || !member {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = g.world.ep.Control(ctx, r, transport.Key{Group: g.id}, msg)
 	}()
 }
 
@@ -318,7 +344,7 @@ func (g *Group) Abort(err error) {
 		err = errors.New("aborted")
 	}
 	g.decide(func(s *callState, _ time.Time) output {
-		return s.fail(err, &control{Kind: ctlAbort, Text: err.Error()})
+		return s.fail(err, &control{Kind: ctlAbort, From: s.me, Text: err.Error()})
 	})
 }
 

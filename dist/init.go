@@ -287,12 +287,29 @@ func (j *joining) watch(w *world) {
 func settleHeap() { runtime.GC() }
 
 // allRanks returns the ranks of a world of size n: 0, 1, ..., n-1.
+//
+// The slice is shared (a group never changes its members): the W ranks of
+// a job in one process (goroutine ranks) would otherwise hold W² ints.
 func allRanks(n int) []int {
+	allRanksCache.Lock()
+	defer allRanksCache.Unlock()
+	if all, ok := allRanksCache.m[n]; ok {
+		return all
+	}
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
+	if allRanksCache.m == nil || len(allRanksCache.m) >= 16 {
+		allRanksCache.m = map[int][]int{}
+	}
+	allRanksCache.m[n] = all
 	return all
+}
+
+var allRanksCache struct {
+	sync.Mutex
+	m map[int][]int
 }
 
 // FromEndpoint builds the default group over an endpoint that is already

@@ -71,12 +71,7 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		w.model = given
 		return nil
 	}
-	hosts := w.ep.Hosts()
-	all := make([]int, w.size)
-	for i := range all {
-		all[i] = i
-	}
-	topo := topologyOf(hosts, all)
+	topo := topologyOf(w.ep, allRanks(w.size))
 	if len(topo.Hosts) < 2 {
 		w.model = algo.DefaultModel
 		return nil

@@ -24,7 +24,8 @@ package dist
 //	                unlike frame's
 //	 28    8 want   desync: the fingerprint the reporter expected
 //	 36    2 text length (≤ maxCtlText)
-//	 38    n text   down: the cause; abort: the reason (UTF-8)
+//	 38    4 from   down, desync, abort: the rank that saw it first (global)
+//	 42    n text   down: the cause; abort: the reason (UTF-8)
 //
 // Kinds:
 //
@@ -32,10 +33,19 @@ package dist
 //	        the receiver fails the group if its own collective seq has
 //	        another fingerprint, and otherwise says nothing.
 //	down    "rank lost is gone, because text": the receiver fails the
-//	        group naming that rank, and passes the news on.
-//	desync  "rank sent a frame with fingerprint got where I expected
+//	        group naming that rank.
+//	desync  "rank sent a frame with fingerprint got where from expected
 //	        want": the receiver fails the group with a DesyncError.
-//	abort   "I failed the group: text".
+//	abort   "from failed the group: text".
+//
+// A member that fails the group tells the members at distance ±1, ±2,
+// ±4, ... from it (tellTargets), not every member: at W ranks that would
+// be W² messages and, with connections made on first use, W²
+// connections. Each member that fails the group on a down, desync or
+// abort passes the message on, unchanged, to its own, so that the news
+// reaches every member within log₂W relays, around members that are
+// gone; and a member that connects later to one whose group has failed is
+// told then (the transport's PeerUp).
 //
 // A message that does not decode (another version, an unknown kind, a
 // bad length) is dropped: control messages only ever make a group fail
@@ -45,12 +55,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
 const (
-	ctlVersion = 1
-	ctlHeader  = 38
+	ctlVersion = 2
+	ctlHeader  = 42
 	// maxCtlText bounds a control message's text.
 	maxCtlText = 4096
 )
@@ -88,6 +99,7 @@ type control struct {
 	Seq  uint64
 	Got  uint64
 	Want uint64
+	From int
 	Text string
 }
 
@@ -117,6 +129,7 @@ func (m *control) encode() []byte {
 	binary.LittleEndian.PutUint64(b[20:], m.Got)
 	binary.LittleEndian.PutUint64(b[28:], m.Want)
 	binary.LittleEndian.PutUint16(b[36:], uint16(len(text)))
+	binary.LittleEndian.PutUint32(b[38:], uint32(int32(m.From)))
 	copy(b[ctlHeader:], text)
 	return b
 }
@@ -138,6 +151,7 @@ func decodeControl(b []byte) (*control, error) {
 		Seq:  binary.LittleEndian.Uint64(b[12:]),
 		Got:  binary.LittleEndian.Uint64(b[20:]),
 		Want: binary.LittleEndian.Uint64(b[28:]),
+		From: int(int32(binary.LittleEndian.Uint32(b[38:]))),
 	}
 	if b[2]&^1 != 0 || b[3] != 0 {
 		return nil, fmt.Errorf("%w: flags %#x %#x", errControl, b[2], b[3])
@@ -154,10 +168,29 @@ func decodeControl(b []byte) (*control, error) {
 	if (m.Kind == ctlDown || m.Kind == ctlDesync) && m.Rank < 0 {
 		return nil, fmt.Errorf("%w: %v naming rank %d", errControl, m.Kind, m.Rank)
 	}
+	if m.Kind != ctlProbe && m.From < 0 {
+		return nil, fmt.Errorf("%w: %v from rank %d", errControl, m.Kind, m.From)
+	}
 	text := b[ctlHeader:]
 	if !utf8.Valid(text) {
 		return nil, fmt.Errorf("%w: text is not UTF-8", errControl)
 	}
 	m.Text = string(text)
 	return m, nil
+}
+
+// tellTargets returns the group ranks member me of n tells of a failure:
+// those at distance ±2^k (mod n) for each 2^k < n, without repeats. From
+// any member every other is reached within ⌈log₂n⌉ relays (a distance is
+// a sum of powers of two), and each member sends at most 2⌈log₂n⌉.
+func tellTargets(me, n int) []int {
+	var out []int
+	for d := 1; d < n; d *= 2 {
+		for _, r := range [2]int{(me + d) % n, (me - d + n) % n} {
+			if r != me && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package dist
 
 import (
 	"errors"
+	"math/bits"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,10 +10,10 @@ import (
 
 var ctlSamples = []control{
 	{Kind: ctlProbe, Seq: 17, Got: 0xdeadbeefcafe},
-	{Kind: ctlDown, Rank: 3, Text: "transport: connection to rank 3 lost: EOF"},
+	{Kind: ctlDown, Rank: 3, From: 5, Text: "transport: connection to rank 3 lost: EOF"},
 	{Kind: ctlDesync, Seq: 1 << 40, Rank: 2, Got: 1, Want: 2},
 	{Kind: ctlDesync, P2P: true, Seq: 5, Tag: 1 << 31, Rank: 0, Got: 3, Want: 4},
-	{Kind: ctlAbort, Text: "dist: all_reduce: size mismatch é"},
+	{Kind: ctlAbort, From: 1 << 20, Text: "dist: all_reduce: size mismatch é"},
 }
 
 func TestControlRoundTrip(t *testing.T) {
@@ -68,4 +69,45 @@ func FuzzDecodeControl(f *testing.F) {
 		s := newCallState(0, 0, []int{0, 1, 2}, 0)
 		s.control(1, m)
 	})
+}
+
+// TestTellTargets checks the failure notice's overlay: from any member,
+// relays reach every other within ⌈log₂n⌉ hops, and nobody sends more
+// than 2⌈log₂n⌉.
+func TestTellTargets(t *testing.T) {
+	for n := 1; n <= 300; n++ {
+		logn := bits.Len(uint(n - 1)) // ⌈log₂n⌉
+		for src := range n {
+			if got := tellTargets(src, n); len(got) > 2*logn {
+				t.Fatalf("n=%d: member %d tells %d members, want at most %d", n, src, len(got), 2*logn)
+			}
+		}
+		for _, src := range []int{0, n / 2, n - 1} {
+			hops := map[int]int{src: 0}
+			frontier := []int{src}
+			for len(frontier) > 0 {
+				var next []int
+				for _, m := range frontier {
+					for _, r := range tellTargets(m, n) {
+						if r < 0 || r >= n || r == m {
+							t.Fatalf("n=%d: member %d tells %d", n, m, r)
+						}
+						if _, ok := hops[r]; !ok {
+							hops[r] = hops[m] + 1
+							next = append(next, r)
+						}
+					}
+				}
+				frontier = next
+			}
+			if len(hops) != n {
+				t.Fatalf("n=%d: from member %d the news reaches %d members", n, src, len(hops))
+			}
+			for r, h := range hops {
+				if h > logn {
+					t.Fatalf("n=%d: from member %d, member %d is %d relays away, want at most %d", n, src, r, h, logn)
+				}
+			}
+		}
+	}
 }

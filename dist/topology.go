@@ -5,6 +5,7 @@ import (
 
 	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/tensor"
+	"github.com/godist/godist/transport"
 )
 
 // The group's hosts and the cost model its calls choose algorithms with.
@@ -17,19 +18,31 @@ import (
 // each candidate, the two-level all-reduce among them.
 
 // topologyOf groups the members (global ranks) by host label.
-func topologyOf(hosts []string, ranks []int) algo.Topology {
+func topologyOf(ep *transport.Endpoint, ranks []int) algo.Topology {
 	labels := make([]string, len(ranks))
 	for i, r := range ranks {
-		labels[i] = hosts[r]
+		labels[i] = ep.HostOf(r)
 	}
 	return algo.NewTopology(labels)
+}
+
+// spansHosts reports whether ranks are on more than one host: without
+// the topology, which a group on one host never needs (and which, made
+// by every rank of a job of W ranks, is W² in all).
+func spansHosts(ep *transport.Endpoint, ranks []int) bool {
+	for _, r := range ranks {
+		if ep.HostOf(r) != ep.HostOf(ranks[0]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Topology returns the group's members by host: Hosts[h] lists the group
 // ranks on host h, hosts ordered by their first member.
 func (g *Group) Topology() algo.Topology {
-	out := algo.Topology{Hosts: make([][]int, len(g.topo.Hosts))}
-	for h, rs := range g.topo.Hosts {
+	out := algo.Topology{Hosts: make([][]int, len(g.topo().Hosts))}
+	for h, rs := range g.topo().Hosts {
 		out.Hosts[h] = append([]int(nil), rs...)
 	}
 	return out
@@ -40,7 +53,7 @@ func (g *Group) Topology() algo.Topology {
 func (g *Group) Model() algo.Model { return g.world.model }
 
 // spansHosts reports whether the members are on more than one host.
-func (g *Group) spansHosts() bool { return len(g.topo.Hosts) > 1 }
+func (g *Group) spansHosts() bool { return g.spans }
 
 // planned is a call's plan and this rank's schedule of it.
 type planned struct {
@@ -54,35 +67,35 @@ type planned struct {
 
 func (g *Group) planAllReduce(count, es int) algo.Plan {
 	if g.spansHosts() {
-		return algo.ChooseAllReduceOn(g.topo, g.world.model, count, es)
+		return algo.ChooseAllReduceOn(g.topo(), g.world.model, count, es)
 	}
 	return algo.ChooseAllReduce(g.Size(), count, es)
 }
 
 func (g *Group) planBroadcast(root, count, es int) algo.Plan {
 	if g.spansHosts() {
-		return algo.ChooseBroadcastOn(g.topo, g.world.model, root, count, es)
+		return algo.ChooseBroadcastOn(g.topo(), g.world.model, root, count, es)
 	}
 	return algo.ChooseBroadcast(g.Size(), root, count, es)
 }
 
 func (g *Group) planAllGather(counts []int, es int) algo.Plan {
 	if g.spansHosts() {
-		return algo.ChooseAllGatherOn(g.topo, g.world.model, counts, es)
+		return algo.ChooseAllGatherOn(g.topo(), g.world.model, counts, es)
 	}
 	return algo.ChooseAllGather(g.Size(), counts, es)
 }
 
 func (g *Group) planReduceScatter(counts []int, es int) algo.Plan {
 	if g.spansHosts() {
-		return algo.ChooseReduceScatterOn(g.topo, g.world.model, counts, es)
+		return algo.ChooseReduceScatterOn(g.topo(), g.world.model, counts, es)
 	}
 	return algo.ChooseReduceScatter(g.Size(), counts, es)
 }
 
 func (g *Group) planBarrier() algo.Plan {
 	if g.spansHosts() {
-		return algo.ChooseBarrierOn(g.topo, g.world.model)
+		return algo.ChooseBarrierOn(g.topo(), g.world.model)
 	}
 	size := g.Size()
 	return algo.Plan{Name: "dissemination", Segments: 1, Schedule: func(rank int) algo.Schedule { return algo.DisseminationBarrier(rank, size) }}
@@ -101,6 +114,12 @@ func (g *Group) cached(key schedKey, choose func() algo.Plan) planned {
 	}
 	plan := choose()
 	p = planned{plan, plan.Schedule(g.rank)}
+	if (key.op == opAllGather || key.op == opReduceScatter) && g.Size() > maxCachedCounts {
+		// Their plans hold a count per member: kept by every rank of
+		// thousands of goroutine ranks, W² ints; made again per call,
+		// O(W) like the call's own output.
+		return p
+	}
 	g.mu.Lock()
 	if len(g.mu.plans) >= 256 {
 		clear(g.mu.plans) // a program with ever new sizes: start over
@@ -109,6 +128,10 @@ func (g *Group) cached(key schedKey, choose func() algo.Plan) planned {
 	g.mu.Unlock()
 	return p
 }
+
+// maxCachedCounts is the largest group whose all-gather and
+// reduce-scatter plans are cached (cached).
+const maxCachedCounts = 1024
 
 // Choice is what a collective call of a group runs: the algorithm, and
 // the time the cost model predicts for it.
@@ -144,15 +167,15 @@ func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok b
 	var plan algo.Plan
 	switch op {
 	case "all_reduce":
-		plan = algo.ChooseAllReduceOn(g.topo, g.world.model, count, es)
+		plan = algo.ChooseAllReduceOn(g.topo(), g.world.model, count, es)
 	case "broadcast":
-		plan = algo.ChooseBroadcastOn(g.topo, g.world.model, 0, count*es, 1) // dist chooses on bytes
+		plan = algo.ChooseBroadcastOn(g.topo(), g.world.model, 0, count*es, 1) // dist chooses on bytes
 	case "all_gather":
-		plan = algo.ChooseAllGatherOn(g.topo, g.world.model, equalCounts(g.Size(), count*es), 1)
+		plan = algo.ChooseAllGatherOn(g.topo(), g.world.model, equalCounts(g.Size(), count*es), 1)
 	case "reduce_scatter":
-		plan = algo.ChooseReduceScatterOn(g.topo, g.world.model, equalCounts(g.Size(), count), es)
+		plan = algo.ChooseReduceScatterOn(g.topo(), g.world.model, equalCounts(g.Size(), count), es)
 	case "barrier":
-		plan = algo.ChooseBarrierOn(g.topo, g.world.model)
+		plan = algo.ChooseBarrierOn(g.topo(), g.world.model)
 	default:
 		return Choice{}, false
 	}

@@ -440,6 +440,7 @@ func TestChooseSimulated(t *testing.T) {
 				seen["allgather segmented"] = true
 			}
 			p = tinyPolicy.reduceScatter(size, counts, 8)
+			seen["reducescatter "+p.Name] = true
 			checkReduceScatter(t, fmt.Sprintf("tiny ChooseReduceScatter(size=%d counts=%v)=%v", size, counts, p), size, counts, opSum, p.Schedule)
 			if p.Segments > 1 {
 				seen["reducescatter segmented"] = true
@@ -448,7 +449,7 @@ func TestChooseSimulated(t *testing.T) {
 	}
 	for _, want := range []string{"allreduce recursive-doubling", "allreduce halving-doubling", "allreduce ring",
 		"broadcast binomial", "broadcast chain", "allgather recursive-doubling", "allgather ring",
-		"allgather segmented", "reducescatter segmented"} {
+		"allgather segmented", "reducescatter segmented", "reducescatter halving-doubling", "reducescatter ring"} {
 		if !seen[want] {
 			t.Errorf("the tiny policy never chose %s", want)
 		}
@@ -497,6 +498,13 @@ func TestChooseDefault(t *testing.T) {
 
 				p = ChooseReduceScatter(size, counts, elem)
 				desc = fmt.Sprintf("ChooseReduceScatter(size=%d counts=%v elem=%d)=%v", size, counts, elem, p)
+				if size > 8 && count*elem <= 64<<10 {
+					if p.Name != "halving-doubling" {
+						t.Fatalf("%s, want halving-doubling (latency-bound)", desc)
+					}
+					validateAll(t, desc, size, count, p)
+					continue
+				}
 				if piece := count * elem / p.Segments; p.Name != "ring" || p.Segments < 1 || p.Segments > maxRingSegments ||
 					p.Segments < maxRingSegments && piece > maxPieceBytes {
 					t.Fatalf("%s: pieces of %d bytes", desc, piece)

@@ -180,8 +180,11 @@ func (p policy) allGather(size int, counts []int, elemSize int) Plan {
 // ChooseReduceScatter picks the reduce-scatter of chunks of counts[r]
 // elements of elemSize bytes: RingReduceScatter, its chunks cut so that a
 // piece holds at most 1 MiB (at most 16 pieces), so that a rank reduces
-// one piece while the next is on the wire. The schedules' buffers hold
-// sum(counts) elements, laid out by Offsets(counts). Rank r's schedule
+// one piece while the next is on the wire; but on more than 8 ranks, when
+// the whole buffer is at most 64 KiB (as small as an all-reduce that
+// recursive doubling does), HalvingDoublingAllReduce of the whole
+// buffer, which every rank writes. The schedules' buffers hold
+// sum(counts) elements, laid out by Offsets(counts). The ring's rank r
 // never receives into chunk (r-1) mod size, which it only sends: that
 // chunk may be read-only memory.
 func ChooseReduceScatter(size int, counts []int, elemSize int) Plan {
@@ -192,6 +195,16 @@ func (p policy) reduceScatter(size int, counts []int, elemSize int) Plan {
 	total := checkCounts("ChooseReduceScatter", size, counts)[size]
 	checkChoice("ChooseReduceScatter", size, total, elemSize)
 	counts = append([]int(nil), counts...)
+	if size > 8 && total*elemSize <= p.smallAllReduce {
+		// Latency-bound: the ring's W-1 steps cost more than the
+		// 2log₂W of halving-doubling over the whole buffer (at 4,096
+		// ranks, 24 rather than 4,095), which moves about twice the
+		// buffer. Every rank ends with every chunk reduced, its own
+		// among them.
+		return Plan{"halving-doubling", 1, func(rank int) Schedule {
+			return HalvingDoublingAllReduce(rank, size, total)
+		}, 0}
+	}
 	seg := p.segmentsFor(slices.Max(counts), elemSize, p.maxRingSegments)
 	return Plan{"ring", seg, func(rank int) Schedule {
 		return RingReduceScatter(rank, size, counts, seg)

@@ -491,7 +491,7 @@ func TestChooseDefault(t *testing.T) {
 				counts[0] = count
 				p = ChooseAllGather(size, counts, elem)
 				desc = fmt.Sprintf("ChooseAllGather(size=%d counts=%v elem=%d)=%v", size, counts, elem, p)
-				if want := map[bool]string{true: "recursive-doubling", false: "ring"}[count*elem <= 64<<10]; p.Name != want {
+				if want := map[bool]string{true: "recursive-doubling", false: "ring"}[count*elem <= 64<<10 || size > 64 && count*elem <= 4<<10]; p.Name != want {
 					t.Fatalf("%s, want %s", desc, want)
 				}
 				validateAll(t, desc, size, count, p)
@@ -632,5 +632,28 @@ func TestSimulator(t *testing.T) {
 	bufs := [][]float64{{1}, {10}}
 	if _, err := simulate([]Schedule{s, t0}, bufs, opSum); err != nil || bufs[0][0] != 11 || bufs[1][0] != 11 {
 		t.Errorf("snapshot exchange: %v, buffers %v", err, bufs)
+	}
+}
+
+// TestChooseAllGatherManyRanks: on many ranks with small chunks, the
+// all-gather is recursive doubling even when the output is large (the
+// ring would take W-1 steps of latency alone), and its schedules are
+// valid (the simulator stops at 64 ranks; dist's TestScale checks what
+// such all-gathers gather).
+func TestChooseAllGatherManyRanks(t *testing.T) {
+	for _, size := range []int{65, 128, 200} {
+		counts := make([]int, size)
+		for r := range counts {
+			counts[r] = 100 + r%3 // 800 bytes of float64 a chunk, the output over 64 KiB
+		}
+		p := ChooseAllGather(size, counts, 8)
+		if p.Name != "recursive-doubling" {
+			t.Fatalf("ChooseAllGather(size=%d, chunks of ~800 bytes) = %v, want recursive-doubling", size, p)
+		}
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		validateAll(t, fmt.Sprintf("ChooseAllGather(size=%d)=%v", size, p), size, total, p)
 	}
 }

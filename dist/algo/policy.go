@@ -103,7 +103,8 @@ func ChooseBroadcast(size, root, count, elemSize int) Plan {
 
 // ChooseAllGather picks the all-gather of chunks of counts[r] elements of
 // elemSize bytes: RecursiveDoublingAllGather when the whole output is at
-// most 64 KiB, RingAllGather above, its chunks cut so that a piece holds at
+// most 64 KiB or, on more than 64 ranks, no chunk is over 4 KiB;
+// RingAllGather otherwise, its chunks cut so that a piece holds at
 // most 1 MiB (at most 16 pieces). The schedules' buffers hold sum(counts)
 // elements, laid out by Offsets(counts).
 func ChooseAllGather(size int, counts []int, elemSize int) Plan {
@@ -166,7 +167,10 @@ func (p policy) allGather(size int, counts []int, elemSize int) Plan {
 	total := checkCounts("ChooseAllGather", size, counts)[size]
 	checkChoice("ChooseAllGather", size, total, elemSize)
 	counts = append([]int(nil), counts...) // the Plan outlives the caller's slice
-	if total*elemSize <= p.smallAllGather {
+	if total*elemSize <= p.smallAllGather || size > 64 && slices.Max(counts)*elemSize <= 4<<10 {
+		// Small, or chunks so small on so many ranks that the ring's
+		// W-1 steps are latency alone (Split's gather of every
+		// member's color at 16,384 ranks: 16,383 steps of 16 bytes).
 		return Plan{"recursive-doubling", 1, func(rank int) Schedule {
 			return RecursiveDoublingAllGather(rank, size, counts)
 		}, 0}

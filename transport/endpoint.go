@@ -32,7 +32,7 @@ type Endpoint struct {
 	// wanted counts the posted receives; wakers wakes each peer's parked
 	// reader, when readers yield (wake.go).
 	wanted atomic.Int32
-	wakers []*waker
+	wakers []atomic.Pointer[waker] // by rank; nil unless readers yield
 
 	// watchDone ends the watchdog (heartbeat.go).
 	watchDone chan struct{}

@@ -34,8 +34,8 @@ func ParkedReaders(e *Endpoint) int {
 		return -1
 	}
 	n := 0
-	for _, w := range e.wakers {
-		if w != nil && w.state.Load() == readerParked {
+	for i := range e.wakers {
+		if w := e.wakers[i].Load(); w != nil && w.state.Load() == readerParked {
 			n++
 		}
 	}

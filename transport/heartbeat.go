@@ -135,6 +135,9 @@ func (w *watchdog) tick(now time.Time, peers []peerCounts) (beat []int, lost []i
 	w.prev = now
 	for p, c := range peers {
 		if c.skip {
+			// Not watched (yet: a peer connected later starts its
+			// count when it is).
+			w.lastHeard[p], w.since[p] = c.heard, now
 			continue
 		}
 		if c.heard != w.lastHeard[p] {
@@ -153,11 +156,12 @@ func (w *watchdog) tick(now time.Time, peers []peerCounts) (beat []int, lost []i
 }
 
 // watch runs the heartbeats and the watchdog until done closes.
-func (e *Endpoint) watch(timeout time.Duration, conns []net.Conn, done <-chan struct{}) {
-	w := newWatchdog(timeout, len(conns), time.Now())
+func (e *Endpoint) watch(timeout time.Duration, done <-chan struct{}) {
+	w := newWatchdog(timeout, e.size, time.Now())
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
-	counts := make([]peerCounts, len(conns))
+	counts := make([]peerCounts, e.size)
+	conns := make([]net.Conn, e.size)
 	for {
 		select {
 		case <-done:
@@ -165,6 +169,7 @@ func (e *Endpoint) watch(timeout time.Duration, conns []net.Conn, done <-chan st
 		case <-t.C:
 		}
 		for p := range counts {
+			conns[p] = e.connOf(p)
 			if conns[p] == nil {
 				counts[p] = peerCounts{skip: true}
 				continue
@@ -190,6 +195,20 @@ func (e *Endpoint) watch(timeout time.Duration, conns []net.Conn, done <-chan st
 			}()
 		}
 	}
+}
+
+// connOf returns the connection to peer p, or nil: none made (yet), or
+// an in-process link.
+func (e *Endpoint) connOf(p int) net.Conn {
+	if p == e.rank {
+		return nil
+	}
+	if pp := e.peers.get(p); pp != nil {
+		if l, ok := pp.linkOf().(*tcpLink); ok {
+			return l.conn
+		}
+	}
+	return nil
 }
 
 // lose declares peer p lost after silence: its connection closes, which

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/store"
@@ -106,7 +107,7 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	e.hosts = hosts
 	e.startLinks(opt, m.conns, shmOuts, shmIns)
-	e.startWatchdog(opt.PeerTimeout, m.conns)
+	e.startWatchdog(opt.PeerTimeout)
 	return e, nil
 }
 
@@ -129,10 +130,10 @@ func (opt TCPOptions) withDefaults() TCPOptions {
 // has one (TCPOptions.ShmRing), else of the socket.
 func (e *Endpoint) startLinks(opt TCPOptions, conns []net.Conn, shmOuts, shmIns []*shmSeg) {
 	if opt.Yield && opt.Spin > 0 {
-		e.wakers = make([]*waker, opt.Size)
+		e.wakers = make([]atomic.Pointer[waker], opt.Size)
 		for r, c := range conns {
 			if c != nil {
-				e.wakers[r] = &waker{conn: c}
+				e.wakers[r].Store(&waker{conn: c})
 			}
 		}
 	}
@@ -162,7 +163,7 @@ func (e *Endpoint) startLinks(opt TCPOptions, conns []net.Conn, shmOuts, shmIns 
 // startWatchdog starts the watchdog that declares a silent peer lost
 // (heartbeat.go), unless peerTimeout is negative (never). It starts once
 // every link is set up.
-func (e *Endpoint) startWatchdog(peerTimeout time.Duration, conns []net.Conn) {
+func (e *Endpoint) startWatchdog(peerTimeout time.Duration) {
 	if peerTimeout < 0 {
 		return
 	}
@@ -171,5 +172,5 @@ func (e *Endpoint) startWatchdog(peerTimeout time.Duration, conns []net.Conn) {
 		timeout = DefaultPeerTimeout
 	}
 	e.watchDone = make(chan struct{})
-	go e.watch(timeout, conns, e.watchDone)
+	go e.watch(timeout, e.watchDone)
 }

@@ -16,7 +16,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	defer shm.unmap()
 	var w *waker
 	if e.wakers != nil {
-		w = e.wakers[r]
+		w = e.wakers[r].Load()
 	}
 	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
@@ -104,7 +104,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 	defer shm.unmap()
 	var w *waker // yielding: poll only while a receive waits (wake.go)
 	if e.wakers != nil {
-		w = e.wakers[r]
+		w = e.wakers[r].Load()
 	}
 	br := bufio.NewReaderSize(countingReader{conn, &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}

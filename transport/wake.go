@@ -85,7 +85,9 @@ func (e *Endpoint) wantLocked(d int32) {
 	if e.wanted.Add(d) != d || d <= 0 || e.wakers == nil {
 		return
 	}
-	for _, w := range e.wakers {
-		w.wake()
+	for i := range e.wakers {
+		if w := e.wakers[i].Load(); w != nil {
+			w.wake()
+		}
 	}
 }

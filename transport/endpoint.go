@@ -28,6 +28,8 @@ type Endpoint struct {
 	// (linkTo): an in-process endpoint's links are made this way; a TCP
 	// endpoint's are all made by NewTCP, and it has none.
 	connect func(r int) error
+	// od is a TCP endpoint's connecting on demand (ondemand.go), or nil.
+	od *onDemand
 
 	// wanted counts the posted receives; wakers wakes each peer's parked
 	// reader, when readers yield (wake.go).
@@ -258,6 +260,9 @@ func (e *Endpoint) Close() error {
 	}
 	e.mu.Unlock()
 	e.stopWatching()
+	if e.od != nil {
+		e.od.close(true)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	e.peers.each(func(r int, p *peer) {

@@ -4,6 +4,9 @@ package transport
 // killed process's kernel would.
 func (e *Endpoint) Crash() {
 	e.stopWatching()
+	if e.od != nil {
+		e.od.close(false) // the listener goes with the process
+	}
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted

@@ -93,8 +93,13 @@ func (e *Endpoint) post(p *pending) *Receive {
 		}
 		if e.connect != nil && !e.Connected(peer) {
 			// A rank waited on is connected to, so that its loss is
-			// seen here (and a failure it knows of is told here).
-			_, _ = e.linkTo(peer)
+			// seen here (and a failure it knows of is told here): over
+			// TCP in the background, a receive does not wait for a dial.
+			if e.od != nil {
+				go e.linkTo(peer)
+			} else {
+				_, _ = e.linkTo(peer)
+			}
 		}
 	}
 	p.done = make(chan struct{})

@@ -63,6 +63,12 @@ type TCPOptions struct {
 	// connection (so a dead peer is still noticed at once). A pair uses it
 	// only when both ranks ask for it. Experimental; off by default.
 	ShmRing bool
+	// OnDemand makes the connections when they are first used, not at
+	// NewTCP: a rank connects to the peers its calls exchange frames
+	// with (a ring's two neighbours, a tree's log W), so that W ranks
+	// hold what their calls use rather than W² connections and, on one
+	// host, W² shared-memory segments (ondemand.go).
+	OnDemand bool
 	// Logger receives the fallbacks that change how the endpoint behaves
 	// (shared memory asked for but not set up with a peer, and why); the
 	// endpoint keeps it for its users (Endpoint.Logger). nil discards.
@@ -85,6 +91,9 @@ func NewTCP(ctx context.Context, opt TCPOptions) (*Endpoint, error) {
 	}
 	if opt.Size == 1 {
 		return e, nil
+	}
+	if opt.OnDemand {
+		return newTCPOnDemand(ctx, opt, e)
 	}
 	// The rendezvous (tcpmesh.go), step by step: listen, publish this
 	// rank's record, connect to every other rank, finish (shared memory,

@@ -666,3 +666,22 @@ func TestHeartbeatBehindLongPayload(t *testing.T) {
 		t.Fatalf("got %d bytes in %v; want %d, over several timeouts (%v) for the test to mean anything", got, took, n, timeout)
 	}
 }
+
+// TestTCPOnDemand runs the suite with connections made on first use
+// (TCPOptions.OnDemand): plain, with polling readers, with shared memory
+// and with the frame ring, which each pair sets up when it connects.
+func TestTCPOnDemand(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  transport.TCPOptions
+	}{
+		{"plain", transport.TCPOptions{OnDemand: true}},
+		{"spin", transport.TCPOptions{OnDemand: true, Spin: 200 * time.Microsecond}},
+		{"shared-memory", transport.TCPOptions{OnDemand: true, SharedMemory: true}},
+		{"ring-yield", transport.TCPOptions{OnDemand: true, SharedMemory: true, ShmRing: true, Spin: 200 * time.Microsecond, Yield: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, size int) transporttest.Mesh { return newTCPMeshWith(t, size, c.opt) })
+		})
+	}
+}

@@ -1,0 +1,174 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/transport"
+)
+
+func connectedCount(e *transport.Endpoint) int {
+	n := 0
+	for p := range e.Size() {
+		if e.Connected(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOnDemandRingConnectsNeighbours: over TCP with connections on
+// demand, ranks that exchange frames around a ring hold two connections
+// each (and, sharing the host, two pairs of segments), not size-1.
+func TestOnDemandRingConnectsNeighbours(t *testing.T) {
+	const size = 8
+	m := newTCPMeshWith(t, size, transport.TCPOptions{OnDemand: true, SharedMemory: true})
+	defer m.Close()
+	for r, e := range m.Endpoints {
+		if n := connectedCount(e); n != 0 {
+			t.Fatalf("rank %d is connected to %d ranks after NewTCP, want none", r, n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := transport.Key{Group: 1, Seq: 1}
+	payload := make([]byte, 1<<20) // large: through the pair's shared memory
+	var wg sync.WaitGroup
+	errs := make([]error, size)
+	for r, e := range m.Endpoints {
+		wg.Go(func() {
+			next, prev := (r+1)%size, (r+size-1)%size
+			buf := make([]byte, len(payload))
+			rcv := e.Post(prev, transport.ExactMatch(prev, key), 7, buf)
+			if err := e.Send(ctx, next, key, 7, payload); err != nil {
+				errs[r] = err
+				return
+			}
+			_, errs[r] = rcv.Wait(ctx)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r, e := range m.Endpoints {
+		deadline := time.Now().Add(5 * time.Second)
+		for connectedCount(e) != 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // the receive's dial runs in the background
+		}
+		if n := connectedCount(e); n != 2 {
+			t.Errorf("rank %d is connected to %d ranks after a ring exchange, want 2", r, n)
+		}
+		for _, p := range []int{(r + 1) % size, (r + size - 1) % size} {
+			if !transport.UsesSharedMemory(e, p) {
+				t.Errorf("rank %d does not share memory with its neighbour %d", r, p)
+			}
+		}
+	}
+}
+
+// TestOnDemandCrossingDials: two ranks that first send to each other at
+// the same moment end with one connection, and both frames arrive.
+func TestOnDemandCrossingDials(t *testing.T) {
+	for i := range 20 {
+		m := newTCPMeshWith(t, 2, transport.TCPOptions{OnDemand: true, SharedMemory: i%2 == 1})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		key := transport.Key{Group: 1, Seq: uint64(i + 1)}
+		for r, e := range m.Endpoints {
+			wg.Go(func() {
+				peer := 1 - r
+				if err := e.Send(ctx, peer, key, 1, []byte{byte(r)}); err != nil {
+					errs[r] = err
+					return
+				}
+				buf := make([]byte, 1)
+				if _, err := e.Recv(ctx, peer, transport.ExactMatch(peer, key), 1, buf); err != nil {
+					errs[r] = err
+				} else if buf[0] != byte(peer) {
+					errs[r] = fmt.Errorf("got %d from rank %d", buf[0], peer)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, rank %d: %v", i, r, err)
+			}
+		}
+		for r, e := range m.Endpoints {
+			if err := e.PeerErr(1 - r); err != nil {
+				t.Fatalf("round %d: rank %d sees its peer down: %v", i, r, err)
+			}
+		}
+		m.Close()
+	}
+}
+
+// TestOnDemandPeerNeverConnected: a rank that died before anyone
+// connected to it is named when a rank first sends to it (its listener
+// refuses the dial), as a death; one that closed its endpoint is named
+// with ErrPeerClosed.
+func TestOnDemandPeerNeverConnected(t *testing.T) {
+	m := newTCPMeshWith(t, 4, transport.TCPOptions{OnDemand: true})
+	defer m.Close()
+	m.Endpoints[2].Crash()
+	m.Endpoints[3].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e := m.Endpoints[0]
+	err := e.Send(ctx, 2, transport.Key{Group: 1, Seq: 1}, 1, []byte("x"))
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) || pe.Rank != 2 || errors.Is(err, transport.ErrPeerClosed) || !strings.Contains(err.Error(), "refuses connections") {
+		t.Fatalf("send to the crashed rank 2: %v, want a PeerError naming it, its listener refusing", err)
+	}
+	err = e.Send(ctx, 3, transport.Key{Group: 1, Seq: 1}, 1, []byte("x"))
+	if !errors.As(err, &pe) || pe.Rank != 3 || !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("send to the closed rank 3: %v, want a PeerError naming it with ErrPeerClosed", err)
+	}
+	// A receive from the crashed rank fails too, without a send.
+	r := m.Endpoints[1].Post(2, transport.ExactMatch(2, transport.Key{Group: 1, Seq: 2}), 1, make([]byte, 1))
+	if _, err := r.Wait(ctx); !errors.As(err, &pe) || pe.Rank != 2 {
+		t.Fatalf("receive from the crashed rank 2: %v, want a PeerError naming it", err)
+	}
+}
+
+// TestOnDemandPeerUp: the handlers hear of each connection, on both
+// sides, once.
+func TestOnDemandPeerUp(t *testing.T) {
+	m := newTCPMeshWith(t, 3, transport.TCPOptions{OnDemand: true})
+	defer m.Close()
+	var mu sync.Mutex
+	ups := map[[2]int]int{}
+	for r, e := range m.Endpoints {
+		e.SetHandlers(transport.Handlers{PeerUp: func(p int) {
+			mu.Lock()
+			ups[[2]int{r, p}]++
+			mu.Unlock()
+		}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := transport.Key{Group: 1, Seq: 1}
+	if err := m.Endpoints[0].Send(ctx, 2, key, 1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Endpoints[2].Recv(ctx, 0, transport.ExactMatch(0, key), 1, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[[2]int]int{{0, 2}: 1, {2, 0}: 1}
+	if fmt.Sprint(ups) != fmt.Sprint(want) {
+		t.Fatalf("PeerUp calls %v, want %v", ups, want)
+	}
+}

@@ -423,7 +423,8 @@ func TestMonitoredBarrier(t *testing.T) {
 func spawnBoth(t *testing.T, world int, fn func(g *dist.Group) error) {
 	t.Helper()
 	for _, opt := range []disttest.Options{{}, {TCP: true}, {TCP: true, SharedMemory: true, ShmRing: true},
-		{TCP: true, SharedMemory: true, ShmRing: true, SmallCollectives: true}} {
+		{TCP: true, SharedMemory: true, ShmRing: true, SmallCollectives: true},
+		{TCP: true, SharedMemory: true, ShmRing: true, OnDemand: true}} {
 		disttest.SpawnWith(t, world, opt, func(_ *disttest.Job, g *dist.Group) error {
 			if err := fn(g); err != nil {
 				return fmt.Errorf("over %s (%+v): %w", g.Backend(), opt, err)

@@ -562,6 +562,28 @@ func TestMultiProcessKill(t *testing.T) {
 	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", seeds), syscall.SIGKILL)
 }
 
+// TestMultiProcessKillOnDemand is TestMultiProcessKill with connections
+// made on first use (GODIST_CONNECT=ondemand): the dead rank's neighbours
+// see its connection end, and the others hear of it from them.
+func TestMultiProcessKillOnDemand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes per seed")
+	}
+	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", 2), syscall.SIGKILL, "GODIST_CONNECT=ondemand")
+}
+
+// TestMultiProcessCollectivesOnDemand runs every collective across 4
+// processes that connect on first use.
+func TestMultiProcessCollectivesOnDemand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes")
+	}
+	ws := startWorkers(t, 4, "collectives", "GODIST_CONNECT=ondemand")
+	for _, err := range waitWorkers(ws, 60*time.Second) {
+		t.Error(err)
+	}
+}
+
 // TestMultiProcessStop SIGSTOPs one of 4 worker processes in the middle
 // of their all-reduce loop (issue 29): a stopped process keeps its
 // connections open and sends nothing, no FIN, no RST, as a host cut off
@@ -593,11 +615,11 @@ func TestMultiProcessKillThenExit(t *testing.T) {
 // multiProcessKill runs seeds rounds of 4 workers in mode, one of them sent
 // sig (SIGKILL, or SIGSTOP: then the workers' peer timeout is 1 s) in the
 // middle of their loop, and checks that every survivor blames it in time.
-func multiProcessKill(t *testing.T, mode string, seeds int, sig syscall.Signal) {
+func multiProcessKill(t *testing.T, mode string, seeds int, sig syscall.Signal, env ...string) {
 	const world = 4
-	bound, extra, says := 2*time.Second, []string(nil), ""
+	bound, extra, says := 2*time.Second, env, ""
 	if sig == syscall.SIGSTOP {
-		bound, extra, says = 2*time.Second, []string{"GODIST_PEER_TIMEOUT=1s"}, "not even a heartbeat"
+		bound, extra, says = 2*time.Second, append(env, "GODIST_PEER_TIMEOUT=1s"), "not even a heartbeat"
 	}
 	var slowest time.Duration
 	var example string

@@ -86,6 +86,15 @@ type Options struct {
 	// (transport.TCPOptions.ShmRing; default: on, unless the
 	// GODIST_SHM_RING variable is 0).
 	ShmRing SharedMemoryMode
+	// ConnectOnDemand makes each connection to a peer when a call first
+	// exchanges frames with it (transport.TCPOptions.OnDemand), not all
+	// of them at Init: a rank then holds the connections, and on one
+	// host the shared-memory segments, its calls use (a ring's two
+	// neighbours, a tree's log W) rather than W-1. It turns the control
+	// block of small collectives off unless SmallCollectives is set on:
+	// the block maps every member's memory on the host. Default: off,
+	// unless the GODIST_CONNECT variable is "ondemand".
+	ConnectOnDemand bool
 	// Model is the cost model by which calls of groups that span hosts
 	// choose their algorithms (algo.Model: the latency and bandwidth of
 	// shared memory and of the network, the reduction rate, the cost of a
@@ -245,8 +254,15 @@ func diagnosisFromEnv(opt *Options, get func(string) string, log *slog.Logger) {
 }
 
 // sharedMemoryFromEnv settles the three shared-memory modes, on unless
-// their variable is 0.
+// their variable is 0 (the control block off by default with connections
+// on demand, GODIST_CONNECT=ondemand).
 func sharedMemoryFromEnv(opt *Options, get func(string) string) {
+	if get("GODIST_CONNECT") == "ondemand" {
+		opt.ConnectOnDemand = true
+	}
+	if opt.ConnectOnDemand && opt.SmallCollectives == SharedMemoryDefault {
+		opt.SmallCollectives = SharedMemoryOff
+	}
 	if opt.ShmRing == SharedMemoryDefault {
 		opt.ShmRing = SharedMemoryOn
 		if get("GODIST_SHM_RING") == "0" {

@@ -53,8 +53,20 @@ type PeerMemory interface {
 var _ PeerMemory = (*Endpoint)(nil)
 
 // PeerMemory returns the endpoint's peer memory, and whether any peer
-// shares this host's memory.
+// shares this host's memory (with connections on demand: whether any
+// peer is on this host, shared memory on; SharesMemoryWith connects).
 func (e *Endpoint) PeerMemory() (PeerMemory, bool) {
+	if e.od != nil {
+		if !e.od.opt.SharedMemory {
+			return nil, false
+		}
+		for p := range e.size {
+			if p != e.rank && e.hosts[p] == e.hosts[e.rank] && e.hosts[p] != "" {
+				return e, true
+			}
+		}
+		return nil, false
+	}
 	for p := range e.size {
 		if e.SharesMemoryWith(p) {
 			return e, true
@@ -141,9 +153,13 @@ func (r *Region) Close() {
 
 // SharesMemoryWith reports whether this rank moves large payloads to peer
 // through shared memory (a same-host peer whose segments were set up).
+// With connections on demand it connects to a same-host peer first.
 func (e *Endpoint) SharesMemoryWith(peer int) bool {
 	if peer < 0 || peer >= e.size || peer == e.rank {
 		return false
+	}
+	if e.od != nil && e.od.opt.SharedMemory && e.hosts[peer] == e.hosts[e.rank] && !e.Connected(peer) {
+		_, _ = e.linkTo(peer)
 	}
 	p := e.peers.get(peer)
 	if p == nil {

@@ -30,7 +30,10 @@ type Options struct {
 	// block of small collectives (Group.InitSmallCollectives), as
 	// dist.Init does by default.
 	SmallCollectives bool
-	Faults           transport.Faults
+	// OnDemand (with TCP) makes the connections on first use
+	// (transport.TCPOptions.OnDemand).
+	OnDemand bool
+	Faults   transport.Faults
 	// Hosts, in-process only, places the ranks on hosts: Hosts[r] is rank
 	// r's host label (transport.Mesh.SetHosts), so that the groups'
 	// topologies span hosts while the frames still go through memory.
@@ -72,7 +75,7 @@ func SpawnWith(t testing.TB, world int, opt Options, fn func(j *Job, g *dist.Gro
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t"), SharedMemory: opt.SharedMemory, ShmRing: opt.ShmRing})
+				eps[r], errs[r] = transport.NewTCP(ctx, transport.TCPOptions{Rank: r, Size: world, Store: st, JobID: "disttest", Token: []byte("t"), SharedMemory: opt.SharedMemory, ShmRing: opt.ShmRing, OnDemand: opt.OnDemand})
 			}()
 		}
 		wg.Wait()

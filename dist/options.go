@@ -119,7 +119,8 @@ type Options struct {
 	// they park; negative never polls. When zero: the GODIST_SPIN_US
 	// variable (microseconds; 0 never polls), else transport.DefaultPolling
 	// of LocalWorldSize, GOMAXPROCS and the CPUs. On a host with more
-	// ranks than CPUs, a polling reader yields its CPU between polls.
+	// ranks than CPUs, a polling reader yields its CPU between polls; with
+	// more than four ranks a CPU, readers do not poll.
 	Spin time.Duration
 	// Yield makes this rank's polling waits (the readers of its
 	// connections, the same-host engine's waits) give up the CPU between
@@ -358,7 +359,8 @@ func (opt Options) spin() time.Duration {
 // polling is how this rank's readers poll: Spin when set (yielding with
 // Yield or on a host with more ranks than CPUs), else
 // transport.DefaultPolling, which on a host with more ranks than CPUs
-// polls yielding the CPU between polls, as every rank does with Yield.
+// polls yielding the CPU between polls, as every rank does with Yield (and
+// with more than four ranks a CPU does not poll).
 func (opt Options) polling() (time.Duration, bool) {
 	switch {
 	case opt.Spin < 0:

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,13 +115,9 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 		}
 		return nil, fmt.Errorf("transport: rank %d: waiting for every rank to publish its address: %w%s", opt.Rank, err, missingRanks(opt.Store, m.records, opt.Size))
 	}
-	hosts := make([]string, opt.Size)
-	for r := range opt.Size {
-		v, err := opt.Store.Get(wctx, key(r))
-		if err != nil {
-			return nil, fmt.Errorf("transport: rank %d: host of rank %d: %w", opt.Rank, r, err)
-		}
-		hosts[r] = string(v)
+	hosts, err := gatherHosts(wctx, opt, key)
+	if err != nil {
+		return nil, fmt.Errorf("transport: rank %d: the ranks' hosts: %w", opt.Rank, err)
 	}
 	m.watch.stop()
 	e.hosts = hosts
@@ -136,6 +133,38 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 	e.startWatchdog(opt.PeerTimeout)
 	ok = true
 	return e, nil
+}
+
+// gatherHosts returns every rank's host label once every rank has
+// published its own (key(r)): rank 0 reads them and publishes the list
+// under one key, which the others read, so that the job makes 2W store
+// reads, not W².
+func gatherHosts(ctx context.Context, opt TCPOptions, key func(int) string) ([]string, error) {
+	all := opt.Prefix + "transport/hosts"
+	if opt.Rank == 0 {
+		hosts := make([]string, opt.Size)
+		for r := range opt.Size {
+			v, err := opt.Store.Get(ctx, key(r))
+			if err != nil {
+				return nil, fmt.Errorf("host of rank %d: %w", r, err)
+			}
+			hosts[r] = string(v)
+		}
+		b, err := json.Marshal(hosts)
+		if err != nil {
+			return nil, err
+		}
+		return hosts, opt.Store.Set(ctx, all, b)
+	}
+	b, err := opt.Store.Get(ctx, all)
+	if err != nil {
+		return nil, err
+	}
+	var hosts []string
+	if err := json.Unmarshal(b, &hosts); err != nil || len(hosts) != opt.Size {
+		return nil, fmt.Errorf("rank 0 published %d hosts for %d ranks (%v)", len(hosts), opt.Size, err)
+	}
+	return hosts, nil
 }
 
 // missingRanks names the ranks that have not published a record, for a

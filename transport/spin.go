@@ -161,12 +161,18 @@ func DefaultSpin(localWorldSize, gomaxprocs, numCPU int) time.Duration {
 // A yielding reader polls only while a receive waits (wake.go), so that
 // between collectives it leaves the CPU to the other ranks.
 // Measured on 2 namespace hosts × 2 ranks, one CPU a host, 1 Gbit/s
-// (issue 28): see the README's benchmarks.
+// (issue 28): see the README's benchmarks. On a host with more than
+// four ranks a CPU a reader parks at once: a rank that yields waits
+// behind every other rank of its CPU at each poll, and 16 ranks on 2 CPUs
+// took 0.15 s for three small all-reduces yielding, 0.03 s parking (64
+// ranks: 1.0-1.3 s against 0.2 s; tools/initscale, issue 30).
 func DefaultPolling(localWorldSize, gomaxprocs, numCPU int) (spin time.Duration, yield bool) {
 	const short, long = 50 * time.Microsecond, 100 * time.Millisecond
 	switch {
 	case localWorldSize < 1:
 		return short, false
+	case localWorldSize > 4*numCPU:
+		return 0, false
 	case localWorldSize > numCPU:
 		return YieldSpin, true
 	case localWorldSize*gomaxprocs > numCPU:

@@ -193,16 +193,18 @@ func TestDefaultSpin(t *testing.T) {
 		want               time.Duration
 		yield              bool
 	}{
-		{1, 1, 2, 100 * time.Millisecond, false},      // the rank's Ps fit in the CPUs
-		{2, 1, 2, 100 * time.Millisecond, false},      // one P per CPU
-		{2, 2, 2, 50 * time.Microsecond, false},       // more Ps than CPUs
-		{1, 3, 2, 50 * time.Microsecond, false},       // one rank, more Ps than CPUs
-		{3, 1, 2, 100 * time.Millisecond, true},       // more ranks than CPUs: poll, yielding
-		{100000, 1, 64, 100 * time.Millisecond, true}, // more ranks than CPUs
-		{0, 1, 64, 50 * time.Microsecond, false},      // not launched: unknown neighbours
-		{-1, 1, 64, 50 * time.Microsecond, false},     // unknown
-		{8, 8, 64, 100 * time.Millisecond, false},     // 8 ranks of 8 Ps on 64 CPUs
-		{8, 9, 64, 50 * time.Microsecond, false},      // one P too many
+		{1, 1, 2, 100 * time.Millisecond, false},   // the rank's Ps fit in the CPUs
+		{2, 1, 2, 100 * time.Millisecond, false},   // one P per CPU
+		{2, 2, 2, 50 * time.Microsecond, false},    // more Ps than CPUs
+		{1, 3, 2, 50 * time.Microsecond, false},    // one rank, more Ps than CPUs
+		{3, 1, 2, 100 * time.Millisecond, true},    // more ranks than CPUs: poll, yielding
+		{256, 1, 64, 100 * time.Millisecond, true}, // 4 ranks a CPU: poll, yielding
+		{257, 1, 64, 0, false},                     // more than 4 ranks a CPU: park
+		{100000, 1, 64, 0, false},                  // far more ranks than CPUs
+		{0, 1, 64, 50 * time.Microsecond, false},   // not launched: unknown neighbours
+		{-1, 1, 64, 50 * time.Microsecond, false},  // unknown
+		{8, 8, 64, 100 * time.Millisecond, false},  // 8 ranks of 8 Ps on 64 CPUs
+		{8, 9, 64, 50 * time.Microsecond, false},   // one P too many
 	} {
 		if got := transport.DefaultSpin(c.local, c.procs, c.cpus); got != c.want {
 			t.Errorf("DefaultSpin(%d ranks, %d Ps, %d CPUs) = %v, want %v", c.local, c.procs, c.cpus, got, c.want)

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store bench-scale build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store bench-scale bench-init build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -157,6 +157,13 @@ bench-rpc:
 # PyTorch's server fits in 20,000 descriptors (it holds two a client).
 bench-store:
 	$(GO) run ./tools/storeload --python $(PYTHON) $(STORELOAD_FLAGS)
+
+# Many real processes on this host: Init, three small all-reduces and exit,
+# godist with every connection at Init, godist connecting on demand, and
+# PyTorch's gloo, from a common start (tools/initscale). INITSCALE_FLAGS
+# narrows it, e.g. INITSCALE_FLAGS='--worlds 16 --rounds 1'.
+bench-init:
+	$(GO) run ./tools/initscale --python $(PYTHON) $(INITSCALE_FLAGS)
 
 # Thousands of goroutine ranks over the in-process transport: every kind
 # of call, checked, with its time and the heap per rank (dist's TestScale;

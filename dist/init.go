@@ -246,7 +246,9 @@ func (j *joining) start(ctx context.Context, ep *transport.Endpoint) (*Group, er
 		g.Destroy()
 		return nil, fmt.Errorf("dist: rank %d: the cost model of calls across hosts (Options.Model): %w", j.rank, err)
 	}
-	settleHeap()
+	if opt.LocalWorldSize <= runtime.NumCPU() {
+		settleHeap()
+	}
 	return g, nil
 }
 
@@ -283,7 +285,10 @@ func (j *joining) watch(w *world) {
 // tens of µs: on the namespace hosts of issue 28 a job's 8 B all_reduce
 // took 200-600 µs for its first second or two, and 100-150 µs from its
 // first collection on (with GOGC=off, for as long as it ran). Collected
-// now, the calls' allocations reuse memory Init has touched.
+// now, the calls' allocations reuse memory Init has touched. Not on a host
+// with more ranks than CPUs: there a collection's phases each wait their
+// turn for a CPU, and it took 30-490 ms of every rank's Init at 64 ranks
+// on 2 CPUs (tools/initscale).
 func settleHeap() { runtime.GC() }
 
 // allRanks returns the ranks of a world of size n: 0, 1, ..., n-1.

@@ -142,13 +142,25 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 func gatherHosts(ctx context.Context, opt TCPOptions, key func(int) string) ([]string, error) {
 	all := opt.Prefix + "transport/hosts"
 	if opt.Rank == 0 {
+		// The reads go out together (the store client multiplexes
+		// them): one after another, each waits its turn on a busy host.
 		hosts := make([]string, opt.Size)
+		errs := make([]error, opt.Size)
+		sem := make(chan struct{}, 64)
+		var wg sync.WaitGroup
 		for r := range opt.Size {
-			v, err := opt.Store.Get(ctx, key(r))
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				v, err := opt.Store.Get(ctx, key(r))
+				hosts[r], errs[r] = string(v), err
+			})
+		}
+		wg.Wait()
+		for r, err := range errs {
 			if err != nil {
 				return nil, fmt.Errorf("host of rank %d: %w", r, err)
 			}
-			hosts[r] = string(v)
 		}
 		b, err := json.Marshal(hosts)
 		if err != nil {

@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,6 +250,16 @@ func runWorker(mode string) error {
 	}
 	t0 := time.Unix(0, int64(t0f*1e9))
 	time.Sleep(time.Until(t0))
+	if path := os.Getenv("INITSCALE_CPUPROFILE"); path != "" && os.Getenv("RANK") == os.Getenv("INITSCALE_PROFILE_RANK") {
+		// One rank's profile of Init and the all-reduces (a tool for
+		// finding what Init costs at many processes).
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	g, err := dist.Init(ctx, dist.Options{ConnectOnDemand: mode == "ondemand"})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +85,8 @@ func TestWithEnv(t *testing.T) {
 
 // TestOptionsSpin: a negative Spin never polls, a positive one is used
 // as it is, and zero asks DefaultPolling (which yields with more ranks on
-// the host than CPUs); Yield makes every reader yield.
+// the host than CPUs, and parks with more than four a CPU); Yield makes
+// every reader yield.
 func TestOptionsSpin(t *testing.T) {
 	for _, c := range []struct {
 		opt   Options
@@ -95,7 +97,8 @@ func TestOptionsSpin(t *testing.T) {
 		{Options{Spin: -1, Yield: true}, 0, false},
 		{Options{Spin: 3 * time.Millisecond}, 3 * time.Millisecond, false},
 		{Options{Spin: 3 * time.Millisecond, Yield: true}, 3 * time.Millisecond, true},
-		{Options{LocalWorldSize: 1 << 20}, 100 * time.Millisecond, true},
+		{Options{LocalWorldSize: runtime.NumCPU() + 1}, 100 * time.Millisecond, true},
+		{Options{LocalWorldSize: 1 << 20}, 0, false},
 		{Options{}, 50 * time.Microsecond, false},
 		{Options{Yield: true}, transport.YieldSpin, true},
 	} {

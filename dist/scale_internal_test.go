@@ -287,15 +287,9 @@ func runScale(t *testing.T, w int) {
 			return nil
 		})
 	}
-	if w <= 4096 {
-		// Member 0 posts a receive from every other member, and the
-		// transport scans its posted receives for each frame that
-		// arrives: W² at member 0 (at 16,384 ranks 89 s, past the
-		// group's timeout). Open in issue 30.
-		j.each("monitored_barrier", func(ctx context.Context, r int, g *Group) error {
-			return g.MonitoredBarrier(ctx, time.Minute, true)
-		})
-	}
+	j.each("monitored_barrier", func(ctx context.Context, r int, g *Group) error {
+		return g.MonitoredBarrier(ctx, time.Minute, true)
+	})
 	j.heap("everything")
 
 	// A rank killed in the middle of the job: every survivor's next

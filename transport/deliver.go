@@ -59,7 +59,7 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 	p := e.claimLocked(src, h)
 	var more []match
 	if p != nil {
-		more = e.rematchLocked()
+		more = e.rematchLocked(src)
 	}
 	e.mu.Unlock()
 	complete(more)
@@ -97,7 +97,7 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 	}
 	e.mu.Lock()
 	if p := e.claimLocked(src, h); p != nil {
-		more := e.rematchLocked()
+		more := e.rematchLocked(src)
 		e.mu.Unlock()
 		complete(more)
 		if err := p.check(src, h); err != nil {

@@ -462,24 +462,36 @@ func (g *Group) reduceScatterCall(out *tensor.Tensor, ins []*tensor.Tensor, op R
 	return call{op: opReduceScatter, dtype: out.DType(), count: out.Numel(), root: -1, rop: op}, nil
 }
 
-// reduceScatter runs the ring over a buffer made of the inputs' chunks
+// reduceScatterPlan is the plan of a reduce-scatter into out, and this
+// rank's schedule of it.
+func (g *Group) reduceScatterPlan(out *tensor.Tensor) planned {
+	es, n := out.DType().Size(), out.Numel()
+	return g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
+		return g.planReduceScatter(equalCounts(g.Size(), n), es)
+	})
+}
+
+// reduceScatter runs the reduce-scatter of the members' chunks ins (ins[r]
+// is chunk r) into out, on the plan's engine.
+func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
+	p := g.reduceScatterPlan(out)
+	if p.plan.Name != "ring" {
+		return g.reduceScatterWhole(ctx, seq, c, p.sched, out, ins, op)
+	}
+	return g.reduceScatterRing(ctx, seq, c, p.sched, out, ins, op)
+}
+
+// reduceScatterRing runs the ring over a buffer made of the inputs' chunks
 // (ins[r] is chunk r) without copying them all: the chunk the ring only
 // sends (ChooseReduceScatter's schedules never receive into chunk rank-1)
 // is read where it is, this rank's chunk is reduced in out, and the others
 // are reduced in scratch copies. The inputs are not modified.
-func (g *Group) reduceScatter(ctx context.Context, seq uint64, c call, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
+func (g *Group) reduceScatterRing(ctx context.Context, seq uint64, c call, s algo.Schedule, out *tensor.Tensor, ins [][]byte, op ReduceOp) error {
 	size, es, n := g.Size(), out.DType().Size(), out.Numel()
-	p := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
-		return g.planReduceScatter(equalCounts(size, n), es)
-	})
-	s := p.sched
 	ob := out.Bytes()
 	aliased := false
 	for _, in := range ins {
 		aliased = aliased || overlapMem(ob, in)
-	}
-	if p.plan.Name != "ring" {
-		return g.reduceScatterWhole(ctx, seq, c, s, out, ins, op)
 	}
 	sendOnly := (g.rank + size - 1) % size // the ring's (ChooseReduceScatter)
 	buf := parts{bufs: make([][]byte, size), offs: make([]int, size), es: es}
@@ -574,15 +586,12 @@ func (g *Group) reduceScatterTensor(ctx context.Context, seq uint64, c call, out
 	case byShared:
 		return g.sharedError(c, g.host.Tensors.ReduceScatter(ctx, hostCall(seq, c), out.Bytes(), in.Bytes(), g.reduction(op, out.DType())))
 	}
-	es, n := out.DType().Size(), out.Numel()
-	p := g.cached(schedKey{opReduceScatter, n, es, -1}, func() algo.Plan {
-		return g.planReduceScatter(equalCounts(g.Size(), n), es)
-	})
+	p := g.reduceScatterPlan(out)
 	if p.plan.Name != "ring" {
 		// Without cutting in into a slice per member (W² in all).
 		return explainShared(g.reduceScatterWhole(ctx, seq, c, p.sched, out, [][]byte{in.Bytes()}, op), false)
 	}
-	return explainShared(g.reduceScatter(ctx, seq, c, out, split(in.Bytes(), g.Size()), op), false)
+	return explainShared(g.reduceScatterRing(ctx, seq, c, p.sched, out, split(in.Bytes(), g.Size()), op), false)
 }
 
 func (g *Group) reduceScatterTensorCall(out, in *tensor.Tensor, op ReduceOp) (call, error) {

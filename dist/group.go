@@ -291,14 +291,24 @@ func (g *Group) tell(m *control) {
 	g.mu.Lock()
 	g.mu.told, g.mu.toldMsg = done, msg
 	g.mu.Unlock()
-	go func() {
+	targets := tellTargets(g.rank, len(g.ranks))
+	for i, r := range targets {
+		targets[i] = g.ranks[r]
+	}
+	go g.send(msg, targets, done)
+}
+
+// send sends the control message msg to the global ranks to, within 2 s
+// in all, and then closes done (when not nil).
+func (g *Group) send(msg []byte, to []int, done chan struct{}) {
+	if done != nil {
 		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		for _, r := range tellTargets(g.rank, len(g.ranks)) {
-			_ = g.world.ep.Control(ctx, g.ranks[r], transport.Key{Group: g.id}, msg)
-		}
-	}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, r := range to {
+		_ = g.world.ep.Control(ctx, r, transport.Key{Group: g.id}, msg)
+	}
 }
 
 // tellLate tells global rank r, connected to just now, why the group
@@ -311,11 +321,7 @@ func (g *Group) tellLate(r int) {
 	if msg == nil || !member {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = g.world.ep.Control(ctx, r, transport.Key{Group: g.id}, msg)
-	}()
+	go g.send(msg, []int{r}, nil)
 }
 
 // flushAbort waits (at most a second) until the peers have been told why

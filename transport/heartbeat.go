@@ -200,13 +200,8 @@ func (e *Endpoint) watch(timeout time.Duration, done <-chan struct{}) {
 // connOf returns the connection to peer p, or nil: none made (yet), or
 // an in-process link.
 func (e *Endpoint) connOf(p int) net.Conn {
-	if p == e.rank {
-		return nil
-	}
-	if pp := e.peers.get(p); pp != nil {
-		if l, ok := pp.linkOf().(*tcpLink); ok {
-			return l.conn
-		}
+	if l := e.tcpLinkOf(p); l != nil {
+		return l.conn
 	}
 	return nil
 }

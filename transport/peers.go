@@ -125,6 +125,20 @@ func (e *Endpoint) setLink(r int, l link) bool {
 	return true
 }
 
+// tcpLinkOf returns rank r's TCP link, or nil: none made (yet), an
+// in-process link, or r is this rank.
+func (e *Endpoint) tcpLinkOf(r int) *tcpLink {
+	if r == e.rank {
+		return nil
+	}
+	if p := e.peers.get(r); p != nil {
+		if l, ok := p.linkOf().(*tcpLink); ok {
+			return l
+		}
+	}
+	return nil
+}
+
 // Connected reports whether this rank has a link to rank r: whether a
 // frame has passed between them or a receive from r was posted here. A
 // layer that tells the other ranks something (dist: that a group failed)

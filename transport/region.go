@@ -161,12 +161,8 @@ func (e *Endpoint) SharesMemoryWith(peer int) bool {
 	if e.od != nil && e.od.opt.SharedMemory && e.hosts[peer] == e.hosts[e.rank] && !e.Connected(peer) {
 		_, _ = e.linkTo(peer)
 	}
-	p := e.peers.get(peer)
-	if p == nil {
-		return false
-	}
-	l, ok := p.linkOf().(*tcpLink)
-	if !ok {
+	l := e.tcpLinkOf(peer)
+	if l == nil {
 		return false
 	}
 	l.mu.Lock()

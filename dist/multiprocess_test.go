@@ -191,14 +191,19 @@ func waitWorkers(ws []*worker, limit time.Duration) []error {
 	return errs
 }
 
-// TestMultiProcessCollectives runs every collective across 4 processes.
+// TestMultiProcessCollectives runs every collective across 4 processes,
+// connected at Init and connecting on first use (GODIST_CONNECT=ondemand).
 func TestMultiProcessCollectives(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 processes")
 	}
-	ws := startWorkers(t, 4, "collectives")
-	for _, err := range waitWorkers(ws, 60*time.Second) {
-		t.Error(err)
+	for _, c := range []struct{ name, env string }{{"eager", "GODIST_CONNECT="}, {"ondemand", "GODIST_CONNECT=ondemand"}} {
+		t.Run(c.name, func(t *testing.T) {
+			ws := startWorkers(t, 4, "collectives", c.env)
+			for _, err := range waitWorkers(ws, 60*time.Second) {
+				t.Error(err)
+			}
+		})
 	}
 }
 
@@ -570,18 +575,6 @@ func TestMultiProcessKillOnDemand(t *testing.T) {
 		t.Skip("starts 4 processes per seed")
 	}
 	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", 2), syscall.SIGKILL, "GODIST_CONNECT=ondemand")
-}
-
-// TestMultiProcessCollectivesOnDemand runs every collective across 4
-// processes that connect on first use.
-func TestMultiProcessCollectivesOnDemand(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 4 processes")
-	}
-	ws := startWorkers(t, 4, "collectives", "GODIST_CONNECT=ondemand")
-	for _, err := range waitWorkers(ws, 60*time.Second) {
-		t.Error(err)
-	}
 }
 
 // TestMultiProcessStop SIGSTOPs one of 4 worker processes in the middle

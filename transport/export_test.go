@@ -48,3 +48,15 @@ func ParkedReaders(e *Endpoint) int {
 // StopHeartbeats ends e's heartbeats and watchdog, as if its process
 // stopped sending (SIGSTOP) while its connections stay open.
 func StopHeartbeats(e *Endpoint) { e.stopWatching() }
+
+// HoldConnect makes e's next dials wait, before the pair is looked up,
+// until hold(r) returns (for a test of the race between a dial and an
+// accepted connection).
+func HoldConnect(e *Endpoint, hold func(r int)) { e.od.testHookConnect = hold }
+
+// PairsUnderWay reports how many connections e is making.
+func PairsUnderWay(e *Endpoint) int {
+	e.od.mu.Lock()
+	defer e.od.mu.Unlock()
+	return len(e.od.pairs)
+}

@@ -29,7 +29,8 @@ import (
 // handshake, as at NewTCP.
 //
 // Two ranks may dial each other at once. The accepting side answers each
-// handshake with a verdict byte: 1 keeps the connection, 0 refuses it.
+// handshake with a verdict byte: verdictKeep keeps the connection, the
+// others refuse it and say why.
 // A rank that is itself dialing the peer keeps the lower rank's
 // connection: the lower rank refuses the higher one's dial, and the
 // higher one accepts the lower one's, while its own dial, refused, waits
@@ -61,6 +62,8 @@ type onDemand struct {
 
 	mu    sync.Mutex
 	pairs map[int]*pairDial // dials and accepts under way, by peer
+
+	testHookConnect func(r int) // tests: runs in connect before the pair is looked up
 }
 
 // pairDial is a connection to one peer being made.
@@ -78,6 +81,14 @@ func (p *pairDial) finish(err error) {
 		close(p.done)
 	})
 }
+
+// The verdict an accepting rank answers a handshake with.
+const (
+	verdictCrossing  = 0 // refused: this rank is dialing the lower-ranked dialer and keeps that connection
+	verdictKeep      = 1 // kept: the pair's connection
+	verdictConnected = 2 // refused: the pair is connected already
+	verdictFailed    = 3 // refused: this rank holds the dialer as failed
+)
 
 // crossWait bounds how long a rank whose dial was refused for a crossing
 // one waits for that connection to come up.
@@ -228,7 +239,18 @@ func (d *onDemand) connect(r int) error {
 		if err := e.PeerErr(r); err != nil {
 			return err
 		}
+		if d.testHookConnect != nil {
+			d.testHookConnect(r)
+		}
 		d.mu.Lock()
+		// Looked at again under the lock: an accepted connection may have
+		// come up, and its pair gone, since the check above (a pair is
+		// removed only after its link is set). Dialing then would be
+		// refused by a peer already connected to this rank.
+		if e.Connected(r) || e.PeerErr(r) != nil {
+			d.mu.Unlock()
+			continue
+		}
 		if p := d.pairs[r]; p != nil {
 			d.mu.Unlock()
 			<-p.done
@@ -277,15 +299,31 @@ func (d *onDemand) dial(r int, p *pairDial) error {
 		e.peerDown(r, fmt.Errorf("connecting on first use: reading the verdict: %w", err))
 		return e.PeerErr(r)
 	}
-	if verdict[0] == 0 {
-		// r is dialing this rank too and keeps its own connection.
+	switch verdict[0] {
+	case verdictKeep:
+	case verdictFailed:
 		conn.Close()
-		select {
-		case <-p.done:
-			return p.err
-		case <-ctx.Done():
-			e.peerDown(r, fmt.Errorf("connecting on first use: rank %d refused this rank's connection for its own, which did not come within %v", r, crossWait))
-			return e.PeerErr(r)
+		e.peerDown(r, fmt.Errorf("connecting on first use: rank %d refused the connection: it had already lost this rank", r))
+		return e.PeerErr(r)
+	default:
+		// r is dialing this rank too and keeps its own connection
+		// (verdictCrossing), or has one up already (verdictConnected):
+		// it comes up here through the accept loop.
+		conn.Close()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.done:
+				return p.err
+			case <-tick.C:
+				if e.Connected(r) {
+					return nil
+				}
+			case <-ctx.Done():
+				e.peerDown(r, fmt.Errorf("connecting on first use: rank %d refused this rank's connection for its own (verdict %d), which did not come within %v", r, verdict[0], crossWait))
+				return e.PeerErr(r)
+			}
 		}
 	}
 	if err := d.install(r, conn); err != nil {
@@ -344,24 +382,24 @@ func (d *onDemand) admit(conn net.Conn) {
 	r := peer.Rank
 	d.mu.Lock()
 	p := d.pairs[r]
-	keep := false
+	verdict := byte(verdictCrossing)
 	switch {
-	case e.Connected(r) || e.PeerErr(r) != nil:
+	case e.PeerErr(r) != nil:
+		verdict = verdictFailed
+	case e.Connected(r):
+		verdict = verdictConnected
 	case p == nil:
 		p = &pairDial{accepting: true, done: make(chan struct{})}
 		d.pairs[r] = p
-		keep = true
+		verdict = verdictKeep
 	case p.dialing && !p.accepting && r < e.rank:
 		p.accepting = true // the lower rank's connection wins
-		keep = true
+		verdict = verdictKeep
 	}
 	d.mu.Unlock()
+	keep := verdict == verdictKeep
 	conn.SetDeadline(time.Now().Add(handshake.DefaultTimeout))
-	v := []byte{0}
-	if keep {
-		v[0] = 1
-	}
-	if _, werr := conn.Write(v); werr != nil || !keep {
+	if _, werr := conn.Write([]byte{verdict}); werr != nil || !keep {
 		conn.Close()
 		if keep {
 			d.finishAccept(r, p, fmt.Errorf("connection from rank %d: writing the verdict: %w", r, werr))

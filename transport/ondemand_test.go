@@ -114,6 +114,45 @@ func TestOnDemandCrossingDials(t *testing.T) {
 	}
 }
 
+// TestOnDemandDialAfterAccept: a rank whose send to a peer began dialing
+// just as the peer's own connection came up (accepted, its pair done)
+// uses that connection; it does not dial a peer already connected to it,
+// which would refuse the dial (CI saw a 20 s wait and a failed barrier).
+func TestOnDemandDialAfterAccept(t *testing.T) {
+	m := newTCPMeshWith(t, 2, transport.TCPOptions{OnDemand: true})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, b := m.Endpoints[0], m.Endpoints[1]
+	held := make(chan struct{})
+	transport.HoldConnect(a, func(int) {
+		close(held)
+		for !a.Connected(1) || transport.PairsUnderWay(a) != 0 {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	key := transport.Key{Group: 1, Seq: 1}
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, 1, key, 1, []byte{7}) }()
+	<-held
+	if err := b.Send(ctx, 0, key, 1, []byte{8}); err != nil {
+		t.Fatalf("rank 1's send: %v", err)
+	}
+	start := time.Now()
+	if err := <-sent; err != nil {
+		t.Fatalf("rank 0's send, begun before rank 1 connected: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("rank 0's send took %v after rank 1 connected", d)
+	}
+	for r, e := range m.Endpoints {
+		buf := make([]byte, 1)
+		if _, err := e.Recv(ctx, 1-r, transport.ExactMatch(1-r, key), 1, buf); err != nil || buf[0] != byte(8-r) {
+			t.Fatalf("rank %d received %d (%v), want %d", r, buf[0], err, 8-r)
+		}
+	}
+}
+
 // TestOnDemandPeerNeverConnected: a rank that died before anyone
 // connected to it is named when a rank first sends to it (its listener
 // refuses the dial), as a death; one that closed its endpoint is named

@@ -10,13 +10,15 @@ import (
 // shuffling. The same seed gives the same stream on every machine. An RNG
 // is not safe for concurrent use.
 type RNG struct {
-	r  *rand.Rand
-	mt *mt19937 // set by NewTorchRNG: Uniform and Perm follow PyTorch
+	r   *rand.Rand
+	pcg *rand.PCG // r's source, for State and SetState
+	mt  *mt19937  // set by NewTorchRNG: Uniform and Perm follow PyTorch
 }
 
 // NewRNG returns a generator seeded with seed.
 func NewRNG(seed uint64) *RNG {
-	return &RNG{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	pcg := rand.NewPCG(seed, 0x9e3779b97f4a7c15)
+	return &RNG{r: rand.New(pcg), pcg: pcg}
 }
 
 // Float64 returns a uniform number in [0, 1).

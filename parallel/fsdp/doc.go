@@ -32,6 +32,24 @@
 // sharded form, for checkpoint/dcp.
 //
 // Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
-// float32 master shards, and Options.LimitAllGathers bounds how many
-// modules prefetching may hold gathered ahead of computation.
+// float32 master shards, Options.LimitAllGathers bounds how many
+// modules prefetching may hold gathered ahead of computation, and
+// Options.BackwardPrefetch chooses when backward gathers the next unit
+// (BackwardPre, BackwardPost or BackwardNone, as PyTorch's).
+//
+// Gradient accumulation: backward passes inside NoSync keep every unit's
+// whole gradient on the rank and send nothing; the first pass after it
+// reduce-scatters the sum (PyTorch's no_sync, at the memory cost of the
+// whole gradients):
+//
+//	err := model.NoSync(func() error {
+//		for _, mb := range microBatches[:k-1] {
+//			if err := model.Backward(ctx, scaled(lossOf(mb))); err != nil {
+//				return err
+//			}
+//		}
+//		return nil
+//	})
+//	err = model.Backward(ctx, scaled(lossOf(microBatches[k-1]))) // reduce-scatters the sum
+//	opt.Step()
 package fsdp

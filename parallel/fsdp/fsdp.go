@@ -30,11 +30,14 @@ type FSDP struct {
 		sync.Mutex
 		pending []pendingReduce
 		err     error
+		noSync  bool // inside NoSync: gradients accumulate unreduced
 	}
 	// paramDT and reduceDT are MixedPrecision's, resolved; limit is
-	// LimitAllGathers's (0 for none).
+	// LimitAllGathers's (0 for none); backPrefetch is the backward
+	// prefetch policy, resolved.
 	paramDT, reduceDT tensor.DType
 	limit             int
+	backPrefetch      BackwardPrefetch
 	// deferred are prefetches the limit holds back, oldest first.
 	deferred []*unit
 	// exact makes gathers float32 whatever ParamDType is (inside
@@ -51,6 +54,10 @@ type FSDP struct {
 	// summoned is set inside SummonFullParams: the module may be run
 	// there (on one rank alone), and units stay gathered.
 	summoned bool
+	// trace, if set (by tests), is told each all-gather issued, each
+	// gradient ready and each reduction issued, as "gather U", "prefetch
+	// U", "grad U" and "reduce U" for unit U.
+	trace func(event string)
 }
 
 // pendingReduce is a unit's gradient reduction in flight.
@@ -67,6 +74,9 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 	f.RegisterModule("module", module)
 	var err error
 	if f.paramDT, f.reduceDT, err = opt.MixedPrecision.resolve(); err != nil {
+		return nil, err
+	}
+	if f.backPrefetch, err = opt.backwardPrefetch(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -239,7 +249,7 @@ func (f *FSDP) shardUnit(u *unit) {
 				// Gather again when backward reaches the unit's output.
 				y.RegisterHook(func(*tensor.Tensor) *tensor.Tensor {
 					f.gather(u)
-					if !f.opt.NoBackwardPrefetch {
+					if f.backPrefetch == BackwardPre {
 						f.prefetch(u, -1)
 					}
 					return nil
@@ -319,32 +329,123 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 }
 
 // onGradReady runs in autograd's grad-ready hook of u's parameter i; when
-// the unit's last one is ready it starts the reduction of its gradients.
+// the unit's last one is ready it flattens the unit's gradients, added to
+// what NoSync accumulated, and starts their reduction, or inside NoSync
+// keeps them for the next synchronised pass.
 func (f *FSDP) onGradReady(u *unit, i int) {
+	f.tracef("grad", u)
 	u.ready++
 	if u.ready < len(u.params) {
 		return
 	}
-	flat := tensor.New(tensor.Float32, u.padded)
+	flat, fresh := u.accum, u.accum == nil
+	if fresh {
+		flat = tensor.New(tensor.Float32, u.padded)
+	}
 	for k, p := range u.params {
 		if g := p.Grad(); g != nil {
-			flat.Narrow(0, u.offsets[k], g.Numel()).Copy(g.Reshape(-1))
+			dst := flat.Narrow(0, u.offsets[k], g.Numel())
+			if fresh {
+				dst.Copy(g.Reshape(-1))
+			} else {
+				dst.AddScaled(dst, 1, g.Reshape(-1))
+			}
 		}
 		p.ZeroGrad(true)
 	}
+	f.mu.Lock()
+	reduce := !f.mu.noSync
+	f.mu.Unlock()
+	u.accum = nil
+	if !reduce {
+		u.accum = flat
+	}
+	sharded := f.opt.Strategy != NoShard
+	if f.backPrefetch == BackwardPost && f.reshardAfterForward() {
+		// PyTorch's order: free the unit, start gathering the next one
+		// of backward (once the module's every unit is done), reduce.
+		f.free(u)
+		sharded = false
+		if f.moduleReady(u) {
+			f.prefetch(u, -1)
+		}
+	}
+	if !reduce {
+		if sharded {
+			f.free(u)
+		}
+		return
+	}
 	flat = flat.To(f.reduceDT)
 	f.redBytes += int64(len(flat.Bytes()))
+	f.tracef("reduce", u)
 	var pr pendingReduce
 	if f.opt.Strategy == NoShard {
 		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg)}
 	} else {
 		grad := tensor.New(f.reduceDT, u.padded/f.shards.Size())
 		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
+	}
+	if sharded {
 		f.free(u)
 	}
 	f.mu.Lock()
 	f.mu.pending = append(f.mu.pending, pr)
 	f.mu.Unlock()
+}
+
+// moduleReady reports whether every unit of u's module (one per
+// parameter group) has all its gradients for this pass.
+func (f *FSDP) moduleReady(u *unit) bool {
+	for _, v := range f.units {
+		if v.layer == u.layer && v.ready < len(v.params) {
+			return false
+		}
+	}
+	return true
+}
+
+// tracef tells f.trace, if set, of event on u.
+func (f *FSDP) tracef(event string, u *unit) {
+	if f.trace != nil {
+		f.trace(event + " " + u.name)
+	}
+}
+
+// NoSync runs fn with gradient synchronisation off, for gradient
+// accumulation, as PyTorch's FullyShardedDataParallel.no_sync(): each
+// backward pass inside fn (Backward, or loss.Backward and Wait) sends
+// nothing. It keeps each unit's full, unsharded gradient on this rank,
+// adding every pass's to it, and leaves the shards' gradients as they
+// are; the first backward pass after NoSync returns adds its own
+// gradients to the kept ones, reduce-scatters the sum as usual, and
+// drops them. So k passes inside NoSync and one after it leave in the
+// shards' gradients the average over ranks of the k+1 passes' summed
+// gradients, what one pass over the k+1 micro-batches would give (with
+// the loss summed rather than averaged over them); step the optimizer
+// after that pass only.
+//
+// The memory cost: inside NoSync and until the next synchronised pass,
+// each rank holds every unit's gradient whole, as DDP does (four bytes a
+// parameter, Memory.UnshardedGrads), not the 1/world share FullShard
+// and ShardGradOp otherwise keep. Parameters are still freed after each
+// unit's backward as outside NoSync.
+//
+// Every member must run the same number of backward passes inside
+// NoSync. The optimizer's ZeroGrad clears the shards' gradients only,
+// not the kept ones; the mode is read as each unit's gradients become
+// ready, so a pass is to run wholly inside fn or wholly outside it.
+func (f *FSDP) NoSync(fn func() error) error {
+	f.mu.Lock()
+	was := f.mu.noSync
+	f.mu.noSync = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.mu.noSync = was
+		f.mu.Unlock()
+	}()
+	return fn()
 }
 
 // Backward runs loss.Backward, then waits for every unit's gradient
@@ -550,6 +651,9 @@ type Memory struct {
 	// (zero without mixed precision): kernels of that precision would not
 	// need them.
 	Upcast, PeakUpcast int
+	// UnshardedGrads are the whole gradients NoSync keeps until the next
+	// synchronised backward pass (padded flat parameters, float32).
+	UnshardedGrads int
 }
 
 // Memory returns this rank's parameter and gradient memory. The
@@ -560,6 +664,9 @@ func (f *FSDP) Memory() Memory {
 		m.Params += u.shard.Value().Numel() * 4
 		if g := u.shard.Grad(); g != nil {
 			m.Grads += g.Numel() * 4
+		}
+		if u.accum != nil {
+			m.UnshardedGrads += u.accum.Numel() * 4
 		}
 	}
 	m.Gathered, m.PeakGathered = f.gathered, f.peak

@@ -1,6 +1,7 @@
 package fsdp
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/godist/godist/autograd"
@@ -64,11 +65,17 @@ type Options struct {
 	// decay on matrices only, say; ParamGroups lists them).
 	Group func(name string, p *autograd.Var) int
 	// ForwardPrefetch starts gathering the next unit (in the order of the
-	// last forward pass) when a unit's forward begins; NoBackwardPrefetch
-	// turns off gathering the next unit of backward when a unit's
-	// backward begins (PyTorch's BACKWARD_PRE, on by default). Either
-	// way a gather overlaps the computation before it.
-	ForwardPrefetch, NoBackwardPrefetch bool
+	// last forward pass) when a unit's forward begins, so that the gather
+	// overlaps the unit's computation.
+	ForwardPrefetch bool
+	// BackwardPrefetch says when backward starts gathering the next unit
+	// of backward (PyTorch's backward_prefetch): BackwardPre, the
+	// default, when a unit's backward begins; BackwardPost once its
+	// gradients are computed; BackwardNone only when backward reaches
+	// the unit. NoBackwardPrefetch is BackwardNone too, kept from before
+	// this field; New refuses it together with BackwardPost.
+	BackwardPrefetch   BackwardPrefetch
+	NoBackwardPrefetch bool
 	// NoSyncModuleStates keeps each rank's initial parameters instead of
 	// broadcasting rank 0's (PyTorch's sync_module_states, on here by
 	// default).
@@ -90,6 +97,61 @@ type Options struct {
 	// HybridShard): ShardGradOp keeps every module gathered until its
 	// backward by design.
 	LimitAllGathers int
+}
+
+// BackwardPrefetch is when FSDP starts all-gathering the parameters of
+// the next unit of backward (the unit before this one in the last
+// forward pass), as PyTorch's BackwardPrefetch. It matters where units
+// are freed after forward (FullShard, HybridShard): there backward must
+// gather each unit again, and a prefetch lets that gather overlap the
+// computation of the unit before it. Every policy computes the same
+// gradients, bit for bit; they differ in overlap and memory.
+type BackwardPrefetch int
+
+const (
+	// BackwardPre (PyTorch's BACKWARD_PRE, the default) issues the next
+	// unit's all-gather when backward reaches a unit, before the unit's
+	// gradients are computed: the gather overlaps all of that
+	// computation, and for that time the unit's parameters, its
+	// gradients and the next unit's parameters are held at once.
+	BackwardPre BackwardPrefetch = iota
+	// BackwardPost (BACKWARD_POST) issues the next unit's all-gather once
+	// a unit's gradients are computed (for a module split into parameter
+	// groups, once all of its units' are), after its parameters are
+	// freed and before its gradients are reduce-scattered: it overlaps
+	// the reduce-scatter only, but at most one wrapped module is
+	// gathered at a time.
+	BackwardPost
+	// BackwardNone prefetches nothing: backward gathers a unit when it
+	// reaches it, and waits for the gather.
+	BackwardNone
+)
+
+func (p BackwardPrefetch) String() string {
+	switch p {
+	case BackwardPre:
+		return "BackwardPre"
+	case BackwardPost:
+		return "BackwardPost"
+	case BackwardNone:
+		return "BackwardNone"
+	}
+	return fmt.Sprintf("BackwardPrefetch(%d)", int(p))
+}
+
+// backwardPrefetch returns the policy o asks for, or an error if its
+// fields contradict each other or name no policy.
+func (o Options) backwardPrefetch() (BackwardPrefetch, error) {
+	p := o.BackwardPrefetch
+	switch {
+	case p < BackwardPre || p > BackwardNone:
+		return 0, fmt.Errorf("fsdp: Options.BackwardPrefetch is %v: use BackwardPre, BackwardPost or BackwardNone", p)
+	case o.NoBackwardPrefetch && p == BackwardPost:
+		return 0, errors.New("fsdp: Options.NoBackwardPrefetch with BackwardPrefetch BackwardPost: choose one (NoBackwardPrefetch is BackwardNone)")
+	case o.NoBackwardPrefetch:
+		return BackwardNone, nil
+	}
+	return p, nil
 }
 
 // MixedPrecision chooses the precision of FSDP's gathers, computation

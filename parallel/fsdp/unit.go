@@ -62,6 +62,9 @@ type unit struct {
 	// lands.
 	inflight *dist.Work
 	landing  *tensor.Tensor
+	// accum is the unit's whole flat gradient that NoSync's passes have
+	// accumulated, float32, or nil.
+	accum *tensor.Tensor
 }
 
 // viewParams points every parameter of u at its piece of u.full.
@@ -90,7 +93,7 @@ func (f *FSDP) free(u *unit) {
 	for len(f.deferred) > 0 && f.mayPrefetch(f.deferred[0]) {
 		next := f.deferred[0]
 		f.deferred = f.deferred[1:]
-		f.startGather(next)
+		f.startGather(next, "prefetch")
 	}
 }
 
@@ -105,7 +108,7 @@ func (f *FSDP) gather(u *unit) {
 	if u.state == gathered {
 		return
 	}
-	f.startGather(u)
+	f.startGather(u, "gather")
 	if u.state == gathering {
 		if err := f.wait(context.Background(), u.inflight); err != nil {
 			f.setErr(fmt.Errorf("fsdp: gather unit %s: %w", u.name, err))
@@ -131,7 +134,8 @@ func (f *FSDP) gather(u *unit) {
 // unless u is not sharded. Under NoShard (mixed precision only) it rounds
 // the whole locally, and when the group has failed it starts nothing:
 // either way u stays sharded, with what gather is to take in landing.
-func (f *FSDP) startGather(u *unit) {
+// why ("gather", needed now, or "prefetch") is for f.trace.
+func (f *FSDP) startGather(u *unit, why string) {
 	if u == nil || u.state != sharded {
 		return
 	}
@@ -155,6 +159,7 @@ func (f *FSDP) startGather(u *unit) {
 	f.gathered += u.held
 	f.peak = max(f.peak, f.gathered)
 	f.gatherBytes += int64(len(mine.Bytes()))
+	f.tracef(why, u)
 	u.inflight = f.shards.AllGatherIntoTensorAsync(u.landing, mine)
 	u.state = gathering
 }
@@ -169,7 +174,7 @@ func (f *FSDP) request(u *unit) {
 		f.deferred = append(f.deferred, u)
 		return
 	}
-	f.startGather(u)
+	f.startGather(u, "prefetch")
 }
 
 // mayPrefetch reports whether LimitAllGathers lets u's gather start now:

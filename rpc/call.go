@@ -163,6 +163,7 @@ func (a *Agent) sendArgs(ctx context.Context, h *head, argFP uint64, args any, e
 		ec.cancelForks()
 		return err
 	}
+	h.note = takeNote(ec.exchange())
 	a.send(ctx, ec.dst, h, argFP, e.Parts(), c)
 	return nil
 }

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Exchange is one call seen from one side: the request and its reply. A
@@ -78,4 +79,49 @@ func (c *decodeCtx) exchange() *Exchange {
 		c.x = &Exchange{Agent: c.agent, Peer: c.src, Context: context.Background()}
 	}
 	return c.x
+}
+
+// CallNote carries one value of a caller's context to the callee of
+// every call made with it, in the request's head: distributed autograd's
+// context id, so that a call made in a context is recorded in it on both
+// sides whatever its arguments hold (PyTorch attaches the context to
+// every RPC made in one, a to_here included). There is one per process,
+// set by the package that needs it (SetCallNote), as wire extensions are
+// registered.
+type CallNote struct {
+	// Take returns the note of a call about to leave, whose exchange x
+	// holds the caller's context (x.Context) and the callee (x.Peer); 0
+	// for none. It may leave values on x for the decoding of the reply.
+	Take func(x *Exchange) uint64
+	// Give runs on the callee with a note Take returned, before the
+	// arguments are decoded (or the value a ToHere asks for is encoded):
+	// it may leave values on x, which the arguments' decoding, the
+	// handler's ctx (ExchangeFrom) and the result's encoding then see. An
+	// error refuses the call.
+	Give func(x *Exchange, note uint64) error
+}
+
+var callNote atomic.Pointer[CallNote]
+
+// SetCallNote installs n for every agent of the process; a second call
+// replaces the first.
+func SetCallNote(n CallNote) { callNote.Store(&n) }
+
+// takeNote returns the note of a call leaving with exchange x.
+func takeNote(x *Exchange) uint64 {
+	if n := callNote.Load(); n != nil && n.Take != nil {
+		return n.Take(x)
+	}
+	return 0
+}
+
+// giveNote hands a call's note to the registered CallNote on the callee.
+func giveNote(x *Exchange, note uint64) error {
+	if note == 0 {
+		return nil
+	}
+	if n := callNote.Load(); n != nil && n.Give != nil {
+		return n.Give(x, note)
+	}
+	return nil // no package here wants it
 }

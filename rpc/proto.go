@@ -39,8 +39,9 @@ const (
 // from arguments that do not decode. Version 3: a type met twice in
 // another, not in a cycle, is described in full in its wire fingerprint
 // (it was rec(T), and a type's fingerprint depended on what the worker
-// had built before it).
-const protoVersion = 3
+// had built before it). Version 4: the head carries a note (CallNote),
+// distributed autograd's context id, and is 80 bytes.
+const protoVersion = 4
 
 // A request starts with a fixed head, padded to 8 bytes so that the body
 // after it (and the tensors in it) stay aligned:
@@ -55,8 +56,9 @@ const protoVersion = 3
 //	 24   16 the new RRef's id (worker, counter) for opRemote, opMRemote
 //	 40   16 the caller's fork of it
 //	 56   16 the RRef whose value is used: opMethod, opMRemote, opToHere
-//	 72    . the name, then zeros to a multiple of 8
-const headSize = 72
+//	 72    8 the caller's note (CallNote; 0: none)
+//	 80    . the name, then zeros to a multiple of 8
+const headSize = 80
 
 // maxName bounds a function's name.
 const maxName = 1 << 10
@@ -66,9 +68,10 @@ type head struct {
 	name     string
 	resultFP uint64
 	timeout  time.Duration
-	rref     id // the new RRef (remote ops)
-	fork     id // the caller's fork of it
-	target   id // the RRef whose value is used
+	rref     id     // the new RRef (remote ops)
+	fork     id     // the caller's fork of it
+	target   id     // the RRef whose value is used
+	note     uint64 // the caller's note (CallNote), 0 for none
 }
 
 // id is an RRef or fork id: the worker that made it and its counter.
@@ -89,6 +92,7 @@ func (h *head) encode() []byte {
 	putID(b[24:], h.rref)
 	putID(b[40:], h.fork)
 	putID(b[56:], h.target)
+	binary.LittleEndian.PutUint64(b[72:], h.note)
 	copy(b[headSize:], h.name)
 	return b
 }
@@ -131,6 +135,7 @@ func decodeHead(msg []byte) (h head, rest []byte, err error) {
 	h.rref = getID(msg[24:])
 	h.fork = getID(msg[40:])
 	h.target = getID(msg[56:])
+	h.note = binary.LittleEndian.Uint64(msg[72:])
 	return h, msg[end:], nil
 }
 

@@ -296,7 +296,7 @@ func remote[A, R any](ctx context.Context, a *Agent, to string, hd head, args A)
 	// A request that never leaves undoes what was done for it, as start's
 	// does: the forks of the RRefs among the arguments, and the new RRef's
 	// handle, which no owner will ever confirm.
-	ec := &encodeCtx{agent: a, dst: dst}
+	ec := &encodeCtx{agent: a, dst: dst, x: &Exchange{Agent: a, Peer: dst, Context: ctx}}
 	unsent := func() {
 		ec.cancelForks()
 		h.cancelRemote()

@@ -102,6 +102,10 @@ func (a *Agent) serve(src int, id uint64, fp uint64, msg []byte, size int64) {
 			Message: fmt.Sprintf("a request for %s of %d bytes, %s accepts at most %d (its Options.MaxMessage); nothing ran", h.name, size, a.self.Name, a.limit)})
 		return
 	}
+	if err := giveNote(x, h.note); err != nil {
+		reply(nil, 0, &wireError{Kind: errRefused, Worker: a.self.Name, Function: h.name, Message: a.self.Name + " would not take the call's note: " + err.Error()})
+		return
+	}
 	if h.op == opToHere {
 		a.rrefs.serveOwnerOp(src, &h, reply)
 		return

@@ -341,7 +341,7 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 			if id, in := CurrentContext(x.Context); in {
 				// The other side computed it outside the context this
 				// call was made in: its gradient would be lost silently.
-				return fmt.Errorf("distautograd: a Var that needs gradients came from worker %d outside context %v, so its gradient could not flow back; give the call at least one argument wrapped with Wrap (Wrap(autograd.Const(t)) will do), so that the callee joins the context", x.Peer, id)
+				return &OutsideContextError{Worker: x.Peer, Context: id}
 			}
 		}
 		v.Var = autograd.NewVar(t, rg == 1)
@@ -381,6 +381,20 @@ func (v *Var) DecodeWire(d *wire.Decoder) error {
 	v.Var = out
 	return nil
 }
+
+// OutsideContextError refuses a Var that needs gradients but arrived,
+// in the reply to a call made in a context, from outside it: its
+// gradient could not flow back. It wraps rpc.ErrRefused.
+type OutsideContextError struct {
+	Worker  int       // the worker that sent the Var
+	Context ContextID // the context the call was made in
+}
+
+func (e *OutsideContextError) Error() string {
+	return fmt.Sprintf("distautograd: a Var that needs gradients came from worker %d outside context %v, so its gradient could not flow back: its handler computed it in another context or none (make the handler's calls with the ctx it is given, and link this package on every worker)", e.Worker, e.Context)
+}
+
+func (e *OutsideContextError) Unwrap() error { return rpc.ErrRefused }
 
 // agentOf finds the agent of a call made with ctx.
 func agentOf(ctx context.Context) (*rpc.Agent, error) {

@@ -23,15 +23,18 @@
 // put in the caller's ctx, or, inside a handler, the one the arguments
 // arrived in (the handler's ctx carries it, so its own calls and its
 // result are recorded in it too, as PyTorch's thread-local context is).
-// A Var that needs no gradient (indices to look up, say) records nothing
-// but carries the context id all the same, so that the callee joins the
-// context and a result it computes from its own parameters is recorded:
-// wrap such arguments in a Var (Wrap(autograd.Const(t))) when the callee's
-// parameters need gradients, for a call whose arguments hold no Var does
-// not carry the context (PyTorch records every call made in a context),
-// and a result that needs gradients is then refused (rpc.ErrRefused)
-// with an error naming this remedy. Outside a context a Var travels
-// as a plain leaf that keeps its RequiresGrad flag.
+// A Var that needs no gradient (indices to look up, say) records nothing.
+//
+// Every call made in a context carries the context's id, whatever its
+// arguments hold, as PyTorch attaches the context to every RPC made in
+// one (rpc.CallNote): the callee joins the context, and its handler's
+// ctx is in it. So a result the callee computes from its own parameters
+// is recorded, and so is a value fetched with RRef.ToHere: the owner
+// records a send node for it, the fetcher a receive node (PyTorch records
+// to_here). A reply that needs gradients but comes from outside the call's
+// context (a handler that made its calls with another ctx) is refused with
+// an *OutsideContextError. Outside a context a Var travels as a plain
+// leaf that keeps its RequiresGrad flag.
 //
 // A context id is the creating worker's rank in the top 16 bits and a
 // counter below, unique across the job. Every other worker that joins a

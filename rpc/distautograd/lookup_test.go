@@ -2,8 +2,6 @@ package distautograd_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/godist/godist/autograd"
@@ -68,12 +66,20 @@ func TestNoGradArgumentCarriesContext(t *testing.T) {
 	waitNoContexts(t, c)
 }
 
-// TestLostGradientRefused: a call inside a context whose arguments carry
-// no Var cannot bring the callee into the context; a result that needs
-// gradients then comes back as an error naming the remedy, not as a leaf
-// whose gradient would be lost without a word.
-func TestLostGradientRefused(t *testing.T) {
+// TestPlainArgumentsCarryContext: a call made in a context whose
+// arguments hold no Var (plain indices) still brings the callee into the
+// context, as PyTorch attaches the context to every RPC made in one: the
+// result, computed from the callee's parameter, is recorded, and the
+// parameter gets the gradient local autograd gives it. Outside a context
+// the same call records nothing.
+func TestPlainArgumentsCarryContext(t *testing.T) {
 	w := autograd.Param(tensor.Randn(tensor.NewRNG(3), 5, 2))
+	idx := []int64{4, 0, 4}
+	lossOf := func(e *autograd.Var) *autograd.Var { return autograd.SumAll(autograd.Square(e)) }
+	if err := lossOf(autograd.Embedding(tensor.FromInt64(idx, len(idx)), w)).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	want := w.Grad().Clone()
 	var lookup rpc.Fn[[]int64, *distautograd.Var]
 	c := startCluster(t, 2, func(_ int, reg *rpc.Registry) {
 		var err error
@@ -89,17 +95,30 @@ func TestLostGradientRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer distautograd.Release(ctx, id)
-	_, err = lookup.Call(ctx, a, "worker1", []int64{4, 0})
-	if err == nil || !strings.Contains(err.Error(), "Wrap") {
-		t.Fatalf("a gradient that could not flow back: %v", err)
-	}
-	// A refusal, not bytes that did not decode.
-	if !errors.Is(err, rpc.ErrRefused) || errors.Is(err, rpc.ErrMalformed) || strings.Contains(err.Error(), "malformed") {
-		t.Fatalf("the refusal is labelled %v", err)
-	}
-	// Outside a context the same call is fine: nothing is recorded.
-	if _, err := lookup.Call(testCtx(t), a, "worker1", []int64{4, 0}); err != nil {
+	e, err := lookup.Call(ctx, a, "worker1", idx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := distautograd.Backward(ctx, id, lossOf(e.Var)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := distautograd.GetGradients(rpcCtx(ctx, c.agents[1]), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got[w]; g == nil || !tensor.Equal(g, want) {
+		t.Errorf("worker1's parameter: distributed gradient %v, local %v", g, want)
+	}
+	if err := distautograd.Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Outside a context the result is a plain leaf that needs gradients.
+	e, err = lookup.Call(testCtx(t), a, "worker1", idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.RequiresGrad() || !e.IsLeaf() {
+		t.Errorf("outside a context: requires grad %v, leaf %v; want a leaf that requires gradients", e.RequiresGrad(), e.IsLeaf())
+	}
+	waitNoContexts(t, c)
 }

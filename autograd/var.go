@@ -32,7 +32,7 @@ type Var struct {
 		sync.Mutex
 		grad       *tensor.Tensor
 		hooks      []hookEntry[func(*tensor.Tensor) *tensor.Tensor]
-		readyHooks []hookEntry[func(*Var)]
+		readyHooks []hookEntry[func(*Var, GradStore)]
 		retainGrad bool
 		gradDst    *tensor.Tensor // where a fresh gradient may be computed (SetGradDestination)
 		dstArmed   bool           // the engine allows the op being run to write into gradDst
@@ -316,13 +316,26 @@ func (v *Var) RegisterHook(fn func(grad *tensor.Tensor) *tensor.Tensor) (remove 
 // engine knows the moment by counting the leaf's uses in the graph, so the
 // hook fires while the rest of backward is still running: DDP starts its
 // all-reduce here. It returns a function that removes the hook.
+//
+// A distributed backward pass (rpc/distautograd) fires it too, with the
+// gradient in the pass's context, not in Grad(): a hook that reads or
+// replaces the gradient registers with RegisterGradReadyHookIn.
 func (v *Var) RegisterGradReadyHook(fn func(*Var)) (remove func()) {
+	return v.RegisterGradReadyHookIn(func(v *Var, _ GradStore) { fn(v) })
+}
+
+// RegisterGradReadyHookIn is RegisterGradReadyHook for a hook that is
+// told where the gradient is: VarGrads (Grad itself) after ordinary
+// backward, a distributed autograd context's store after a distributed
+// pass (PyTorch's DDP reducer reads and writes a context's gradients the
+// same way when it runs inside one).
+func (v *Var) RegisterGradReadyHookIn(fn func(v *Var, s GradStore)) (remove func()) {
 	if v.node != nil {
 		panic("autograd: RegisterGradReadyHook on a non-leaf Var")
 	}
 	id := hookIDs.Add(1)
 	v.mu.Lock()
-	v.mu.readyHooks = append(v.mu.readyHooks, hookEntry[func(*Var)]{id, fn})
+	v.mu.readyHooks = append(v.mu.readyHooks, hookEntry[func(*Var, GradStore)]{id, fn})
 	v.mu.Unlock()
 	return func() {
 		v.mu.Lock()
@@ -378,7 +391,51 @@ func (v *Var) accumulate(g *tensor.Tensor, steal func(*tensor.Tensor) bool) {
 	ready := v.mu.readyHooks
 	v.mu.Unlock()
 	for _, h := range ready {
-		h.fn(v)
+		h.fn(v, VarGrads)
+	}
+}
+
+// GradStore holds leaves' gradients. VarGrads is each leaf's own Grad;
+// distributed autograd keeps a context's gradients apart from Grad in
+// one of its own (PyTorch's dist_autograd.get_gradients), so that
+// passes of several contexts over the same parameters do not mix.
+type GradStore interface {
+	// Grad returns v's gradient in the store, or nil.
+	Grad(v *Var) *tensor.Tensor
+	// SetGrad replaces v's gradient in the store (nil removes it).
+	SetGrad(v *Var, g *tensor.Tensor)
+}
+
+// VarGrads is the GradStore of ordinary backward: a leaf's own Grad.
+var VarGrads GradStore = varGrads{}
+
+type varGrads struct{}
+
+func (varGrads) Grad(v *Var) *tensor.Tensor        { return v.Grad() }
+func (varGrads) SetGrad(v *Var, g *tensor.Tensor) { v.SetGrad(g) }
+
+// AccumulateIn is a leaf's gradient g, complete for a backward pass that
+// an outside engine runs (distributed autograd), arriving: v's tensor
+// hooks run on g, the result is added into v's gradient in s (a copy
+// when s has none), and v's grad-ready hooks fire, told s. g is not kept.
+func (v *Var) AccumulateIn(s GradStore, g *tensor.Tensor) {
+	if v.node != nil {
+		panic("autograd: AccumulateIn on a non-leaf Var")
+	}
+	if g == nil {
+		return
+	}
+	g = v.runHooks(g)
+	if old := s.Grad(v); old != nil {
+		old.Add(old, g)
+	} else {
+		s.SetGrad(v, tensor.New(v.value.DType(), v.value.Shape()...).Copy(g))
+	}
+	v.mu.Lock()
+	ready := v.mu.readyHooks
+	v.mu.Unlock()
+	for _, h := range ready {
+		h.fn(v, s)
 	}
 }
 

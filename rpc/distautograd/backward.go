@@ -117,21 +117,23 @@ func (c *dctx) peerList() []int {
 // start begins this worker's pass if it has not begun: roots (with
 // gradients of ones) on the worker that called Backward, none elsewhere.
 func (c *dctx) start(roots []*autograd.Var) error {
-	out, err := c.begin(roots)
+	out, leaves, err := c.begin(roots)
+	c.deliverLeaves(leaves)
 	c.send(out)
 	return err
 }
 
 // begin is start's part under the lock (let go by a defer, as in
-// accept): it returns the gradients to send and the pass's error.
-func (c *dctx) begin(roots []*autograd.Var) ([]gradOut, error) {
+// accept): it returns the gradients to send, the leaves' gradients to
+// deliver and the pass's error.
+func (c *dctx) begin(roots []*autograd.Var) ([]gradOut, []leafGrad, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.startLocked(roots); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := c.progressLocked()
-	return out, c.mu.err
+	out, leaves := c.progressLocked()
+	return out, leaves, c.mu.err
 }
 
 func (c *dctx) startLocked(roots []*autograd.Var) error {
@@ -159,10 +161,11 @@ func (c *dctx) startLocked(roots []*autograd.Var) error {
 
 // deliver feeds a gradient from a receiver into the pass (starting it).
 func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
-	out, err := c.accept(msg, g)
+	out, leaves, err := c.accept(msg, g)
 	if err != nil {
 		return err
 	}
+	c.deliverLeaves(leaves)
 	c.send(out)
 	return nil
 }
@@ -170,45 +173,59 @@ func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
 // accept is deliver's part under the lock: it returns the gradients to
 // send. The lock is let go by a defer, so that a panic in a node's
 // backward (the agent recovers it) cannot leave the context locked.
-func (c *dctx) accept(msg uint64, g *tensor.Tensor) ([]gradOut, error) {
+func (c *dctx) accept(msg uint64, g *tensor.Tensor) ([]gradOut, []leafGrad, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.startLocked(nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if c.mu.err != nil {
-		return nil, c.mu.err
+		return nil, nil, c.mu.err
 	}
 	if err := c.mu.pass.deliver(msg, g); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.progressLocked(), nil
+	out, leaves := c.progressLocked()
+	return out, leaves, nil
 }
 
-// progressLocked runs what is ready, keeps the leaves' gradients, and
-// checks whether the pass is over; it returns the gradients to send
-// (counted in flight), which the caller sends with send once it has let
-// go of the lock.
-func (c *dctx) progressLocked() []gradOut {
+// progressLocked runs what is ready and checks whether the pass is over.
+// It returns the gradients to send (counted in flight) and the leaves'
+// gradients now complete (counted as delivering), which the caller
+// delivers (deliverLeaves) and sends (send) once it has let go of the
+// lock: a leaf's hooks (DDP's) run then.
+func (c *dctx) progressLocked() ([]gradOut, []leafGrad) {
 	p := c.mu.pass
 	if c.mu.err != nil || p == nil {
-		return nil
+		return nil, nil
 	}
 	if err := p.run(); err != nil {
 		c.failLocked(fmt.Errorf("distautograd: backward on %s: %w", c.w.a.Self().Name, err))
-		return nil
+		return nil, nil
 	}
-	for v, g := range p.takeLeaves() {
-		if old := c.mu.grads[v]; old != nil {
-			c.mu.grads[v] = new(tensor.Tensor).Add(old, g)
-		} else {
-			c.mu.grads[v] = tensor.New(v.DType(), v.Shape()...).Copy(g)
-		}
-	}
+	leaves := p.takeLeaves()
+	c.mu.delivering += len(leaves)
 	out := p.takeOut()
 	c.mu.inflight += len(out)
 	c.checkDoneLocked()
-	return out
+	return out, leaves
+}
+
+// deliverLeaves accumulates the leaves' gradients into the context, as
+// ordinary backward accumulates them into Grad: each leaf's tensor hooks
+// run on its gradient, then its grad-ready hooks fire, told the context
+// (autograd.Var.AccumulateIn). The pass is over only once they are in.
+func (c *dctx) deliverLeaves(leaves []leafGrad) {
+	if len(leaves) == 0 {
+		return
+	}
+	for _, l := range leaves {
+		l.v.AccumulateIn(c, l.g)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.delivering -= len(leaves)
+	c.checkDoneLocked()
 }
 
 // send sends gradients to their send nodes' workers; each answer (or
@@ -231,7 +248,7 @@ func (c *dctx) send(out []gradOut) {
 
 func (c *dctx) checkDoneLocked() {
 	p := c.mu.pass
-	if c.mu.err != nil || p == nil || !p.finished() || c.mu.inflight > 0 {
+	if c.mu.err != nil || p == nil || !p.finished() || c.mu.inflight > 0 || c.mu.delivering > 0 {
 		return
 	}
 	select {

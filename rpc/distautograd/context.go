@@ -74,13 +74,20 @@ type dctx struct {
 		sync.Mutex
 		set map[int]bool
 	}
+	// grads are this worker's leaves' gradients in the context (it is
+	// their autograd.GradStore); apart from mu, for the leaves' hooks run
+	// while a pass goes on.
+	grads struct {
+		sync.Mutex
+		m map[*autograd.Var]*tensor.Tensor
+	}
 	mu struct {
 		sync.Mutex
-		sends    map[uint64]autograd.Node
-		recvs    map[autograd.Node]recvEdge
-		grads    map[*autograd.Var]*tensor.Tensor
-		pass     *pass
-		inflight int   // gradients sent, not yet acknowledged
+		sends      map[uint64]autograd.Node
+		recvs      map[autograd.Node]recvEdge
+		pass       *pass
+		inflight   int // gradients sent, not yet acknowledged
+		delivering int // leaves' gradients taken from the pass, not yet in grads
 		err      error // the pass's failure
 		passDone chan struct{}
 		released bool
@@ -97,7 +104,7 @@ func (w *worker) newDctx(id ContextID) *dctx {
 	c.mu.sends = map[uint64]autograd.Node{}
 	c.mu.recvs = map[autograd.Node]recvEdge{}
 	c.peers.set = map[int]bool{}
-	c.mu.grads = map[*autograd.Var]*tensor.Tensor{}
+	c.grads.m = map[*autograd.Var]*tensor.Tensor{}
 	c.mu.passDone = make(chan struct{})
 	return c
 }
@@ -457,15 +464,37 @@ func GetGradients(ctx context.Context, id ContextID) (map[*autograd.Var]*tensor.
 		return nil, fmt.Errorf("distautograd: %s holds no context %v (released, or never joined)", a.Self().Name, id)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.err != nil {
-		return nil, c.mu.err
+	err = c.mu.err
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	out := make(map[*autograd.Var]*tensor.Tensor, len(c.mu.grads))
-	for v, g := range c.mu.grads {
+	c.grads.Lock()
+	defer c.grads.Unlock()
+	out := make(map[*autograd.Var]*tensor.Tensor, len(c.grads.m))
+	for v, g := range c.grads.m {
 		out[v] = g
 	}
 	return out, nil
+}
+
+// Grad returns v's gradient in the context (autograd.GradStore).
+func (c *dctx) Grad(v *autograd.Var) *tensor.Tensor {
+	c.grads.Lock()
+	defer c.grads.Unlock()
+	return c.grads.m[v]
+}
+
+// SetGrad replaces v's gradient in the context (autograd.GradStore): DDP
+// puts the averaged gradient there.
+func (c *dctx) SetGrad(v *autograd.Var, g *tensor.Tensor) {
+	c.grads.Lock()
+	defer c.grads.Unlock()
+	if g == nil {
+		delete(c.grads.m, v)
+		return
+	}
+	c.grads.m[v] = g
 }
 
 // NumContexts returns how many contexts a's worker holds (for tests and

@@ -79,7 +79,7 @@ type pass struct {
 	waiting  map[uint64]bool // send nodes whose gradient has not arrived
 	left     int             // nodes not yet run
 	out      []gradOut
-	done     map[*autograd.Var]*tensor.Tensor // leaves complete since takeLeaves
+	done     []leafGrad // leaves complete since takeLeaves, in the order they completed
 }
 
 // newPass computes the dependencies of a pass over the graph reachable
@@ -90,7 +90,7 @@ func newPass(roots []*autograd.Var, rootGrads []*tensor.Tensor, sends map[uint64
 	p := &pass{
 		deps: map[autograd.Node]int{}, leafDeps: map[*autograd.Var]int{},
 		grads: map[autograd.Node][]contrib{}, leafGrad: map[*autograd.Var][]contrib{},
-		recvs: recvs, sends: sends, waiting: map[uint64]bool{}, done: map[*autograd.Var]*tensor.Tensor{},
+		recvs: recvs, sends: sends, waiting: map[uint64]bool{},
 	}
 	var stack []autograd.Node
 	visit := func(n autograd.Node) {
@@ -227,7 +227,7 @@ func (p *pass) flowLeaf(v *autograd.Var, seq uint64, g *tensor.Tensor) {
 	p.leafGrad[v] = append(p.leafGrad[v], contrib{seq, g})
 	if p.leafDeps[v]--; p.leafDeps[v] == 0 {
 		if lg := total(p.leafGrad[v]); lg != nil {
-			p.done[v] = lg
+			p.done = append(p.done, leafGrad{v, lg})
 		}
 		delete(p.leafGrad, v)
 	}
@@ -264,12 +264,18 @@ func (p *pass) takeOut() []gradOut {
 	return out
 }
 
+// leafGrad is a leaf's gradient for a pass, complete.
+type leafGrad struct {
+	v *autograd.Var
+	g *tensor.Tensor
+}
+
 // takeLeaves returns the leaves whose gradient for this pass became
-// complete since the last call, with that gradient (which the caller must
-// copy before changing it).
-func (p *pass) takeLeaves() map[*autograd.Var]*tensor.Tensor {
+// complete since the last call, with that gradient, in the order they
+// completed (the caller must copy a gradient before changing it).
+func (p *pass) takeLeaves() []leafGrad {
 	d := p.done
-	p.done = map[*autograd.Var]*tensor.Tensor{}
+	p.done = nil
 	return d
 }
 

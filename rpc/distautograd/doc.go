@@ -59,7 +59,11 @@
 // two contributions (more may be added in another order).
 //
 // Gradients of leaves go to the context's map (GetGradients), never to
-// Var.Grad. One backward pass per context; Backward must be called on
+// Var.Grad; as in ordinary backward, a leaf's tensor hooks run on its
+// gradient first and its grad-ready hooks fire once it is in, told the
+// context's store (autograd.RegisterGradReadyHookIn), so that DDP
+// averages the gradients of a context (PyTorch's DDP with distributed
+// autograd). One backward pass per context; Backward must be called on
 // the worker that created the context. distoptim steps the parameters'
 // owners with these gradients. When any worker's pass fails
 // or a worker dies, Backward returns an error naming it and the context

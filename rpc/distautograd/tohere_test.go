@@ -99,3 +99,63 @@ func TestToHereRecorded(t *testing.T) {
 	}
 	waitNoContexts(t, c)
 }
+
+// TestLeafHooksFire: a distributed pass accumulates a leaf's gradient as
+// ordinary backward does, hooks included: the leaf's tensor hooks change
+// the gradient on its way into the context, and its grad-ready hooks
+// fire once, told the context's store, where the gradient is (not in
+// Grad). DDP's reducer depends on the second.
+func TestLeafHooksFire(t *testing.T) {
+	rng := tensor.NewRNG(9)
+	w := autograd.Param(tensor.Randn(rng, 4, 3))
+	x := tensor.Randn(rng, 2, 4)
+	lossOf := func(y *autograd.Var) *autograd.Var { return autograd.SumAll(autograd.Square(y)) }
+	if err := lossOf(autograd.MatMul(autograd.Const(x), w)).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	want := new(tensor.Tensor).Add(w.Grad(), w.Grad()) // the tensor hook doubles it
+	w.ZeroGrad(true)
+	w.RegisterHook(func(g *tensor.Tensor) *tensor.Tensor { return new(tensor.Tensor).Add(g, g) })
+	var fired int
+	var seen *tensor.Tensor
+	w.RegisterGradReadyHookIn(func(v *autograd.Var, s autograd.GradStore) {
+		fired++
+		seen = s.Grad(v).Clone()
+	})
+	var fwd rpc.Fn[*distautograd.Var, *distautograd.Var]
+	c := startCluster(t, 2, func(_ int, reg *rpc.Registry) {
+		var err error
+		fwd, err = rpc.Register(reg, "fwd", func(_ context.Context, x *distautograd.Var) (*distautograd.Var, error) {
+			return distautograd.Wrap(autograd.MatMul(x.Var, w)), nil
+		})
+		if err != nil {
+			panic(err)
+		}
+	})
+	a := c.agents[0]
+	ctx, id, err := distautograd.NewContext(testCtx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer distautograd.Release(ctx, id)
+	y, err := fwd.Call(ctx, a, "worker1", distautograd.Wrap(autograd.Const(x)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := distautograd.Backward(ctx, id, lossOf(y.Var)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := distautograd.GetGradients(rpcCtx(ctx, c.agents[1]), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got[w]; g == nil || !tensor.Equal(g, want) {
+		t.Errorf("the context's gradient %v, want the hooked local one %v", g, want)
+	}
+	if fired != 1 || seen == nil || !tensor.Equal(seen, want) {
+		t.Errorf("grad-ready hook fired %d times, saw %v in its store; want once, seeing %v", fired, seen, want)
+	}
+	if w.Grad() != nil {
+		t.Errorf("Grad set by a distributed pass")
+	}
+}

@@ -411,7 +411,7 @@ var VarGrads GradStore = varGrads{}
 
 type varGrads struct{}
 
-func (varGrads) Grad(v *Var) *tensor.Tensor        { return v.Grad() }
+func (varGrads) Grad(v *Var) *tensor.Tensor       { return v.Grad() }
 func (varGrads) SetGrad(v *Var, g *tensor.Tensor) { v.SetGrad(g) }
 
 // AccumulateIn is a leaf's gradient g, complete for a backward pass that

@@ -86,11 +86,11 @@ type dctx struct {
 		sends      map[uint64]autograd.Node
 		recvs      map[autograd.Node]recvEdge
 		pass       *pass
-		inflight   int // gradients sent, not yet acknowledged
-		delivering int // leaves' gradients taken from the pass, not yet in grads
-		err      error // the pass's failure
-		passDone chan struct{}
-		released bool
+		inflight   int   // gradients sent, not yet acknowledged
+		delivering int   // leaves' gradients taken from the pass, not yet in grads
+		err        error // the pass's failure
+		passDone   chan struct{}
+		released   bool
 		// leases are the other workers' watch calls, answered on release
 		// (on the creator only).
 		leases   []*rpc.Future[struct{}]

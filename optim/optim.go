@@ -12,9 +12,10 @@
 //
 // An optimizer holds its parameters in groups, each with its own
 // hyper-parameters; the constructors that take a plain parameter list make
-// one group, and NewAdamWGroups makes several (DecayGroups splits a
-// model's parameters into those with and without weight decay, as GPT
-// training does):
+// one group, NewAdamWGroups and NewSGDGroups make several (DecayGroups
+// splits a model's parameters into those with and without weight decay,
+// as GPT training does), and AddParamGroup (GroupAdder) appends one to a
+// made optimizer, as PyTorch's add_param_group:
 //
 //	groups := optim.DecayGroups(nn.NamedParameters(model), 0.1, nil)
 //	opt := optim.NewAdamWGroups(groups, optim.AdamOptions{LR: 6e-4, Beta2: 0.95})
@@ -32,6 +33,7 @@ package optim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -101,9 +103,31 @@ type Groups interface {
 	SetGroupLR(g int, lr float64)
 }
 
+// GroupAdder is implemented by optimizers that take a parameter group
+// after they are made, as torch.optim.Optimizer.add_param_group (every
+// optimizer in this package has it, and zero.ZeRO).
+type GroupAdder interface {
+	// AddParamGroup appends pg as the last group: its parameters are
+	// numbered after every existing one, in pg's order, and take the
+	// constructor's hyper-parameters except the weight decay, which is
+	// always pg.WeightDecay, and the learning rate where pg.LR is set (as
+	// NewAdamWGroups' groups do). The optimizer keeps pg.Params' elements,
+	// not the slice. A parameter already in a group is refused with an
+	// error wrapping ErrParamInTwoGroups, and nothing changes.
+	// Schedulers made before the call do not scale the new group.
+	AddParamGroup(pg ParamGroup) error
+}
+
+// ErrParamInTwoGroups is what AddParamGroup's error wraps when a
+// parameter it is given is already in one of the optimizer's groups
+// (the constructors panic instead: a programmer error there).
+var ErrParamInTwoGroups = errors.New("optim: a parameter is in two parameter groups")
+
 var (
-	_ Groups = (*SGD)(nil)
-	_ Groups = (*Adam)(nil)
+	_ Groups     = (*SGD)(nil)
+	_ Groups     = (*Adam)(nil)
+	_ GroupAdder = (*SGD)(nil)
+	_ GroupAdder = (*Adam)(nil)
 )
 
 // group is one parameter group: params[lo:hi] of its base, and its
@@ -132,23 +156,39 @@ func newBase(params []*autograd.Var, hyper map[string]*float64) base {
 // as before groups existed (PyTorch warns).
 func newGroupedBase(params [][]*autograd.Var, hypers []map[string]*float64) base {
 	var b base
-	seen := map[*autograd.Var]int{}
 	for g, ps := range params {
-		lo := len(b.params)
-		for _, p := range ps {
-			if h, ok := seen[p]; ok && h != g {
-				panic(fmt.Sprintf("optim: a parameter is in both group %d and group %d", h, g))
-			}
-			seen[p] = g
-			b.params = append(b.params, p)
+		if err := b.addGroup(ps, hypers[g]); err != nil {
+			panic(err.Error())
 		}
-		b.groups = append(b.groups, group{lo: lo, hi: len(b.params), hyper: hypers[g]})
-	}
-	b.state = make([]map[string]*tensor.Tensor, len(b.params))
-	for i := range b.state {
-		b.state[i] = map[string]*tensor.Tensor{}
 	}
 	return b
+}
+
+// addGroup appends a group of params with hyper-parameters hyper, or
+// returns an error wrapping ErrParamInTwoGroups, changing nothing, if one
+// of params is in an existing group.
+func (b *base) addGroup(params []*autograd.Var, hyper map[string]*float64) error {
+	g := len(b.groups)
+	if len(params) > 0 {
+		in := map[*autograd.Var]int{}
+		for h, gr := range b.groups {
+			for _, p := range b.params[gr.lo:gr.hi] {
+				in[p] = h
+			}
+		}
+		for i, p := range params {
+			if h, ok := in[p]; ok {
+				return fmt.Errorf("%w: parameter %d of group %d is in group %d already", ErrParamInTwoGroups, i, g, h)
+			}
+		}
+	}
+	lo := len(b.params)
+	b.params = append(b.params, params...)
+	b.groups = append(b.groups, group{lo: lo, hi: len(b.params), hyper: hyper})
+	for range params {
+		b.state = append(b.state, map[string]*tensor.Tensor{})
+	}
+	return nil
 }
 
 func (b *base) Params() []*autograd.Var { return b.params }
@@ -303,59 +343,133 @@ type SGDOptions struct {
 
 // SGD is stochastic gradient descent with optional momentum, dampening,
 // Nesterov momentum and weight decay, with PyTorch's update rule: the first
-// step's momentum buffer is the gradient itself.
+// step's momentum buffer is the gradient itself. Its parameters are in one
+// group or, made by NewSGDGroups or grown by AddParamGroup, in several,
+// each with its own learning rate and weight decay.
 type SGD struct {
 	base
-	opt SGDOptions
+	// opts[g] are group g's hyper-parameters (base.groups[g].hyper points
+	// into them); defaults are the constructor's, for AddParamGroup.
+	opts     []*SGDOptions
+	defaults SGDOptions
 }
 
 // NewSGD returns an SGD optimizer over params.
 func NewSGD(params []*autograd.Var, opt SGDOptions) *SGD {
-	if opt.Nesterov && (opt.Momentum <= 0 || opt.Dampening != 0) {
-		panic("optim: Nesterov momentum requires a momentum and zero dampening")
-	}
-	s := &SGD{opt: opt}
-	s.base = newBase(params, map[string]*float64{
-		"lr": &s.opt.LR, "momentum": &s.opt.Momentum, "dampening": &s.opt.Dampening, "weight_decay": &s.opt.WeightDecay,
-	})
+	s := newSGD(opt)
+	s.base = newBase(params, s.hyper(opt))
 	return s
 }
 
-// Step applies one SGD update.
-func (s *SGD) Step() {
-	o := s.opt
-	for i, p := range s.params {
-		g := p.Grad()
-		if g == nil {
-			continue
-		}
-		w := p.Value()
-		buf, hasBuf := s.state[i]["momentum_buffer"]
-		if hasBuf && w.DType() == tensor.Float32 && g.IsContiguous() && w.IsContiguous() {
-			// One pass over parameter, gradient and momentum buffer.
-			sgd32(w.Float32s(), g.Float32s(), buf.Float32s(), float32(o.LR), float32(o.Momentum),
-				float32(1-o.Dampening), float32(o.WeightDecay), o.Nesterov)
-			continue
-		}
-		d := g
-		if o.WeightDecay != 0 {
-			d = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
-		}
-		if o.Momentum != 0 {
-			if !hasBuf {
-				buf = d.Clone()
-				s.state[i]["momentum_buffer"] = buf
-			} else {
-				buf.Scale(o.Momentum).AddScaled(buf, 1-o.Dampening, d)
-			}
-			if o.Nesterov {
-				d = new(tensor.Tensor).AddScaled(d, o.Momentum, buf)
-			} else {
-				d = buf
-			}
-		}
-		w.AddScaled(w, -o.LR, d)
+// NewSGDGroups returns an SGD optimizer over parameter groups, as
+// torch.optim.SGD(param_groups, ...): each group takes its
+// hyper-parameters from opt, except its weight decay, which is always the
+// group's own (ParamGroup.WeightDecay), and its learning rate where
+// ParamGroup.LR is set. opt.WeightDecay must be zero, so that a group
+// meant to have no decay cannot silently get one. The parameters are
+// numbered in group order for the state dict.
+//
+// It panics, as for other programmer errors, if there are no groups, if
+// opt.WeightDecay is not zero, or if a parameter is in two groups.
+func NewSGDGroups(groups []ParamGroup, opt SGDOptions) *SGD {
+	if len(groups) == 0 {
+		panic("optim: NewSGDGroups without parameter groups")
 	}
+	if opt.WeightDecay != 0 {
+		panic(fmt.Sprintf("optim: NewSGDGroups with SGDOptions.WeightDecay %g: set each ParamGroup's WeightDecay instead", opt.WeightDecay))
+	}
+	s := newSGD(opt)
+	params := make([][]*autograd.Var, len(groups))
+	hypers := make([]map[string]*float64, len(groups))
+	for g, pg := range groups {
+		params[g] = pg.Params
+		hypers[g] = s.hyper(s.groupOptions(pg))
+	}
+	s.base = newGroupedBase(params, hypers)
+	return s
+}
+
+func newSGD(opt SGDOptions) *SGD {
+	if opt.Nesterov && (opt.Momentum <= 0 || opt.Dampening != 0) {
+		panic("optim: Nesterov momentum requires a momentum and zero dampening")
+	}
+	return &SGD{defaults: opt}
+}
+
+// groupOptions returns the options of a group pg: the constructor's, with
+// pg's weight decay and, if set, its learning rate.
+func (s *SGD) groupOptions(pg ParamGroup) SGDOptions {
+	o := s.defaults
+	o.WeightDecay = pg.WeightDecay
+	if pg.LR != 0 {
+		o.LR = pg.LR
+	}
+	return o
+}
+
+// hyper keeps o as the options of the next group and returns its
+// hyper-parameters by PyTorch name.
+func (s *SGD) hyper(o SGDOptions) map[string]*float64 {
+	p := &o
+	s.opts = append(s.opts, p)
+	return map[string]*float64{"lr": &p.LR, "momentum": &p.Momentum, "dampening": &p.Dampening, "weight_decay": &p.WeightDecay}
+}
+
+// AddParamGroup is GroupAdder's: pg gets the constructor's options, its
+// own weight decay and, if set, its own learning rate.
+func (s *SGD) AddParamGroup(pg ParamGroup) error {
+	o := s.groupOptions(pg)
+	if err := s.addGroup(pg.Params, nil); err != nil {
+		return err
+	}
+	s.groups[len(s.groups)-1].hyper = s.hyper(o)
+	return nil
+}
+
+// Step applies one SGD update to every group, each with its own
+// hyper-parameters.
+func (s *SGD) Step() {
+	for g, gr := range s.groups {
+		o := *s.opts[g]
+		for i := gr.lo; i < gr.hi; i++ {
+			s.update(i, o)
+		}
+	}
+}
+
+// update applies one SGD update with hyper-parameters o to parameter i.
+func (s *SGD) update(i int, o SGDOptions) {
+	p := s.params[i]
+	g := p.Grad()
+	if g == nil {
+		return
+	}
+	w := p.Value()
+	buf, hasBuf := s.state[i]["momentum_buffer"]
+	if hasBuf && w.DType() == tensor.Float32 && g.IsContiguous() && w.IsContiguous() {
+		// One pass over parameter, gradient and momentum buffer.
+		sgd32(w.Float32s(), g.Float32s(), buf.Float32s(), float32(o.LR), float32(o.Momentum),
+			float32(1-o.Dampening), float32(o.WeightDecay), o.Nesterov)
+		return
+	}
+	d := g
+	if o.WeightDecay != 0 {
+		d = new(tensor.Tensor).AddScaled(g, o.WeightDecay, w)
+	}
+	if o.Momentum != 0 {
+		if !hasBuf {
+			buf = d.Clone()
+			s.state[i]["momentum_buffer"] = buf
+		} else {
+			buf.Scale(o.Momentum).AddScaled(buf, 1-o.Dampening, d)
+		}
+		if o.Nesterov {
+			d = new(tensor.Tensor).AddScaled(d, o.Momentum, buf)
+		} else {
+			d = buf
+		}
+	}
+	w.AddScaled(w, -o.LR, d)
 }
 
 // AdamOptions are torch.optim.Adam's hyper-parameters. Zero values of
@@ -370,21 +484,24 @@ type AdamOptions struct {
 // each with its own hyper-parameters.
 type Adam struct {
 	base
-	opts      []AdamOptions // group g's hyper-parameters; base.groups[g].hyper points into opts[g]
+	// opts[g] are group g's hyper-parameters (base.groups[g].hyper points
+	// into them); defaults are the constructor's, for AddParamGroup.
+	opts      []*AdamOptions
+	defaults  AdamOptions
 	decoupled bool
 }
 
 // NewAdam returns an Adam optimizer (L2 weight decay added to the
 // gradient).
 func NewAdam(params []*autograd.Var, opt AdamOptions) *Adam {
-	return newAdam([][]*autograd.Var{params}, []AdamOptions{opt}, false)
+	return newAdam(opt, false, []ParamGroup{{Params: params, WeightDecay: opt.WeightDecay}})
 }
 
 // NewAdamW returns an AdamW optimizer (weight decay applied to the
 // parameters directly). PyTorch's default WeightDecay for AdamW is 0.01;
 // pass it explicitly.
 func NewAdamW(params []*autograd.Var, opt AdamOptions) *Adam {
-	return newAdam([][]*autograd.Var{params}, []AdamOptions{opt}, true)
+	return newAdam(opt, true, []ParamGroup{{Params: params, WeightDecay: opt.WeightDecay}})
 }
 
 // NewAdamWGroups returns an AdamW optimizer over parameter groups, as
@@ -407,39 +524,53 @@ func NewAdamWGroups(groups []ParamGroup, opt AdamOptions) *Adam {
 	if opt.WeightDecay != 0 {
 		panic(fmt.Sprintf("optim: NewAdamWGroups with AdamOptions.WeightDecay %g: set each ParamGroup's WeightDecay instead", opt.WeightDecay))
 	}
-	params := make([][]*autograd.Var, len(groups))
-	opts := make([]AdamOptions, len(groups))
-	for g, pg := range groups {
-		params[g] = pg.Params
-		opts[g] = opt
-		opts[g].WeightDecay = pg.WeightDecay
-		if pg.LR != 0 {
-			opts[g].LR = pg.LR
-		}
-	}
-	return newAdam(params, opts, true)
+	return newAdam(opt, true, groups)
 }
 
-func newAdam(params [][]*autograd.Var, opts []AdamOptions, decoupled bool) *Adam {
-	a := &Adam{opts: opts, decoupled: decoupled}
-	hypers := make([]map[string]*float64, len(opts))
-	for g := range a.opts {
-		o := &a.opts[g]
-		if o.Beta1 == 0 {
-			o.Beta1 = 0.9
-		}
-		if o.Beta2 == 0 {
-			o.Beta2 = 0.999
-		}
-		if o.Eps == 0 {
-			o.Eps = 1e-8
-		}
-		hypers[g] = map[string]*float64{
-			"lr": &o.LR, "beta1": &o.Beta1, "beta2": &o.Beta2, "eps": &o.Eps, "weight_decay": &o.WeightDecay,
-		}
+// newAdam makes an Adam over groups whose options are opt's, with each
+// group's weight decay and, where set, learning rate.
+func newAdam(opt AdamOptions, decoupled bool, groups []ParamGroup) *Adam {
+	if opt.Beta1 == 0 {
+		opt.Beta1 = 0.9
+	}
+	if opt.Beta2 == 0 {
+		opt.Beta2 = 0.999
+	}
+	if opt.Eps == 0 {
+		opt.Eps = 1e-8
+	}
+	a := &Adam{defaults: opt, decoupled: decoupled}
+	params := make([][]*autograd.Var, len(groups))
+	hypers := make([]map[string]*float64, len(groups))
+	for g, pg := range groups {
+		params[g] = pg.Params
+		hypers[g] = a.hyper(pg)
 	}
 	a.base = newGroupedBase(params, hypers)
 	return a
+}
+
+// hyper keeps the options of a next group pg (the defaults, pg's weight
+// decay and, if set, its learning rate) and returns its hyper-parameters
+// by PyTorch name.
+func (a *Adam) hyper(pg ParamGroup) map[string]*float64 {
+	o := a.defaults
+	o.WeightDecay = pg.WeightDecay
+	if pg.LR != 0 {
+		o.LR = pg.LR
+	}
+	a.opts = append(a.opts, &o)
+	return map[string]*float64{"lr": &o.LR, "beta1": &o.Beta1, "beta2": &o.Beta2, "eps": &o.Eps, "weight_decay": &o.WeightDecay}
+}
+
+// AddParamGroup is GroupAdder's: pg gets the constructor's options, its
+// own weight decay and, if set, its own learning rate.
+func (a *Adam) AddParamGroup(pg ParamGroup) error {
+	if err := a.addGroup(pg.Params, nil); err != nil {
+		return err
+	}
+	a.groups[len(a.groups)-1].hyper = a.hyper(pg)
+	return nil
 }
 
 // Step applies one Adam update to every group, each with its own
@@ -447,7 +578,7 @@ func newAdam(params [][]*autograd.Var, opts []AdamOptions, decoupled bool) *Adam
 func (a *Adam) Step() {
 	for g, gr := range a.groups {
 		for i := gr.lo; i < gr.hi; i++ {
-			a.update(i, a.opts[g])
+			a.update(i, *a.opts[g])
 		}
 	}
 }

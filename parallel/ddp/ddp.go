@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -41,6 +42,26 @@ type Options struct {
 	// whole backward pass, instead of from the grad-ready hooks. It exists
 	// to measure what the overlap gains.
 	NoOverlap bool
+	// StaticGraph declares that every iteration gives the same parameters
+	// gradients, each completed by as many backward passes (PyTorch's
+	// static_graph). The first synchronised iteration only counts how many
+	// times each parameter's gradient became ready before Wait, and Wait
+	// reduces every bucket after the whole backward. Later iterations,
+	// from what it recorded:
+	//   - mark a parameter ready when its count is reached, so one whose
+	//     gradient two backward passes an iteration complete (two losses,
+	//     each backpropagated) is reduced after the second, where without
+	//     StaticGraph that is a *ReadyTwiceError;
+	//   - mark the parameters the first iteration gave no gradient ready,
+	//     with zeros, when backward begins, with no walk of the graph
+	//     (FindUnusedParameters walks it after every forward pass, and
+	//     takes a parameter used only outside the forward pass, in the
+	//     loss, for unused; StaticGraph counts it);
+	//   - reduce buckets rebuilt in the order the first iteration's
+	//     gradients became ready (their last time), while backward runs.
+	// An iteration that departs from the first fails with a
+	// *StaticGraphError. FindUnusedParameters is not needed with it.
+	StaticGraph bool
 }
 
 // DDP is DistributedDataParallel: it wraps a module so that, after every
@@ -69,19 +90,30 @@ type DDP struct {
 
 	mu struct {
 		sync.Mutex
-		buckets     []*bucket
-		bucketOf    []int // parameter -> bucket
-		posInBkt    []int // parameter -> position in its bucket
-		next        int   // next bucket to launch
-		ready       []bool
-		readyOrder  []int // this iteration's order of ready gradients
-		rebuilt     bool
+		buckets    []*bucket
+		bucketOf   []int // parameter -> bucket
+		posInBkt   []int // parameter -> position in its bucket
+		next       int   // next bucket to launch
+		ready      []bool
+		readyOrder []int // this iteration's order of ready gradients
+		rebuilt    bool
+		// With StaticGraph: fired counts each parameter's grad-ready hooks
+		// this iteration, and expected holds the counts of the first
+		// iteration (nil until it is over: the recording iteration).
+		// lastFired orders the recording iteration's last firings.
+		fired       []int
+		expected    []int
+		lastFired   []int
+		fireSeq     int
 		iteration   int
 		requireSync bool
 		started     bool // a forward pass prepared this iteration
 		unused      map[int]bool
-		err         error
-		joined      bool // a Join shadows this model
+		// unusedStatic are the parameters StaticGraph's recording
+		// iteration gave no gradient.
+		unusedStatic map[int]bool
+		err          error
+		joined       bool // a Join shadows this model
 	}
 	join *join.Context // set by join.Join; guarded by mu
 }
@@ -259,7 +291,7 @@ func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
 	d.mu.Lock()
 	sync, find := d.mu.requireSync, d.opt.FindUnusedParameters
 	d.mu.Unlock()
-	if sync && find && autograd.GradEnabled() {
+	if sync && find && !d.opt.StaticGraph && autograd.GradEnabled() {
 		reached := autograd.Leaves(y)
 		d.mu.Lock()
 		d.mu.unused = map[int]bool{}
@@ -329,13 +361,32 @@ func (d *DDP) prepare(ctx context.Context) error {
 
 func (d *DDP) resetLocked() {
 	d.mu.next = 0
-	d.mu.ready = make([]bool, len(d.params))
+	d.mu.ready = resize(d.mu.ready, len(d.params))
 	d.mu.readyOrder = d.mu.readyOrder[:0]
 	d.mu.unused = nil
+	if d.opt.StaticGraph {
+		d.mu.fired = resize(d.mu.fired, len(d.params))
+		d.mu.lastFired = resize(d.mu.lastFired, len(d.params))
+		if d.mu.expected != nil {
+			// The parameters the first iteration gave no gradient are
+			// marked ready when backward begins.
+			d.mu.unused = d.mu.unusedStatic
+		}
+	}
 	for _, bk := range d.mu.buckets {
 		bk.pending = len(bk.params)
 		bk.work = nil
 	}
+}
+
+// resize returns s cleared, with n elements, reusing its memory.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 func (d *DDP) hasPendingLocked() bool {
@@ -348,6 +399,9 @@ func (d *DDP) hasPendingLocked() bool {
 }
 
 func (d *DDP) unreadyErrorLocked() error {
+	if d.opt.StaticGraph && d.mu.expected != nil {
+		return d.staticErrorLocked()
+	}
 	var names []string
 	for i, r := range d.mu.ready {
 		if !r {
@@ -395,11 +449,29 @@ func (d *DDP) onReady(i int) {
 func (d *DDP) onReadyLocked(i int) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.mu.requireSync || d.mu.ready == nil || d.mu.ready[i] {
-		return 0
+	if !d.mu.requireSync || d.mu.ready == nil || !d.mu.started {
+		return 0 // (without a DDP forward: nothing to reduce)
 	}
-	if !d.mu.started {
-		return 0 // backward without a DDP forward: nothing to reduce
+	if d.opt.StaticGraph {
+		d.mu.fired[i]++
+		d.mu.fireSeq++
+		d.mu.lastFired[i] = d.mu.fireSeq
+		switch {
+		case d.mu.expected == nil:
+			return 0 // the recording iteration: Wait reduces
+		case d.mu.fired[i] > d.mu.expected[i]:
+			if d.mu.err == nil {
+				d.mu.err = d.staticErrorLocked()
+			}
+			return 0
+		case d.mu.fired[i] < d.mu.expected[i]:
+			return 0
+		}
+	} else if d.mu.ready[i] {
+		if d.mu.err == nil {
+			d.mu.err = &ReadyTwiceError{Rank: d.group.Rank(), Param: d.names[i]}
+		}
+		return 0
 	}
 	d.markReadyLocked(i)
 	// With FindUnusedParameters, the first ready gradient is the moment to
@@ -482,6 +554,16 @@ func (d *DDP) Wait(ctx context.Context) error {
 		d.mu.Unlock()
 		return errors.New("ddp: Wait without a forward pass through the DDP model")
 	}
+	if d.opt.StaticGraph && d.mu.expected == nil {
+		if err := d.group.Err(); err != nil {
+			// A backward pass that stopped at a failed collective
+			// counted too few gradients: record nothing.
+			d.mu.err = err
+			d.mu.Unlock()
+			return err
+		}
+		d.recordStaticLocked()
+	}
 	if d.hasPendingLocked() {
 		// A backward pass that stopped at a failed collective (its error
 		// ignored) leaves gradients unready: the group's failure is the
@@ -521,6 +603,79 @@ func (d *DDP) Wait(ctx context.Context) error {
 	d.mu.iteration++
 	d.mu.started = false
 	return nil
+}
+
+// recordStaticLocked ends StaticGraph's recording iteration, in Wait: it
+// keeps how many times each parameter's gradient became ready, marks every
+// parameter ready (those that got none with zeros) and sets the order to
+// rebuild the buckets in: the unused ones first (later iterations mark
+// them first), then by the last time each became ready.
+func (d *DDP) recordStaticLocked() {
+	d.mu.expected = slices.Clone(d.mu.fired)
+	d.mu.unusedStatic = map[int]bool{}
+	for i, n := range d.mu.expected {
+		if n == 0 {
+			d.mu.unusedStatic[i] = true
+		}
+	}
+	order := make([]int, len(d.params))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return d.mu.lastFired[a] - d.mu.lastFired[b] })
+	for _, i := range order {
+		if d.mu.expected[i] == 0 {
+			d.params[i].SetGrad(zeroGradLike(d.params[i], d.params[i].Grad()))
+		}
+		d.markReadyLocked(i)
+	}
+}
+
+func (d *DDP) staticErrorLocked() error {
+	e := &StaticGraphError{Rank: d.group.Rank()}
+	for i, n := range d.mu.fired {
+		if n != d.mu.expected[i] {
+			e.Params = append(e.Params, d.names[i])
+			e.Ready = append(e.Ready, n)
+			e.Want = append(e.Want, d.mu.expected[i])
+		}
+	}
+	return e
+}
+
+// StaticGraphError reports an iteration of a model with
+// Options.StaticGraph whose graph departed from the first iteration's:
+// each of Params had its gradient become ready Ready[k] times (so far, if
+// the error came during backward) where the first iteration had Want[k].
+type StaticGraphError struct {
+	Rank        int
+	Params      []string
+	Ready, Want []int
+}
+
+func (e *StaticGraphError) Error() string {
+	var b strings.Builder
+	for k, p := range e.Params {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d times (first iteration %d)", p, e.Ready[k], e.Want[k])
+	}
+	return fmt.Sprintf("ddp: rank %d: with StaticGraph every iteration must give the parameters gradients as the first did, but this one readied %s; drop StaticGraph (with FindUnusedParameters if parameters go unused) for a model whose graph changes", e.Rank, b.String())
+}
+
+// ReadyTwiceError reports a parameter whose gradient became ready a
+// second time in one iteration, after its bucket's reduction may have
+// started without the second part: two backward passes before Wait, or a
+// parameter used outside the forward pass (in the loss) that
+// FindUnusedParameters had taken for unused.
+type ReadyTwiceError struct {
+	Rank  int
+	Param string
+}
+
+func (e *ReadyTwiceError) Error() string {
+	return fmt.Sprintf("ddp: rank %d: parameter %s's gradient became ready twice in one iteration (two backward passes before Wait, or a use outside the forward pass that FindUnusedParameters took for unused), so its reduction would miss part of it; set Options.StaticGraph if every iteration does this alike", e.Rank, e.Param)
 }
 
 // Backward runs loss.Backward and Wait. A failure of the group (a dead

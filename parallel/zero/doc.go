@@ -35,8 +35,17 @@
 // optim.Step in code written against optim.Optimizer, where you can. StateDict is the state consolidated to this
 // rank by ConsolidateStateDict (nil elsewhere), indexed by position in
 // the parameters given to New; LoadStateDict takes such a dict on every
-// rank and keeps each rank's share. newOpt makes one optimizer over a
-// plain list; optimizers over several parameter groups are not supported.
+// rank and keeps each rank's share.
+//
+// Parameter groups, each with its own learning rate and weight decay
+// (PyTorch's param_groups): NewGroups partitions the groups one after the
+// other (PartitionGroups) and gives newOpt this rank's share of each, to
+// make a grouped optimizer of; AddParamGroup appends a group later, as
+// add_param_group, without moving the earlier parameters:
+//
+//	opt, err := zero.NewGroups(optim.DecayGroups(nn.NamedParameters(net), 0.1, nil),
+//		func(gs []optim.ParamGroup) optim.Optimizer { return optim.NewAdamWGroups(gs, optim.AdamOptions{LR: 1e-3}) },
+//		g, zero.Options{})
 //
 // ZeRO is a join.Joinable: under join.Join, after the DDP model whose
 // gradients it steps, a rank that has run out of data goes on stepping

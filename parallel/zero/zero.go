@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ type ZeRO struct {
 	group  *dist.Group
 	opt    Options
 	params []*autograd.Var // all, in the caller's order: the global index
+	// starts[g] is the global index of parameter group g's first
+	// parameter; starts[len(starts)-1] is len(params).
+	starts []int
 	per    [][]int         // per[r]: global indices of rank r's partition, in local order
 	local  optim.Optimizer // over params of per[rank]
 	// global[j] is the global index of the local optimizer's parameter j
@@ -73,9 +77,10 @@ type ZeRO struct {
 }
 
 var (
-	_ optim.Optimizer = (*ZeRO)(nil)
-	_ optim.Groups    = (*ZeRO)(nil)
-	_ join.Joinable   = (*ZeRO)(nil)
+	_ optim.Optimizer  = (*ZeRO)(nil)
+	_ optim.Groups     = (*ZeRO)(nil)
+	_ optim.GroupAdder = (*ZeRO)(nil)
+	_ join.Joinable    = (*ZeRO)(nil)
 )
 
 // New partitions params over the members of group (see Partition) and
@@ -93,24 +98,99 @@ func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optim
 	if len(params) == 0 {
 		return nil, errors.New("zero: New without parameters")
 	}
-	sizes := make([]int, len(params))
-	for i, p := range params {
-		if p == nil || p.Value() == nil {
-			return nil, fmt.Errorf("zero: parameter %d is nil", i)
+	return newZeRO([][]*autograd.Var{params}, func(mine [][]*autograd.Var) optim.Optimizer { return newOpt(mine[0]) }, group, opt)
+}
+
+// NewGroups is New over parameter groups, PyTorch's
+// ZeroRedundancyOptimizer over param_groups: the groups are partitioned
+// one after the other (PartitionGroups), and newOpt makes this rank's
+// optimizer over its share of every group, given as groups[g] with Params
+// replaced by the share (empty where this rank holds none of the group),
+// so that it keeps each group's hyper-parameters: optim.NewAdamWGroups
+// or optim.NewSGDGroups with the same options on every rank. Its
+// parameter group g must be groups[g] (schedulers and GroupLR see group
+// g's rate there); it may order the parameters within a group its own
+// way. A parameter's index (Params, the state dict) counts through the
+// groups in order, as an unsharded optimizer over groups numbers them,
+// and the consolidated state dict is such an optimizer's.
+//
+// It returns an error if there are no groups or no parameters, if a
+// parameter is nil or given twice, or with OverlapWithDDP and more than
+// one group (as PyTorch).
+func NewGroups(groups []optim.ParamGroup, newOpt func(groups []optim.ParamGroup) optim.Optimizer, group *dist.Group, opt Options) (*ZeRO, error) {
+	n := 0
+	params := make([][]*autograd.Var, len(groups))
+	for g, pg := range groups {
+		params[g] = pg.Params
+		n += len(pg.Params)
+	}
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("zero: NewGroups with %d parameter groups and no parameters", len(groups))
+	case opt.OverlapWithDDP && len(groups) > 1:
+		return nil, fmt.Errorf("zero: OverlapWithDDP with %d parameter groups: it steps one group; use NewGroups without it, or New", len(groups))
+	}
+	if err := checkDistinct(nil, params); err != nil {
+		return nil, err
+	}
+	return newZeRO(params, func(mine [][]*autograd.Var) optim.Optimizer {
+		local := slices.Clone(groups)
+		for g := range local {
+			local[g].Params = mine[g]
 		}
-		sizes[i] = p.Value().Numel()
-		if opt.ParametersAsBucketView && p.DType() != params[0].DType() {
-			return nil, fmt.Errorf("zero: ParametersAsBucketView with parameters of dtypes %v (parameter 0) and %v (parameter %d); use one dtype or leave it off", params[0].DType(), p.DType(), i)
+		return newOpt(local)
+	}, group, opt)
+}
+
+// checkDistinct returns an error naming a parameter of groups that is
+// nil, or also in have or elsewhere in groups (groups numbered after
+// have's len(have) parameters).
+func checkDistinct(have []*autograd.Var, groups [][]*autograd.Var) error {
+	at := map[*autograd.Var]int{}
+	for i, p := range have {
+		at[p] = i
+	}
+	i := len(have)
+	for g, ps := range groups {
+		for _, p := range ps {
+			if p == nil || p.Value() == nil {
+				return fmt.Errorf("zero: parameter %d (of group %d) is nil", i, g)
+			}
+			if j, dup := at[p]; dup {
+				return fmt.Errorf("zero: parameter %d (of group %d) is parameter %d too; give each parameter once", i, g, j)
+			}
+			at[p] = i
+			i++
 		}
+	}
+	return nil
+}
+
+// newZeRO is New over groups of parameters, with newOpt given this
+// rank's share of each group.
+func newZeRO(groups [][]*autograd.Var, newOpt func(mine [][]*autograd.Var) optim.Optimizer, group *dist.Group, opt Options) (*ZeRO, error) {
+	var params []*autograd.Var
+	starts := []int{0}
+	sizes := make([][]int, len(groups))
+	for g, ps := range groups {
+		for _, p := range ps {
+			i := len(params)
+			if p == nil || p.Value() == nil {
+				return nil, fmt.Errorf("zero: parameter %d is nil", i)
+			}
+			if opt.ParametersAsBucketView && len(params) > 0 && p.DType() != params[0].DType() {
+				return nil, fmt.Errorf("zero: ParametersAsBucketView with parameters of dtypes %v (parameter 0) and %v (parameter %d); use one dtype or leave it off", params[0].DType(), p.DType(), i)
+			}
+			sizes[g] = append(sizes[g], p.Value().Numel())
+			params = append(params, p)
+		}
+		starts = append(starts, len(params))
 	}
 	if opt.OverlapWithDDP {
 		opt.ParametersAsBucketView = false
 	}
-	z := &ZeRO{group: group, opt: opt, params: slices.Clone(params), per: Partition(sizes, group.Size())}
-	mine := make([]*autograd.Var, len(z.per[group.Rank()]))
-	for j, i := range z.per[group.Rank()] {
-		mine[j] = params[i]
-	}
+	z := &ZeRO{group: group, opt: opt, params: params, starts: starts, per: PartitionGroups(sizes, group.Size())}
+	mine := z.share(z.per[group.Rank()])
 	if opt.OverlapWithDDP {
 		z.index = map[*autograd.Var]int{}
 		for i, p := range params {
@@ -126,19 +206,26 @@ func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optim
 			}
 		}
 		z.proxy = make([]*autograd.Var, len(params))
-		for j, i := range z.per[group.Rank()] {
-			z.proxy[i] = autograd.Param(params[i].Value())
-			mine[j] = z.proxy[i]
+		for _, ps := range mine {
+			for j, p := range ps {
+				i := z.index[p]
+				z.proxy[i] = autograd.Param(p.Value())
+				ps[j] = z.proxy[i]
+			}
 		}
 	}
 	z.local = newOpt(mine)
 	at := map[*autograd.Var]int{}
-	for j, i := range z.per[group.Rank()] {
-		at[mine[j]] = i
+	n := 0
+	for g, ps := range mine {
+		for j, p := range ps {
+			at[p] = z.per[group.Rank()][n+j]
+		}
+		n += len(mine[g])
 	}
 	lp := z.local.Params()
-	if len(lp) != len(mine) {
-		return nil, fmt.Errorf("zero: newOpt made an optimizer over %d parameters, given %d", len(lp), len(mine))
+	if len(lp) != n {
+		return nil, fmt.Errorf("zero: newOpt made an optimizer over %d parameters, given %d", len(lp), n)
 	}
 	z.global = make([]int, len(lp))
 	for j, p := range lp {
@@ -148,19 +235,119 @@ func New(params []*autograd.Var, newOpt func(params []*autograd.Var) optim.Optim
 		}
 		z.global[j] = i
 	}
-	if opt.ParametersAsBucketView {
-		z.buckets = make([]*tensor.Tensor, group.Size())
-		for r, idx := range z.per {
-			n := 0
-			for _, i := range idx {
-				n += sizes[i]
-			}
-			if n > 0 {
-				z.buckets[r] = tensor.New(params[0].DType(), n)
-			}
+	z.makeBuckets()
+	return z, nil
+}
+
+// share splits idx, a rank's global indices in group order, into that
+// rank's parameters of each group.
+func (z *ZeRO) share(idx []int) [][]*autograd.Var {
+	out := make([][]*autograd.Var, len(z.starts)-1)
+	for _, i := range idx {
+		g := sort.SearchInts(z.starts, i+1) - 1
+		out[g] = append(out[g], z.params[i])
+	}
+	return out
+}
+
+// makeBuckets makes each rank's flat buffer (ParametersAsBucketView).
+func (z *ZeRO) makeBuckets() {
+	if !z.opt.ParametersAsBucketView {
+		return
+	}
+	z.buckets = make([]*tensor.Tensor, z.group.Size())
+	for r, idx := range z.per {
+		n := 0
+		for _, i := range idx {
+			n += z.params[i].Value().Numel()
+		}
+		if n > 0 {
+			z.buckets[r] = tensor.New(z.params[0].DType(), n)
 		}
 	}
-	return z, nil
+}
+
+// AddParamGroup appends a parameter group, as PyTorch's
+// ZeroRedundancyOptimizer.add_param_group: its parameters are
+// partitioned after every earlier group's (PartitionGroups; the earlier
+// assignments stay), numbered after every earlier parameter, and this
+// rank's share of them (maybe none) goes to the local optimizer's
+// AddParamGroup with pg's hyper-parameters. Every member must call it
+// with the same group, between steps; nothing is sent.
+//
+// It returns an error, changing nothing, if the local optimizer is no
+// optim.GroupAdder or does not hold one group per ZeRO group (a newOpt
+// that split a plain list into groups of its own), with OverlapWithDDP
+// (as PyTorch), if a parameter is nil or already given, or if
+// ParametersAsBucketView is set and a parameter's dtype differs.
+func (z *ZeRO) AddParamGroup(pg optim.ParamGroup) error {
+	me := z.group.Rank()
+	adder, ok := z.local.(optim.GroupAdder)
+	switch {
+	case z.opt.OverlapWithDDP:
+		return fmt.Errorf("zero: rank %d: AddParamGroup with OverlapWithDDP: the DDP model's buckets step the parameters; make the optimizer with every group instead", me)
+	case !ok:
+		return fmt.Errorf("zero: rank %d: AddParamGroup: the local optimizer, a %T, cannot add a parameter group (it is no optim.GroupAdder)", me, z.local)
+	case z.NumGroups() != len(z.starts)-1:
+		return fmt.Errorf("zero: rank %d: AddParamGroup: the local optimizer has %d parameter groups and the ZeRO optimizer %d; newOpt must make one group per ZeRO group (use NewGroups)", me, z.NumGroups(), len(z.starts)-1)
+	}
+	if err := checkDistinct(z.params, [][]*autograd.Var{pg.Params}); err != nil {
+		return err
+	}
+	for k, p := range pg.Params {
+		if z.opt.ParametersAsBucketView && p.DType() != z.params[0].DType() {
+			return fmt.Errorf("zero: ParametersAsBucketView with parameters of dtypes %v (parameter 0) and %v (parameter %d); use one dtype or leave it off", z.params[0].DType(), p.DType(), len(z.params)+k)
+		}
+	}
+	var sizes [][]int
+	for g := range len(z.starts) - 1 {
+		var gs []int
+		for _, p := range z.params[z.starts[g]:z.starts[g+1]] {
+			gs = append(gs, p.Value().Numel())
+		}
+		sizes = append(sizes, gs)
+	}
+	var gs []int
+	for _, p := range pg.Params {
+		gs = append(gs, p.Value().Numel())
+	}
+	per := PartitionGroups(append(sizes, gs), z.group.Size())
+	for r := range per {
+		if !slices.Equal(per[r][:len(z.per[r])], z.per[r]) {
+			panic(fmt.Sprintf("zero: adding a group moved rank %d's parameters from %v to %v", r, z.per[r], per[r]))
+		}
+	}
+	added := per[me][len(z.per[me]):]
+	mine := make([]*autograd.Var, len(added))
+	at := map[*autograd.Var]int{}
+	for k, i := range added {
+		mine[k] = pg.Params[i-len(z.params)]
+		at[mine[k]] = i
+	}
+	local := pg
+	local.Params = mine
+	before := len(z.local.Params())
+	if err := adder.AddParamGroup(local); err != nil {
+		return fmt.Errorf("zero: rank %d: AddParamGroup: %w", me, err)
+	}
+	lp := z.local.Params()
+	if len(lp) != before+len(mine) {
+		return fmt.Errorf("zero: rank %d: the local optimizer took a group of %d parameters and grew from %d to %d", me, len(mine), before, len(lp))
+	}
+	global := slices.Clone(z.global)
+	for j, p := range lp[before:] {
+		i, ok := at[p]
+		if !ok {
+			return fmt.Errorf("zero: rank %d: the local optimizer's new parameter %d is not one it was given", me, before+j)
+		}
+		global = append(global, i)
+	}
+	z.global = global
+	z.params = append(z.params, pg.Params...)
+	z.starts = append(z.starts, len(z.params))
+	z.per = per
+	z.makeBuckets()
+	return nil
 }
 
 // Partition returns, for each rank, the global indices (positions in the
@@ -445,6 +632,17 @@ func (z *ZeRO) ConsolidateStateDict(ctx context.Context, to int) error {
 			full[e.Key] = t
 		}
 	}
+	if len(z.starts) > 2 {
+		// Each group's members, as an unsharded optimizer over the
+		// groups lists them.
+		for g := range len(z.starts) - 1 {
+			idx := tensor.New(tensor.Int64, z.starts[g+1]-z.starts[g])
+			for j := range idx.Int64s() {
+				idx.Int64s()[j] = int64(z.starts[g] + j)
+			}
+			full[fmt.Sprintf("param_groups.%d.params", g)] = idx
+		}
+	}
 	z.full = full
 	return nil
 }
@@ -452,14 +650,34 @@ func (z *ZeRO) ConsolidateStateDict(ctx context.Context, to int) error {
 // StateDict returns the state dict consolidated to this rank by the last
 // ConsolidateStateDict, laid out as an unsharded optimizer over all
 // parameters would lay it out ("state.I.name" with I the position in
-// Params, and the hyper-parameters "param_groups.G.name" as they were
-// then). It is nil on a rank that has none. The map is the caller's; its
+// Params, the hyper-parameters "param_groups.G.name" as they were then
+// and, with several groups, "param_groups.G.params", the positions of
+// group G's parameters). It is nil on a rank that has none. The map is the caller's; its
 // tensors are shared with later calls.
 func (z *ZeRO) StateDict() map[string]*tensor.Tensor {
 	if z.full == nil {
 		return nil
 	}
 	return maps.Clone(z.full)
+}
+
+// checkGroupParams checks a state dict's "param_groups.G.params" entry t
+// against group G's parameters.
+func (z *ZeRO) checkGroupParams(key string, t *tensor.Tensor) error {
+	g, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(key, "param_groups."), ".params"))
+	if err != nil || g < 0 || g >= len(z.starts)-1 {
+		return fmt.Errorf("zero: load state dict: %q is for parameter group %s; the optimizer has %d", key, strings.TrimSuffix(strings.TrimPrefix(key, "param_groups."), ".params"), len(z.starts)-1)
+	}
+	lo, hi := z.starts[g], z.starts[g+1]
+	v := t.Values()
+	ok := t.Dim() == 1 && len(v) == hi-lo
+	for j := 0; ok && j < len(v); j++ {
+		ok = v[j] == float64(lo+j)
+	}
+	if !ok {
+		return fmt.Errorf("zero: load state dict: %s lists parameters %v, this optimizer's group %d holds %d to %d (groups made differently?)", key, v, g, lo, hi-1)
+	}
+	return nil
 }
 
 // LoadStateDict takes a full state dict (StateDict's layout, or that of
@@ -477,7 +695,15 @@ func (z *ZeRO) LoadStateDict(sd map[string]*tensor.Tensor) error {
 		rest, ok := strings.CutPrefix(k, "state.")
 		if !ok {
 			if strings.HasPrefix(k, "param_groups.") && strings.HasSuffix(k, ".params") {
-				continue // global membership; the local optimizer has its own
+				// Global membership, which must be this optimizer's
+				// groups where it has several (NewGroups); the local
+				// optimizer has its own.
+				if len(z.starts) > 2 {
+					if err := z.checkGroupParams(k, t); err != nil {
+						return err
+					}
+				}
+				continue
 			}
 			out[k] = t
 			continue

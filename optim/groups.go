@@ -5,8 +5,9 @@ import (
 	"github.com/godist/godist/nn"
 )
 
-// ParamGroup is one entry of the parameter-group list NewAdamWGroups
-// takes, as a dict of torch.optim.AdamW's param_groups.
+// ParamGroup is one entry of the parameter-group list NewAdamWGroups and
+// NewSGDGroups take, or the group AddParamGroup adds, as a dict of
+// torch.optim's param_groups.
 type ParamGroup struct {
 	// Params are the group's parameters. The optimizer keeps the slice's
 	// elements, not the slice.

@@ -15,23 +15,35 @@ import (
 
 // gradMsg carries the gradient (nil: none) of the send node msg of the
 // context to the worker that sent the Var.
+// It belongs to pass Pass (which it begins on the worker, when no join
+// came first).
 type gradMsg struct {
-	Ctx  int64
-	Msg  uint64
-	Grad *tensor.Tensor
+	Ctx    int64
+	Pass   int
+	Retain bool
+	Msg    uint64
+	Grad   *tensor.Tensor
 }
 
-// joinMsg starts a worker's pass; the reply lists the workers it
-// exchanged Vars with in the context.
+// joinMsg begins pass Pass of a context on a worker; the reply lists the
+// workers it exchanged Vars with in the context.
 type joinMsg struct {
+	Ctx    int64
+	Root   int
+	Pass   int
+	Retain bool // the pass keeps the graph for another (Options.RetainGraph)
+}
+
+// waitMsg asks a worker for the end of its part of pass Pass.
+type waitMsg struct {
 	Ctx  int64
-	Root int
+	Pass int
 }
 
 type funcs struct {
 	grad  rpc.Fn[gradMsg, struct{}]
 	join  rpc.Fn[joinMsg, []int]
-	wait  rpc.Fn[int64, struct{}]
+	wait  rpc.Fn[waitMsg, struct{}]
 	watch rpc.Fn[int64, struct{}]
 }
 
@@ -50,7 +62,7 @@ func (w *worker) register() error {
 		if c == nil {
 			return struct{}{}, fmt.Errorf("distautograd: %s holds no context %v (released)", w.a.Self().Name, ContextID(m.Ctx))
 		}
-		return struct{}{}, c.deliver(m.Msg, m.Grad)
+		return struct{}{}, c.deliver(m.Pass, m.Retain, m.Msg, m.Grad)
 	})
 	keep(e)
 	w.fns.join, e = rpc.Register(w.a, prefix+"join", func(_ context.Context, m joinMsg) ([]int, error) {
@@ -58,21 +70,30 @@ func (w *worker) register() error {
 		if c == nil {
 			return nil, fmt.Errorf("distautograd: %s holds no context %v (released)", w.a.Self().Name, ContextID(m.Ctx))
 		}
-		// The pass runs on its own: the reply (the peers, for the root's
+		// The pass begins now, so that the wait that follows finds it,
+		// and runs on its own: the reply (the peers, for the root's
 		// discovery) does not wait for this worker's backward.
-		go c.start(nil)
+		if err := c.open(m.Pass, m.Retain, nil); err != nil {
+			return nil, err
+		}
+		go c.progress()
 		return c.peerList(), nil
 	})
 	keep(e)
-	w.fns.wait, e = rpc.RegisterAsync(w.a, prefix+"wait", func(_ context.Context, id int64) *rpc.Future[struct{}] {
+	w.fns.wait, e = rpc.RegisterAsync(w.a, prefix+"wait", func(_ context.Context, m waitMsg) *rpc.Future[struct{}] {
 		f := rpc.NewFuture[struct{}]()
-		c := w.lookup(ContextID(id))
+		c := w.lookup(ContextID(m.Ctx))
 		if c == nil {
-			f.Set(struct{}{}, fmt.Errorf("distautograd: %s holds no context %v (released)", w.a.Self().Name, ContextID(id)))
+			f.Set(struct{}{}, fmt.Errorf("distautograd: %s holds no context %v (released)", w.a.Self().Name, ContextID(m.Ctx)))
+			return f
+		}
+		done, err := c.passEnd(m.Pass)
+		if err != nil {
+			f.Set(struct{}{}, err)
 			return f
 		}
 		go func() {
-			<-c.mu.passDone
+			<-done
 			c.mu.Lock()
 			err := c.mu.err
 			c.mu.Unlock()
@@ -114,37 +135,55 @@ func (c *dctx) peerList() []int {
 	return out
 }
 
-// start begins this worker's pass if it has not begun: roots (with
-// gradients of ones) on the worker that called Backward, none elsewhere.
-func (c *dctx) start(roots []*autograd.Var) error {
-	out, leaves, err := c.begin(roots)
-	c.deliverLeaves(leaves)
-	c.send(out)
-	return err
-}
-
-// begin is start's part under the lock (let go by a defer, as in
-// accept): it returns the gradients to send, the leaves' gradients to
-// deliver and the pass's error.
-func (c *dctx) begin(roots []*autograd.Var) ([]gradOut, []leafGrad, error) {
+// passEnd returns the channel closed when this worker's part of pass n
+// is over (or the context failed).
+func (c *dctx) passEnd(n int) (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.startLocked(roots); err != nil {
-		return nil, nil, err
+	switch {
+	case c.mu.err != nil:
+		return nil, c.mu.err
+	case n < c.mu.passNo:
+		done := make(chan struct{})
+		close(done)
+		return done, nil // long over
+	case n > c.mu.passNo:
+		return nil, fmt.Errorf("distautograd: %s asked for the end of backward pass %d of context %v, which has not begun here", c.w.a.Self().Name, n, c.id)
 	}
-	out, leaves := c.progressLocked()
-	return out, leaves, c.mu.err
+	return c.mu.passDone, nil
 }
 
-func (c *dctx) startLocked(roots []*autograd.Var) error {
-	if c.mu.released {
+// open begins pass n on this worker if it has not begun: from roots
+// (with gradients of ones) on the worker that called Backward, none
+// elsewhere. The pass before it must be over here; its graph must have
+// been kept (retain) for this one to run through it again.
+func (c *dctx) open(n int, retain bool, roots []*autograd.Var) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.openLocked(n, retain, roots)
+}
+
+func (c *dctx) openLocked(n int, retain bool, roots []*autograd.Var) error {
+	switch {
+	case c.mu.released:
 		return fmt.Errorf("distautograd: context %v was released", c.id)
+	case c.mu.err != nil:
+		return c.mu.err
+	case n == c.mu.passNo:
+		return nil // begun already (a gradient came before the join)
+	case n < c.mu.passNo:
+		return fmt.Errorf("distautograd: a message of backward pass %d of context %v on %s, which is at pass %d", n, c.id, c.w.a.Self().Name, c.mu.passNo)
 	}
 	if c.mu.pass != nil {
-		if roots != nil {
-			return fmt.Errorf("distautograd: a second backward pass in context %v (one pass per context)", c.id)
+		select {
+		case <-c.mu.passDone:
+		default:
+			return fmt.Errorf("distautograd: backward pass %d of context %v began on %s while pass %d still runs there (one Backward at a time per context)", n, c.id, c.w.a.Self().Name, c.mu.passNo)
 		}
-		return nil
+		if !c.mu.retain {
+			return fmt.Errorf("distautograd: a second backward pass through context %v; pass Options{RetainGraph: true} to the first (BackwardWith)", c.id)
+		}
+		c.mu.passDone = make(chan struct{})
 	}
 	grads := make([]*tensor.Tensor, len(roots))
 	for i, r := range roots {
@@ -155,13 +194,28 @@ func (c *dctx) startLocked(roots []*autograd.Var) error {
 		c.failLocked(err)
 		return err
 	}
-	c.mu.pass = p
+	c.mu.pass, c.mu.passNo, c.mu.retain = p, n, retain
+	c.mu.inflight, c.mu.delivering = 0, 0
 	return nil
 }
 
-// deliver feeds a gradient from a receiver into the pass (starting it).
-func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
-	out, leaves, err := c.accept(msg, g)
+// progress runs what is ready of the current pass, then delivers and
+// sends what that produced.
+func (c *dctx) progress() {
+	out, leaves := c.progressUnderLock()
+	c.deliverLeaves(leaves)
+	c.send(out)
+}
+
+func (c *dctx) progressUnderLock() ([]gradOut, []leafGrad) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.progressLocked()
+}
+
+// deliver feeds a gradient from a receiver into pass n (beginning it).
+func (c *dctx) deliver(n int, retain bool, msg uint64, g *tensor.Tensor) error {
+	out, leaves, err := c.accept(n, retain, msg, g)
 	if err != nil {
 		return err
 	}
@@ -173,10 +227,10 @@ func (c *dctx) deliver(msg uint64, g *tensor.Tensor) error {
 // accept is deliver's part under the lock: it returns the gradients to
 // send. The lock is let go by a defer, so that a panic in a node's
 // backward (the agent recovers it) cannot leave the context locked.
-func (c *dctx) accept(msg uint64, g *tensor.Tensor) ([]gradOut, []leafGrad, error) {
+func (c *dctx) accept(n int, retain bool, msg uint64, g *tensor.Tensor) ([]gradOut, []leafGrad, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.startLocked(nil); err != nil {
+	if err := c.openLocked(n, retain, nil); err != nil {
 		return nil, nil, err
 	}
 	if c.mu.err != nil {
@@ -206,6 +260,9 @@ func (c *dctx) progressLocked() ([]gradOut, []leafGrad) {
 	leaves := p.takeLeaves()
 	c.mu.delivering += len(leaves)
 	out := p.takeOut()
+	for i := range out {
+		out[i].pass, out[i].retain = c.mu.passNo, c.mu.retain
+	}
 	c.mu.inflight += len(out)
 	c.checkDoneLocked()
 	return out, leaves
@@ -233,7 +290,7 @@ func (c *dctx) deliverLeaves(leaves []leafGrad) {
 func (c *dctx) send(out []gradOut) {
 	for _, o := range out {
 		peer, _ := c.w.a.WorkerByRank(o.peer)
-		c.w.fns.grad.Go(c.passCtx, c.w.a, peer.Name, gradMsg{Ctx: int64(c.id), Msg: o.msg, Grad: o.grad}).Then(func(_ struct{}, err error) {
+		c.w.fns.grad.Go(c.passCtx, c.w.a, peer.Name, gradMsg{Ctx: int64(c.id), Pass: o.pass, Retain: o.retain, Msg: o.msg, Grad: o.grad}).Then(func(_ struct{}, err error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.mu.inflight--
@@ -254,7 +311,9 @@ func (c *dctx) checkDoneLocked() {
 	select {
 	case <-c.mu.passDone:
 	default:
-		p.free()
+		if !c.mu.retain {
+			p.free()
+		}
 		close(c.mu.passDone)
 	}
 }
@@ -273,6 +332,15 @@ func (c *dctx) failLocked(err error) {
 	close(c.mu.passDone)
 }
 
+// Options tune a distributed backward pass.
+type Options struct {
+	// RetainGraph keeps every worker's part of the graph, so that
+	// another pass can run through it in the same context; the
+	// gradients of the passes add up in the context (PyTorch's
+	// retain_graph).
+	RetainGraph bool
+}
+
 // Backward runs a backward pass from roots (scalars; gradient one each)
 // across every worker of the context, which must have been created on
 // this worker (the agent is ctx's, as NewContext made it or a handler's).
@@ -281,6 +349,13 @@ func (c *dctx) failLocked(err error) {
 // failed, ctx ended) it returns an error naming the worker and releases
 // the context on every worker.
 func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
+	return BackwardWith(ctx, id, Options{}, roots...)
+}
+
+// BackwardWith is Backward with options. Passes of one context run one
+// at a time; a pass after the first needs the one before it to have
+// retained the graph.
+func BackwardWith(ctx context.Context, id ContextID, opt Options, roots ...*autograd.Var) error {
 	a, err := agentOf(ctx)
 	if err != nil {
 		return err
@@ -313,10 +388,12 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 		w.release(c, err)
 		return err
 	}
-	if err := c.start(roots); err != nil {
+	n, done, err := c.openNext(opt.RetainGraph, roots)
+	if err != nil {
 		return fail(err)
 	}
-	// Learn every worker of the context, starting their passes.
+	c.progress()
+	// Learn every worker of the context, beginning their passes.
 	known := map[int]bool{self.ID: true}
 	frontier := c.peerList()
 	var all []int
@@ -331,7 +408,7 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 		futs := make([]*rpc.Future[[]int], len(level))
 		for i, r := range level {
 			wi, _ := a.WorkerByRank(r)
-			futs[i] = w.fns.join.Go(ctx, a, wi.Name, joinMsg{Ctx: int64(id), Root: self.ID})
+			futs[i] = w.fns.join.Go(ctx, a, wi.Name, joinMsg{Ctx: int64(id), Root: self.ID, Pass: n, Retain: opt.RetainGraph})
 		}
 		res, err := rpc.WaitAll(ctx, futs)
 		if err != nil {
@@ -347,11 +424,11 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 	errs := make(chan error, len(all)+1)
 	for _, r := range all {
 		wi, _ := a.WorkerByRank(r)
-		w.fns.wait.Go(ctx, a, wi.Name, int64(id)).Then(func(_ struct{}, err error) { errs <- err })
+		w.fns.wait.Go(ctx, a, wi.Name, waitMsg{Ctx: int64(id), Pass: n}).Then(func(_ struct{}, err error) { errs <- err })
 	}
 	go func() {
 		select {
-		case <-c.mu.passDone:
+		case <-done:
 		case <-ctx.Done():
 		}
 		c.mu.Lock()
@@ -373,4 +450,16 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 		}
 	}
 	return nil
+}
+
+// openNext begins the next pass on the worker that runs Backward: its
+// number and the channel closed when this worker's part is over.
+func (c *dctx) openNext(retain bool, roots []*autograd.Var) (int, <-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.mu.passNo + 1
+	if err := c.openLocked(n, retain, roots); err != nil {
+		return 0, nil, err
+	}
+	return n, c.mu.passDone, nil
 }

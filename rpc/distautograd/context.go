@@ -85,11 +85,13 @@ type dctx struct {
 		sync.Mutex
 		sends      map[uint64]autograd.Node
 		recvs      map[autograd.Node]recvEdge
-		pass       *pass
-		inflight   int   // gradients sent, not yet acknowledged
-		delivering int   // leaves' gradients taken from the pass, not yet in grads
-		err        error // the pass's failure
-		passDone   chan struct{}
+		pass       *pass         // the current pass (the last begun)
+		passNo     int           // its number: 1 for the first
+		retain     bool          // it keeps the graph for another
+		inflight   int           // gradients sent, not yet acknowledged
+		delivering int           // leaves' gradients taken from the pass, not yet in grads
+		err        error         // the pass's failure
+		passDone   chan struct{} // closed when the current pass is over here, or failed
 		released   bool
 		// leases are the other workers' watch calls, answered on release
 		// (on the creator only).

@@ -54,6 +54,9 @@ type gradOut struct {
 	peer int
 	msg  uint64
 	grad *tensor.Tensor
+	// The pass it belongs to, stamped by the context (not the core).
+	pass   int
+	retain bool
 }
 
 // pass is one worker's part of one distributed backward pass.

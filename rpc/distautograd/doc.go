@@ -63,8 +63,10 @@
 // gradient first and its grad-ready hooks fire once it is in, told the
 // context's store (autograd.RegisterGradReadyHookIn), so that DDP
 // averages the gradients of a context (PyTorch's DDP with distributed
-// autograd). One backward pass per context; Backward must be called on
-// the worker that created the context. distoptim steps the parameters'
+// autograd). Several backward passes may run through one context, one at
+// a time, each before the last keeping the graph (BackwardWith,
+// Options.RetainGraph); their gradients add up in the context. Backward
+// must be called on the worker that created the context. distoptim steps the parameters'
 // owners with these gradients. When any worker's pass fails
 // or a worker dies, Backward returns an error naming it and the context
 // is released on every worker.

@@ -16,9 +16,11 @@ import (
 // gradMsg has the structure of the package's gradient message, so that a
 // test can forge one as a faulty peer would.
 type gradMsg struct {
-	Ctx  int64
-	Msg  uint64
-	Grad *tensor.Tensor
+	Ctx    int64
+	Pass   int
+	Retain bool
+	Msg    uint64
+	Grad   *tensor.Tensor
 }
 
 // TestGradientDTypeRefused: a gradient of the right shape but another
@@ -41,7 +43,7 @@ func TestGradientDTypeRefused(t *testing.T) {
 	}
 	// Worker0's first Var sent is its message 1.
 	grad := rpc.Func[gradMsg, struct{}]("distautograd.grad")
-	_, err = grad.Call(testCtx(t), c.agents[1], "worker0", gradMsg{Ctx: int64(id), Msg: 1, Grad: tensor.Full(tensor.Float64, 1, 2, 3)})
+	_, err = grad.Call(testCtx(t), c.agents[1], "worker0", gradMsg{Ctx: int64(id), Pass: 1, Msg: 1, Grad: tensor.Full(tensor.Float64, 1, 2, 3)})
 	var re *rpc.RemoteError
 	if !errors.As(err, &re) || re.Panic || !strings.Contains(err.Error(), "dtype float64") || !strings.Contains(err.Error(), "float32") {
 		t.Errorf("a float64 gradient for a float32 Var: %v", err)
@@ -61,7 +63,7 @@ func TestGradientDTypeRefused(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if _, err := grad.Call(testCtx(t), c.agents[1], "worker0", gradMsg{Ctx: int64(id), Msg: 1, Grad: tensor.Full(tensor.Float32, 1, 2, 3)}); err != nil {
+	if _, err := grad.Call(testCtx(t), c.agents[1], "worker0", gradMsg{Ctx: int64(id), Pass: 1, Msg: 1, Grad: tensor.Full(tensor.Float32, 1, 2, 3)}); err != nil {
 		t.Fatalf("the right gradient after a refused one: %v", err)
 	}
 	grads, err := distautograd.GetGradients(ctx, id)

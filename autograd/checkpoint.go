@@ -63,8 +63,12 @@ func Checkpoint(fn func(inputs ...*Var) *Var, inputs ...*Var) *Var {
 
 // CheckpointWith runs fn on the inputs without keeping the values its
 // operations compute: the result holds only fn's output, and backward
-// through it runs fn again and backpropagates through the recomputation
-// (see the package's section on checkpointing above).
+// through it runs fn again and backpropagates through the recomputation.
+// To the rest of the graph the call is one operation, named Checkpoint,
+// whose inputs are the uses inside it of the Vars from outside it (the
+// inputs, parameters, Vars reached by closure), so each parameter's
+// gradient is summed, accumulated and announced to its grad-ready hooks
+// as in the plain graph.
 //
 // fn must compute the same values from the same inputs and random state
 // (opt.RNGs) every time it is called, and must not keep its intermediate

@@ -60,8 +60,10 @@ func maxRelDiff(a, b *tensor.Tensor) float64 {
 // loss (within noSyncTol), and the optimizer's step then gives the same
 // shards; inside NoSync nothing is reduced (Traffic.Reduce stays put),
 // the shards' gradients stay nil, and Memory.UnshardedGrads holds every
-// unit's whole gradient until the synchronised pass drops it. Every
-// strategy, at worlds 2 and 3, ShardGradOp and HybridShard at 4.
+// unit's whole gradient until the synchronised pass drops it. FullShard
+// (with BackwardPost too) and NoShard at world 2, nested units at world 3
+// (every flat parameter padded), ShardGradOp and HybridShard (two shard
+// groups of two) at world 4.
 func TestNoSync(t *testing.T) {
 	type result struct{ grads, params []*tensor.Tensor }
 	cases := []struct {

@@ -20,5 +20,10 @@
 // bucket), re-planned after the first iteration in the order gradients
 // actually became ready (rank 0's order, broadcast), and each bucket's
 // all-reduce starts the moment its last gradient is ready. Buckets are
-// reduced in the same order on every rank.
+// reduced in the same order on every rank. With Options.StaticGraph the
+// first iteration is recorded (how many times each gradient became ready,
+// which parameters got none) and later iterations go by it, without
+// walking the graph for unused parameters. Blocks under activation
+// checkpointing (nn.Checkpointed) need nothing special: each parameter's
+// gradient still becomes ready once per backward pass.
 package ddp

@@ -114,6 +114,10 @@ type DDP struct {
 		unusedStatic map[int]bool
 		err          error
 		joined       bool // a Join shadows this model
+		// store is where this iteration's gradients are: each
+		// parameter's Grad (autograd.VarGrads), or a distributed
+		// autograd context's store; nil until the first is ready.
+		store autograd.GradStore
 	}
 	join *join.Context // set by join.Join; guarded by mu
 }
@@ -184,7 +188,7 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 	d.plan(order)
 	d.mu.requireSync = true
 	for i, p := range d.params {
-		p.RegisterGradReadyHook(func(*autograd.Var) { d.onReady(i) })
+		p.RegisterGradReadyHookIn(func(_ *autograd.Var, s autograd.GradStore) { d.onReady(i, s) })
 	}
 	return d, nil
 }
@@ -364,6 +368,7 @@ func (d *DDP) resetLocked() {
 	d.mu.ready = resize(d.mu.ready, len(d.params))
 	d.mu.readyOrder = d.mu.readyOrder[:0]
 	d.mu.unused = nil
+	d.mu.store = nil
 	if d.opt.StaticGraph {
 		d.mu.fired = resize(d.mu.fired, len(d.params))
 		d.mu.lastFired = resize(d.mu.lastFired, len(d.params))
@@ -433,9 +438,9 @@ func (d *DDP) setErr(err error) {
 }
 
 // onReady runs in autograd's grad-ready hook: parameter i's gradient for
-// this pass is complete.
-func (d *DDP) onReady(i int) {
-	if d.onReadyLocked(i) > 0 {
+// this pass is complete, in s (Grad, or a distributed autograd context).
+func (d *DDP) onReady(i int, s autograd.GradStore) {
+	if d.onReadyLocked(i, s) > 0 {
 		// Let the reductions just started send their first frames before
 		// backward goes on: with one P per worker (GOMAXPROCS = CPUs /
 		// workers, as godist run sets), they would otherwise wait for the
@@ -446,11 +451,20 @@ func (d *DDP) onReady(i int) {
 
 // onReadyLocked marks parameter i ready and returns how many buckets it
 // launched.
-func (d *DDP) onReadyLocked(i int) int {
+func (d *DDP) onReadyLocked(i int, s autograd.GradStore) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.mu.requireSync || d.mu.ready == nil || !d.mu.started {
 		return 0 // (without a DDP forward: nothing to reduce)
+	}
+	switch {
+	case d.mu.store == nil:
+		d.mu.store = s
+	case d.mu.store != s:
+		if d.mu.err == nil {
+			d.mu.err = fmt.Errorf("ddp: rank %d: parameter %s's gradient is in another place (another distributed autograd context, or Grad) than the rest of this iteration's; run the iteration's backward passes in one context", d.group.Rank(), d.names[i])
+		}
+		return 0
 	}
 	if d.opt.StaticGraph {
 		d.mu.fired[i]++
@@ -479,7 +493,7 @@ func (d *DDP) onReadyLocked(i int) int {
 	if d.mu.unused != nil {
 		for j := range d.mu.unused {
 			if !d.mu.ready[j] {
-				d.params[j].SetGrad(zeroGradLike(d.params[j], d.params[j].Grad()))
+				d.setGradLocked(j, zeroGradLike(d.params[j], d.gradLocked(j)))
 				d.markReadyLocked(j)
 			}
 		}
@@ -490,6 +504,19 @@ func (d *DDP) onReadyLocked(i int) int {
 	}
 	return d.launchLocked()
 }
+
+// storeLocked is where this iteration's gradients are: Grad unless a
+// distributed autograd pass said otherwise.
+func (d *DDP) storeLocked() autograd.GradStore {
+	if d.mu.store == nil {
+		return autograd.VarGrads
+	}
+	return d.mu.store
+}
+
+func (d *DDP) gradLocked(i int) *tensor.Tensor { return d.storeLocked().Grad(d.params[i]) }
+
+func (d *DDP) setGradLocked(i int, g *tensor.Tensor) { d.storeLocked().SetGrad(d.params[i], g) }
 
 func zeroGradLike(p *autograd.Var, g *tensor.Tensor) *tensor.Tensor {
 	if g != nil {
@@ -504,15 +531,16 @@ func (d *DDP) markReadyLocked(i int) {
 	bk := d.mu.buckets[d.mu.bucketOf[i]]
 	k := d.mu.posInBkt[i]
 	view := d.view(bk, k)
-	g := d.params[i].Grad()
+	g := d.gradLocked(i)
+	asView := d.opt.GradientAsBucketView && d.storeLocked() == autograd.VarGrads
 	switch {
 	case g == nil:
 		view.Zero()
-	case d.opt.GradientAsBucketView && tensor.SharesStorage(g, view):
+	case asView && tensor.SharesStorage(g, view):
 		// already in place
 	default:
 		view.Copy(g)
-		if d.opt.GradientAsBucketView {
+		if asView {
 			d.params[i].SetGrad(view)
 		}
 	}
@@ -535,7 +563,12 @@ func (d *DDP) launchLocked() int {
 
 // Wait blocks until every bucket of this iteration has been reduced and
 // leaves the averaged gradient in each parameter's Grad. Call it after
-// backward and before the optimizer step. It returns an
+// backward and before the optimizer step. Inside a distributed autograd
+// context (rpc/distautograd: the DDP model is part of a model that spans
+// RPC workers) the gradients are the context's, and so are the averages:
+// call Wait after distautograd.Backward, then step with the context's
+// gradients (distoptim), as PyTorch's DDP with distributed autograd does;
+// Grad is left alone. It returns an
 // *UnusedParameterError if some parameter got no gradient (without
 // FindUnusedParameters), or the group's error.
 func (d *DDP) Wait(ctx context.Context) error {
@@ -587,19 +620,23 @@ func (d *DDP) Wait(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.opt.GradientAsBucketView {
+	// The averages go where the gradients are: Grad, or a distributed
+	// autograd context (as copies there, never views of the buckets,
+	// which the next iteration reuses).
+	if s := d.storeLocked(); !d.opt.GradientAsBucketView || s != autograd.VarGrads {
 		for _, bk := range buckets {
 			for k, i := range bk.params {
 				p := d.params[i]
 				view := d.view(bk, k)
-				if g := p.Grad(); g != nil {
+				if g := s.Grad(p); g != nil {
 					g.Copy(view)
 				} else {
-					p.SetGrad(view.Clone())
+					s.SetGrad(p, view.Clone())
 				}
 			}
 		}
 	}
+	d.mu.store = nil
 	d.mu.iteration++
 	d.mu.started = false
 	return nil
@@ -625,7 +662,7 @@ func (d *DDP) recordStaticLocked() {
 	slices.SortStableFunc(order, func(a, b int) int { return d.mu.lastFired[a] - d.mu.lastFired[b] })
 	for _, i := range order {
 		if d.mu.expected[i] == 0 {
-			d.params[i].SetGrad(zeroGradLike(d.params[i], d.params[i].Grad()))
+			d.setGradLocked(i, zeroGradLike(d.params[i], d.gradLocked(i)))
 		}
 		d.markReadyLocked(i)
 	}

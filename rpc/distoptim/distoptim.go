@@ -30,11 +30,26 @@ import (
 	"sync"
 
 	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
 	"github.com/godist/godist/rpc"
 	"github.com/godist/godist/rpc/distautograd"
 	"github.com/godist/godist/tensor"
 )
+
+// ParameterRRefs returns an RRef, owned by a's worker, to each trainable
+// parameter of m, in nn.Parameters' order: what New takes for a module
+// of this worker (PyTorch's [RRef(p) for p in model.parameters()], and
+// the body of a RemoteModule's remote_parameters, which a worker holding
+// a module for others serves by returning this). Release each when done.
+func ParameterRRefs(a *rpc.Agent, m nn.Module) []*rpc.RRef[*autograd.Var] {
+	ps := nn.Parameters(m)
+	refs := make([]*rpc.RRef[*autograd.Var], len(ps))
+	for i, p := range ps {
+		refs[i] = rpc.NewRRef(a, p)
+	}
+	return refs
+}
 
 // Constructor builds an optimizer over parameters.
 type Constructor func(params []*autograd.Var) optim.Optimizer

@@ -25,7 +25,9 @@ func TestParameterRRefs(t *testing.T) {
 	})
 	build := func() *nn.Linear { return nn.NewLinear(tensor.NewRNG(4), 3, 2, true) }
 	x := tensor.Randn(tensor.NewRNG(5), 4, 3)
-	lossOf := func(m *nn.Linear) *autograd.Var { return autograd.SumAll(autograd.Square(nn.Call(m, autograd.Const(x)))) }
+	lossOf := func(m *nn.Linear) *autograd.Var {
+		return autograd.SumAll(autograd.Square(nn.Call(m, autograd.Const(x))))
+	}
 
 	ref := build()
 	if err := lossOf(ref).Backward(nil); err != nil {

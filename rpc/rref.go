@@ -366,6 +366,9 @@ func (r *RRef[T]) Owner() WorkerInfo { return r.r.s.a.workers[r.r.owner] }
 // IsOwner reports whether this worker holds the value.
 func (r *RRef[T]) IsOwner() bool { return r.r.owner == r.r.s.a.self.ID }
 
+// Agent returns the agent this handle belongs to (the worker holding it).
+func (r *RRef[T]) Agent() *Agent { return r.r.s.a }
+
 // ConfirmedByOwner reports whether the owner knows of this handle (so
 // that the value stays alive for it).
 func (r *RRef[T]) ConfirmedByOwner() bool {

@@ -40,11 +40,20 @@ type waitMsg struct {
 	Pass int
 }
 
+// rrefBackwardMsg asks an RRef's owner to run a backward pass from its
+// value (BackwardRRef).
+type rrefBackwardMsg struct {
+	Ctx    int64
+	Retain bool
+	Root   *rpc.RRef[*Var]
+}
+
 type funcs struct {
-	grad  rpc.Fn[gradMsg, struct{}]
-	join  rpc.Fn[joinMsg, []int]
-	wait  rpc.Fn[waitMsg, struct{}]
-	watch rpc.Fn[int64, struct{}]
+	grad         rpc.Fn[gradMsg, struct{}]
+	join         rpc.Fn[joinMsg, []int]
+	wait         rpc.Fn[waitMsg, struct{}]
+	watch        rpc.Fn[int64, struct{}]
+	rrefBackward rpc.Fn[rrefBackwardMsg, struct{}]
 }
 
 const prefix = "distautograd."
@@ -57,6 +66,10 @@ func (w *worker) register() error {
 		}
 	}
 	var e error
+	w.fns.rrefBackward, e = rpc.Register(w.a, prefix+"rrefBackward", func(ctx context.Context, m rrefBackwardMsg) (struct{}, error) {
+		return struct{}{}, BackwardRRef(ctx, ContextID(m.Ctx), m.Root, Options{RetainGraph: m.Retain})
+	})
+	keep(e)
 	w.fns.grad, e = rpc.Register(w.a, prefix+"grad", func(_ context.Context, m gradMsg) (struct{}, error) {
 		c := w.lookup(ContextID(m.Ctx))
 		if c == nil {
@@ -355,6 +368,11 @@ func Backward(ctx context.Context, id ContextID, roots ...*autograd.Var) error {
 // BackwardWith is Backward with options. Passes of one context run one
 // at a time; a pass after the first needs the one before it to have
 // retained the graph.
+//
+// Backward may start on any worker of the context, not only its creator
+// (BackwardRRef starts it on a root's owner): the pass finds every worker
+// from there. A pass that fails releases the context on the worker that
+// started it; release it on the creator to end it everywhere.
 func BackwardWith(ctx context.Context, id ContextID, opt Options, roots ...*autograd.Var) error {
 	a, err := agentOf(ctx)
 	if err != nil {
@@ -365,12 +383,9 @@ func BackwardWith(ctx context.Context, id ContextID, opt Options, roots ...*auto
 		return err
 	}
 	self := a.Self()
-	if id.Creator() != self.ID {
-		return fmt.Errorf("distautograd: Backward of context %v on %s; call it on the worker that created it (rank %d)", id, self.Name, id.Creator())
-	}
 	c := w.lookup(id)
 	if c == nil {
-		return fmt.Errorf("distautograd: %s holds no context %v (released?)", self.Name, id)
+		return fmt.Errorf("distautograd: %s holds no context %v (released, or it never took part in it)", self.Name, id)
 	}
 	for i, r := range roots {
 		if r == nil || !r.RequiresGrad() {
@@ -462,4 +477,38 @@ func (c *dctx) openNext(retain bool, roots []*autograd.Var) (int, <-chan struct{
 		return 0, nil, err
 	}
 	return n, c.mu.passDone, nil
+}
+
+// BackwardRRef runs a backward pass from the value of r, a scalar, on
+// r's owner (PyTorch's RRef.backward): with a context (id not 0) a
+// distributed pass through it, started there, whose gradients are the
+// context's (GetGradients on each worker); with id 0 ordinary backward
+// on the owner, into Grad, which must then be this worker. It returns
+// when the pass is over.
+func BackwardRRef(ctx context.Context, id ContextID, r *rpc.RRef[*Var], opt Options) error {
+	if r.IsOwner() {
+		v, err := r.LocalValue(ctx)
+		if err != nil {
+			return err
+		}
+		if v == nil || v.Var == nil {
+			return fmt.Errorf("distautograd: the backward of %v, which holds no Var", r)
+		}
+		if id == 0 {
+			if !v.RequiresGrad() || v.Value().Numel() != 1 {
+				return fmt.Errorf("distautograd: the backward of %v, whose value (shape %v, requires grad %v) is not a scalar that requires gradients", r, v.Shape(), v.RequiresGrad())
+			}
+			return v.BackwardWith(nil, autograd.BackwardOptions{RetainGraph: opt.RetainGraph})
+		}
+		return BackwardWith(WithAgent(ctx, r.Agent()), id, opt, v.Var)
+	}
+	if id == 0 {
+		return fmt.Errorf("distautograd: the local backward of %v on %s, which does not own it (%s does): pass a context, or call it on the owner", r, r.Agent().Self().Name, r.Owner().Name)
+	}
+	w, err := workerOf(r.Agent())
+	if err != nil {
+		return err
+	}
+	_, err = w.fns.rrefBackward.Call(ctx, r.Agent(), r.Owner().Name, rrefBackwardMsg{Ctx: int64(id), Retain: opt.RetainGraph, Root: r})
+	return err
 }

@@ -66,7 +66,8 @@
 // autograd). Several backward passes may run through one context, one at
 // a time, each before the last keeping the graph (BackwardWith,
 // Options.RetainGraph); their gradients add up in the context. Backward
-// must be called on the worker that created the context. distoptim steps the parameters'
+// may start on any worker of the context; BackwardRRef starts it on the
+// owner of an RRef whose value is the loss (PyTorch's RRef.backward). distoptim steps the parameters'
 // owners with these gradients. When any worker's pass fails
 // or a worker dies, Backward returns an error naming it and the context
 // is released on every worker.

@@ -65,6 +65,9 @@ type pendingReduce struct {
 	u    *unit
 	grad *tensor.Tensor // the shard's gradient once work is done
 	work *dist.Work
+	// store is where the unit's gradients came from, and where the
+	// shard's goes: Grad, or a distributed autograd context.
+	store autograd.GradStore
 }
 
 // New wraps module for training over group. Every member must call it
@@ -227,7 +230,7 @@ func (f *FSDP) shardUnit(u *unit) {
 		f.free(u)
 	}
 	for i, p := range u.params {
-		p.RegisterGradReadyHook(func(*autograd.Var) { f.onGradReady(u, i) })
+		p.RegisterGradReadyHookIn(func(_ *autograd.Var, s autograd.GradStore) { f.onGradReady(u, i, s) })
 	}
 	if h, ok := u.layer.(hookable); ok {
 		h.RegisterForwardPreHook(func(nn.Module, *autograd.Var) *autograd.Var {
@@ -328,11 +331,13 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 	return y
 }
 
-// onGradReady runs in autograd's grad-ready hook of u's parameter i; when
+// onGradReady runs in autograd's grad-ready hook of u's parameter i, its
+// gradient in s (Grad, or a distributed autograd context's store); when
 // the unit's last one is ready it flattens the unit's gradients, added to
 // what NoSync accumulated, and starts their reduction, or inside NoSync
-// keeps them for the next synchronised pass.
-func (f *FSDP) onGradReady(u *unit, i int) {
+// keeps them for the next synchronised pass. The shard's gradient goes to
+// the same store.
+func (f *FSDP) onGradReady(u *unit, i int, s autograd.GradStore) {
 	f.tracef("grad", u)
 	u.ready++
 	if u.ready < len(u.params) {
@@ -343,7 +348,7 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 		flat = tensor.New(tensor.Float32, u.padded)
 	}
 	for k, p := range u.params {
-		if g := p.Grad(); g != nil {
+		if g := s.Grad(p); g != nil {
 			dst := flat.Narrow(0, u.offsets[k], g.Numel())
 			if fresh {
 				dst.Copy(g.Reshape(-1))
@@ -351,7 +356,7 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 				dst.AddScaled(dst, 1, g.Reshape(-1))
 			}
 		}
-		p.ZeroGrad(true)
+		s.SetGrad(p, nil)
 	}
 	f.mu.Lock()
 	reduce := !f.mu.noSync
@@ -381,10 +386,10 @@ func (f *FSDP) onGradReady(u *unit, i int) {
 	f.tracef("reduce", u)
 	var pr pendingReduce
 	if f.opt.Strategy == NoShard {
-		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg)}
+		pr = pendingReduce{u: u, grad: flat, work: f.group.AllReduceAsync(flat, dist.Avg), store: s}
 	} else {
 		grad := tensor.New(f.reduceDT, u.padded/f.shards.Size())
-		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg)}
+		pr = pendingReduce{u: u, grad: grad, work: f.shards.ReduceScatterTensorAsync(grad, flat, dist.Avg), store: s}
 	}
 	if sharded {
 		f.free(u)
@@ -499,10 +504,10 @@ func (f *FSDP) Wait(ctx context.Context) error {
 			return fmt.Errorf("fsdp: reduce the gradients of unit %s: %w", pr.u.name, err)
 		}
 		grad := pr.grad.To(tensor.Float32) // widened exactly
-		if g := pr.u.shard.Grad(); g != nil {
+		if g := pr.store.Grad(pr.u.shard); g != nil {
 			g.Add(g, grad)
 		} else {
-			pr.u.shard.SetGrad(grad)
+			pr.store.SetGrad(pr.u.shard, grad)
 		}
 	}
 	if len(unready) > 0 {

@@ -39,6 +39,16 @@ demo-rpc-batch: bin/godist bin/rpc-batch
 demo-rpc-rnn: bin/godist bin/rpc-rnn
 	bin/godist run --standalone --nproc-per-node 2 bin/rpc-rnn
 
+# Combining DDP with the RPC framework: the embedding table on the
+# parameter server, a DDP linear layer on each of two trainers, driven by
+# the master, with distributed autograd and the distributed optimizer.
+.PHONY: demo-rpc-ddp bin/rpc-ddp
+demo-rpc-ddp: bin/godist bin/rpc-ddp
+	bin/godist run --standalone --nproc-per-node 4 bin/rpc-ddp
+
+bin/rpc-ddp:
+	$(GO) build -o $@ ./examples/rpc-ddp
+
 # The parameter-server tutorial: one server holding the MLP, two trainers
 # training through distributed autograd and the distributed optimizer.
 demo-rpc-ps: bin/godist bin/rpc-parameter-server

@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store bench-scale bench-init build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-pipeline demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store bench-scale bench-init build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-pipeline bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -49,6 +49,12 @@ demo-rpc-ddp: bin/godist bin/rpc-ddp
 bin/rpc-ddp:
 	$(GO) build -o $@ ./examples/rpc-ddp
 
+# The RPC pipeline tutorial: a master and two workers holding the two
+# shards of a small CNN, micro-batches in flight as RRefs, trained on
+# Fashion-MNIST with distributed autograd and the distributed optimizer.
+demo-rpc-pipeline: bin/godist bin/rpc-pipeline
+	bin/godist run --standalone --nproc-per-node 3 bin/rpc-pipeline
+
 # The parameter-server tutorial: one server holding the MLP, two trainers
 # training through distributed autograd and the distributed optimizer.
 demo-rpc-ps: bin/godist bin/rpc-parameter-server
@@ -72,6 +78,9 @@ bin/rpc-batch:
 
 bin/rpc-rnn:
 	$(GO) build -o $@ ./examples/rpc-rnn
+
+bin/rpc-pipeline:
+	$(GO) build -o $@ ./examples/rpc-pipeline
 
 bin/tinygpt:
 	$(GO) build -o $@ ./examples/tinygpt

@@ -35,8 +35,9 @@
 // steps the optimizer with the context's gradients: its own copy of the
 // layer with the average, the table with this trainer's gradient. The
 // two trainers step the table independently, as the tutorial's do, so
-// their updates of it interleave as they come. Each trainer's loss of
-// every step goes to its stderr.
+// their updates of it interleave as they come (a lock on the parameter
+// server only keeps a lookup from reading rows that a step is writing).
+// Each trainer's loss of every step goes to its stderr.
 //
 // Unlike PyTorch's DDP, whose reducer finishes inside the autograd
 // engine's final callback, godist's needs Wait after backward (see
@@ -50,6 +51,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/godist/godist/examples/progress"
@@ -150,7 +152,25 @@ func (c config) check() error {
 func sgdName(lr float64) string { return fmt.Sprintf("rpc-ddp.sgd(lr=%g)", lr) }
 
 func newSGD(lr float64) distoptim.Constructor {
-	return func(ps []*autograd.Var) optim.Optimizer { return optim.NewSGD(ps, optim.SGDOptions{LR: lr}) }
+	return func(ps []*autograd.Var) optim.Optimizer {
+		return lockedOptimizer{optim.NewSGD(ps, optim.SGDOptions{LR: lr})}
+	}
+}
+
+// paramsMu guards the values of this process's parameters between reads
+// and optimizer steps. On the parameter server, one trainer's optimizer
+// steps the table while the other trainer's lookup reads it: distoptim
+// makes the steps take turns, not the reads, so without it the
+// tutorial's updates as they come would be a data race in Go.
+var paramsMu sync.RWMutex
+
+// lockedOptimizer steps under paramsMu.
+type lockedOptimizer struct{ optim.Optimizer }
+
+func (o lockedOptimizer) Step() {
+	paramsMu.Lock()
+	defer paramsMu.Unlock()
+	o.Optimizer.Step()
 }
 
 // run is one worker: the master returns the result; the trainers and the

@@ -7,8 +7,11 @@
 // Fashion-MNIST as examples/ddp-fashion-mnist does, under torchrun) and
 // gpt_twin.py (examples/tinygpt's PyTorch twin: the same GPT, weights and
 // batches; alone, or under torchrun), store_load.py (PyTorch's TCPStore
-// under tools/storeload's rendezvous load) and init_scale.py (one rank of
-// a many-process init_process_group, for tools/initscale). They are the team's anchors
+// under tools/storeload's rendezvous load), init_scale.py (one rank of
+// a many-process init_process_group, for tools/initscale) and
+// rpc_pipeline.py (examples/rpc-pipeline's PyTorch twin: the RPC pipeline
+// tutorial's code on the same model, weights and batches, for
+// tools/pipecmp). They are the team's anchors
 // (shared/anchors) kept in the repository, so that the benchmark tools
 // need nothing outside it; the tools carry them in their binaries and
 // write them out to run them. gpt_compare.sh compares tinygpt with its
@@ -24,11 +27,11 @@ import (
 	"path/filepath"
 )
 
-//go:embed bench_gloo.py bench_mpi.py bench_rpc.py train_ddp.py gpt_twin.py store_load.py init_scale.py
+//go:embed bench_gloo.py bench_mpi.py bench_rpc.py train_ddp.py gpt_twin.py store_load.py init_scale.py rpc_pipeline.py
 var scripts embed.FS
 
 // Scripts are the file names Write writes.
-var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "bench_rpc.py", "train_ddp.py", "gpt_twin.py", "store_load.py", "init_scale.py"}
+var Scripts = []string{"bench_gloo.py", "bench_mpi.py", "bench_rpc.py", "train_ddp.py", "gpt_twin.py", "store_load.py", "init_scale.py", "rpc_pipeline.py"}
 
 // Write writes the scripts into dir (made if missing), side by side, since
 // bench_mpi.py imports bench_gloo.py's table, and returns dir.

@@ -39,9 +39,14 @@
 // server only keeps a lookup from reading rows that a step is writing).
 // Each trainer's loss of every step goes to its stderr.
 //
-// Unlike PyTorch's DDP, whose reducer finishes inside the autograd
-// engine's final callback, godist's needs Wait after backward (see
-// parallel/ddp's Wait).
+// Unlike the tutorial, a batch has a fixed number of bags (--batch)
+// where the tutorial's draws 20 to 50 indices and cuts them into as many
+// bags as its random offsets make. The targets are random, as the
+// tutorial's, so the loss can only fall to about ln 8 ≈ 2.08 (the
+// uniform guess), from wherever the initial weights put it. And unlike
+// PyTorch's DDP, whose reducer finishes inside the autograd engine's
+// final callback, godist's needs Wait after backward (see parallel/ddp's
+// Wait).
 package main
 
 import (

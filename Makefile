@@ -5,7 +5,7 @@ PYTHON  ?= /usr/bin/python3
 # OpenBLAS is optional: the openblas build tag is used when its header is here.
 HAVE_OPENBLAS := $(shell test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h -o -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h && echo yes)
 
-.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-pipeline demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-pipeline bench-store bench-scale bench-init build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-pipeline bin/rpc-parameter-server bin/pipeline-gpt
+.PHONY: demo demo-single demo-gpt demo-rpc-rl demo-rpc-batch demo-rpc-rnn demo-rpc-pipeline demo-rpc-ps demo-pipeline test vet bench bench-gemm bench-dist bench-hosts bench-hosts-train bench-hosts-gpt bench-hosts-pipeline bench-rpc bench-rpc-pipeline bench-pipeline bench-store bench-scale bench-init build bin/godist bin/ddp-fashion-mnist bin/tinygpt bin/rpc-rl bin/rpc-batch bin/rpc-rnn bin/rpc-pipeline bin/rpc-parameter-server bin/pipeline-gpt
 
 # DDP on Fashion-MNIST with two ranks started by the launcher (the full set
 # when the Debian package dataset-fashion-mnist is installed, the shipped
@@ -169,6 +169,14 @@ bench-hosts-pipeline:
 # RPCCMP_FLAGS narrows it, e.g. RPCCMP_FLAGS='--rounds 1 --cases add'.
 bench-rpc:
 	$(GO) run ./tools/rpccmp --python $(PYTHON) $(RPCCMP_FLAGS)
+
+# The RPC pipeline tutorial: examples/rpc-pipeline under godist run beside
+# its PyTorch twin (tools/peers/rpc_pipeline.py: the same CNN shards,
+# weights and batches), 3 rounds taking turns to go first, as one table of
+# samples/s, their ratio and both test accuracies. PIPECMP_FLAGS narrows
+# it, e.g. PIPECMP_FLAGS='--rounds 1 --steps 100'.
+bench-rpc-pipeline:
+	$(GO) run ./tools/pipecmp --python $(PYTHON) $(PIPECMP_FLAGS)
 
 # The store under the rendezvous' load: 10,000 clients connected at once
 # to godist store, beside PyTorch's TCPStore (tools/peers/store_load.py),

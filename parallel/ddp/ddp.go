@@ -318,6 +318,12 @@ func (d *DDP) Prepare(ctx context.Context) error { return d.prepare(ctx) }
 func (d *DDP) prepare(ctx context.Context) error {
 	d.mu.Lock()
 	if d.mu.started {
+		if d.mu.requireSync && slices.Contains(d.mu.ready, true) {
+			// Backward ran, and Wait did not: its buckets are in flight.
+			err := fmt.Errorf("ddp: rank %d: a forward pass after a backward pass that was not waited for; call Wait after backward (DDP.Backward does both) before the next forward", d.group.Rank())
+			d.mu.Unlock()
+			return err
+		}
 		d.mu.Unlock()
 		return nil
 	}

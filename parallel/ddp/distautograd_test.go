@@ -3,6 +3,7 @@ package ddp_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/godist/godist/autograd"
@@ -150,4 +151,26 @@ func TestInsideDistributedAutograd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForwardWithoutWait: a forward pass after a backward pass whose
+// buckets were never waited for is an error naming Wait, not an
+// iteration that goes on with gradients left unaveraged.
+func TestForwardWithoutWait(t *testing.T) {
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		ctx := context.Background()
+		m, err := ddp.New(ctx, mlp(uint64(g.Rank())), g, ddp.Options{})
+		if err != nil {
+			return err
+		}
+		x, y := batch(g.Rank(), 0, 4)
+		if err := nn.CrossEntropy(m.Forward(autograd.Const(x)), y).Backward(nil); err != nil {
+			return err
+		}
+		m.Forward(autograd.Const(x)) // no Wait
+		if err := m.Wait(ctx); err == nil || !strings.Contains(err.Error(), "Wait") {
+			return fmt.Errorf("a forward after an unwaited backward: %v, want an error naming Wait", err)
+		}
+		return nil
+	})
 }

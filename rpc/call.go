@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -81,6 +82,14 @@ func (m Method[T, A, R]) Go(ctx context.Context, a *Agent, ref *RRef[T], args A)
 	}
 	h := head{op: opMethod, name: m.name, target: toID(ref.r.id)}
 	to := a.name(ref.r.owner)
+	f := m.goRef(ctx, a, ref, h, to, args)
+	// The call keeps ref, as a caller's reference would, until it ends:
+	// its owner may free the value once every handle is released.
+	f.Then(func(R, error) { runtime.KeepAlive(ref) })
+	return f
+}
+
+func (m Method[T, A, R]) goRef(ctx context.Context, a *Agent, ref *RRef[T], h head, to string, args A) *Future[R] {
 	select {
 	case <-ref.r.confirmed:
 		if ref.r.cerr != nil {

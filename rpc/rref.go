@@ -187,6 +187,9 @@ func (h *handle) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.handles, h.fork)
+	// A confirmation that comes now finds no handle: whoever still waits
+	// for one hears that the handle is gone, not nothing, for ever.
+	s.failConfirmLocked(h, fmt.Errorf("%v was released while a call waited for its owner to confirm it", h.id))
 	s.emitLocked(s.t.Release(h.id, h.fork))
 }
 
@@ -402,6 +405,9 @@ func (r *RRef[T]) LocalValue(ctx context.Context) (T, error) {
 // ToHere returns a copy of the value, fetched from its owner (on the
 // owner, the value itself), waiting for the function computing it.
 func (r *RRef[T]) ToHere(ctx context.Context) (T, error) {
+	// r's cleanup releases the handle once r is unreachable: the call
+	// keeps it, as a caller's reference would.
+	defer runtime.KeepAlive(r)
 	var zero T
 	h := r.r
 	if h.released.Load() {

@@ -118,10 +118,8 @@ func register(reg *rpc.Registry) (*funcs, error) {
 		return newShard(a.Index, a.Seed)
 	})
 	f.forward, errs[1] = rpc.RegisterMethod(reg, "pipeline.Shard.forward", func(ctx context.Context, s *shard, in *rpc.RRef[*distautograd.Var]) (*distautograd.Var, error) {
-		// Release keeps in reachable until ToHere is done: a handle that
-		// becomes unreachable while ToHere waits for the owner's
-		// confirmation is released by its cleanup, and the wait never
-		// ends (rpc's ToHere does not keep its RRef alive).
+		// The handle is done with once its value is here: released now,
+		// not when a collection finds it.
 		defer in.Release()
 		x, err := in.ToHere(ctx)
 		if err != nil {

@@ -56,7 +56,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/godist/godist/examples/progress"
@@ -158,24 +157,8 @@ func sgdName(lr float64) string { return fmt.Sprintf("rpc-ddp.sgd(lr=%g)", lr) }
 
 func newSGD(lr float64) distoptim.Constructor {
 	return func(ps []*autograd.Var) optim.Optimizer {
-		return lockedOptimizer{optim.NewSGD(ps, optim.SGDOptions{LR: lr})}
+		return optim.NewSGD(ps, optim.SGDOptions{LR: lr})
 	}
-}
-
-// paramsMu guards the values of this process's parameters between reads
-// and optimizer steps. On the parameter server, one trainer's optimizer
-// steps the table while the other trainer's lookup reads it: distoptim
-// makes the steps take turns, not the reads, so without it the
-// tutorial's updates as they come would be a data race in Go.
-var paramsMu sync.RWMutex
-
-// lockedOptimizer steps under paramsMu.
-type lockedOptimizer struct{ optim.Optimizer }
-
-func (o lockedOptimizer) Step() {
-	paramsMu.Lock()
-	defer paramsMu.Unlock()
-	o.Optimizer.Step()
 }
 
 // run is one worker: the master returns the result; the trainers and the

@@ -79,9 +79,11 @@ func (t *embeddingBag) forward(indices, offsets []int64) (*autograd.Var, error) 
 			return nil, fmt.Errorf("embedding bag: index %d is %d: want [0, %d)", i, id, rows)
 		}
 	}
-	paramsMu.RLock() // the rows are copied out here; backward reads no weights
-	e := t.emb.Forward(autograd.Const(tensor.FromInt64(indices, len(indices))))
-	paramsMu.RUnlock()
+	// The rows are copied out while no trainer's optimizer steps the
+	// table (the other trainer's may, as in the tutorial); backward reads
+	// no weights.
+	var e *autograd.Var
+	distoptim.ReadParams(func() { e = t.emb.Forward(autograd.Const(tensor.FromInt64(indices, len(indices)))) })
 	bags := make([]*autograd.Var, len(offsets))
 	for b, start := range offsets {
 		end := int64(len(indices))
@@ -210,9 +212,9 @@ func register(reg *rpc.Registry, trainer func(ctx context.Context, args trainerA
 		return t.parameterRRefs(a), nil
 	})
 	f.tableValue, errs[3] = rpc.RegisterMethod(reg, "rpc-ddp.EmbeddingBag.weight", func(_ context.Context, t *embeddingBag, _ struct{}) (*tensor.Tensor, error) {
-		paramsMu.RLock()
-		defer paramsMu.RUnlock()
-		return t.emb.Weight.Value().Clone(), nil
+		var w *tensor.Tensor
+		distoptim.ReadParams(func() { w = t.emb.Weight.Value().Clone() })
+		return w, nil
 	})
 	f.runTrainer, errs[4] = rpc.Register(reg, "rpc-ddp.run_trainer", trainer)
 	return f, errors.Join(errs[:]...)

@@ -77,8 +77,21 @@ type local struct {
 
 // stepMu serialises every local optimizer's step in this process: two
 // optimizers (two trainers' New) over the same parameters must not lend
-// their gradients to the same Grad at once.
-var stepMu sync.Mutex
+// their gradients to the same Grad at once. Readers of the parameters
+// take its read side (ReadParams).
+var stepMu sync.RWMutex
+
+// ReadParams runs fn while no distributed optimizer steps a parameter of
+// this process: a parameter server's forward pass, which reads weights
+// that other trainers' optimizers step Hogwild-style, copies what it
+// needs inside fn (an embedding lookup copies its rows; a layer whose
+// backward reads its weight must copy the weight too). Steps wait for fn,
+// and fn for a step under way. Without it, such a read is a data race.
+func ReadParams(fn func()) {
+	stepMu.RLock()
+	defer stepMu.RUnlock()
+	fn()
+}
 
 type createArgs struct {
 	Ctor   string

@@ -18,7 +18,8 @@ import (
 
 // TestParameterRRefs: the RRefs ParameterRRefs hands out are the module's
 // parameters, in order, owned here, and a distributed optimizer built
-// from them steps the module as optim.SGD steps a copy of it.
+// from them steps the module as optim.SGD steps a copy of it; a step
+// waits for a reader inside ReadParams.
 func TestParameterRRefs(t *testing.T) {
 	distoptim.RegisterConstructor("params-test-sgd", func(ps []*autograd.Var) optim.Optimizer {
 		return optim.NewSGD(ps, optim.SGDOptions{LR: 0.5})
@@ -33,7 +34,9 @@ func TestParameterRRefs(t *testing.T) {
 	if err := lossOf(ref).Backward(nil); err != nil {
 		t.Fatal(err)
 	}
-	optim.NewSGD(nn.Parameters(ref), optim.SGDOptions{LR: 0.5}).Step()
+	refOpt := optim.NewSGD(nn.Parameters(ref), optim.SGDOptions{LR: 0.5})
+	refOpt.Step()
+	refOpt.ZeroGrad(true)
 
 	m := transport.NewInProc(1, transport.Faults{})
 	defer m.Close()
@@ -76,6 +79,39 @@ func TestParameterRRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	distautograd.Release(cctx, id)
+	// A step waits for a reader of the parameters (ReadParams).
+	cctx, id, err = distautograd.NewContext(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := distautograd.Backward(cctx, id, lossOf(mod)); err != nil {
+		t.Fatal(err)
+	}
+	before := ps[0].Value().Clone()
+	stepped := make(chan error, 1)
+	distoptim.ReadParams(func() {
+		go func() { stepped <- opt.Step(cctx, id) }()
+		select {
+		case err := <-stepped:
+			t.Errorf("a step ran while ReadParams's fn held the parameters (%v)", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if !tensor.Equal(ps[0].Value(), before) {
+			t.Errorf("a parameter changed inside ReadParams")
+		}
+	})
+	if err := <-stepped; err != nil {
+		t.Fatal(err)
+	}
+	distautograd.Release(cctx, id)
+	if tensor.Equal(ps[0].Value(), before) {
+		t.Fatal("the step after ReadParams changed nothing")
+	}
+	// The reference steps twice too.
+	if err := lossOf(ref).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	refOpt.Step()
 	for i, p := range nn.Parameters(ref) {
 		if !tensor.Equal(ps[i].Value(), p.Value()) {
 			t.Errorf("parameter %d after a step: %v, optim.SGD gives %v", i, ps[i].Value(), p.Value())

@@ -143,7 +143,8 @@ type Handlers struct {
 	// Connected).
 	PeerUp func(rank int)
 	// Unexpected is called for each data frame that arrives before a
-	// receive wants it (it is kept until one does).
+	// receive wants it (it is kept until one does). h is the reader's
+	// and valid only during the call.
 	Unexpected func(src int, h *Header)
 }
 

@@ -16,7 +16,7 @@ const AnySource = -1
 // frame is offered to a receive at most once). A Match with state may
 // refuse a frame now and take it later; the kept frames of a source are
 // offered again only after a frame of that source was taken, so its state
-// must change only per source.
+// must change only per source. h is valid only during the call.
 type Match func(src int, h *Header) bool
 
 // ExactMatch matches the frame with key k from peer (or AnySource).

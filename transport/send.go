@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -48,7 +49,7 @@ func (e *Endpoint) sendKind(ctx context.Context, kind Kind, peer int, key Key, f
 	if kind != KindHeartbeat {
 		defer e.peers.get(peer).live.sent.Add(1)
 	}
-	if err := l.send(ctx, &h, parts); err != nil {
+	if err := sendOn(ctx, l, h, parts); err != nil {
 		var ns notSent
 		if errors.As(err, &ns) {
 			// Given up before any of the frame left: the stream is intact.
@@ -83,4 +84,16 @@ func (e *Endpoint) awaitPeerDown(peer int, d time.Duration) {
 	for !e.peers.isGone(peer) && time.Now().Before(end) {
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// sendOn sends one frame on l. A TCP link is called directly, so that the
+// frame's header and its list of parts stay on the caller's stack (a call
+// through the interface would move them to the heap: two allocations of
+// every send).
+func sendOn(ctx context.Context, l link, h Header, parts [][]byte) error {
+	if tl, ok := l.(*tcpLink); ok {
+		return tl.send(ctx, &h, parts)
+	}
+	hc := h
+	return l.send(ctx, &hc, slices.Clone(parts))
 }

@@ -24,6 +24,12 @@ type tcpLink struct {
 	hdr  [HeaderSize]byte
 	bufs net.Buffers   // the frame being written (reused)
 	iov  []unix.Iovec  // bufs for writev (reused)
+	// writev is the raw write tryWritev makes, made once (a closure made
+	// at each write would be allocated at each write); wn and werrno are
+	// its results. l.mu is held.
+	writev func(fd uintptr) bool
+	wn     uintptr
+	werrno syscall.Errno
 	shm  *shmOut       // same-host peer's segment, or nil
 	ring *shmring.Ring // the frame ring in it (TCPOptions.ShmRing), or nil
 }
@@ -33,6 +39,14 @@ func newTCPLink(conn net.Conn) *tcpLink {
 	if sc, ok := conn.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			l.raw = rc
+		}
+	}
+	l.writev = func(fd uintptr) bool {
+		for {
+			l.wn, _, l.werrno = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&l.iov[0])), uintptr(len(l.iov)))
+			if l.werrno != syscall.EINTR {
+				return true // never wait here
+			}
 		}
 	}
 	return l
@@ -172,6 +186,13 @@ func (l *tcpLink) writeAll(ctx context.Context, bufs net.Buffers) error {
 	if len(bufs) == 0 {
 		return nil
 	}
+	return l.writeRest(ctx, bufs, started)
+}
+
+// writeRest writes what of a frame did not fit in the socket's buffer,
+// waiting for the socket and watching ctx (writeAll's slow path, apart so
+// that the fast path's buffer list stays on its stack).
+func (l *tcpLink) writeRest(ctx context.Context, bufs net.Buffers, started bool) error {
 	if ctx.Done() != nil {
 		// ctx's deadline, if any, closes Done too: then the write stops.
 		// (Setting the socket's write deadline on every send instead costs
@@ -214,16 +235,8 @@ func (l *tcpLink) tryWritev(bufs [][]byte) (int, error) {
 		l.iov = append(l.iov, v)
 	}
 	defer clear(l.iov)
-	var n uintptr
-	var errno syscall.Errno
-	err := l.raw.Write(func(fd uintptr) bool {
-		for {
-			n, _, errno = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&l.iov[0])), uintptr(len(l.iov)))
-			if errno != syscall.EINTR {
-				return true // never wait here
-			}
-		}
-	})
+	err := l.raw.Write(l.writev)
+	n, errno := l.wn, l.werrno
 	switch {
 	case err != nil:
 		return 0, err

@@ -21,8 +21,9 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
+	h := new(Header) // each frame's, in turn
 	for {
-		if err := e.readFrame(r, br, in, shm, &asm); err != nil {
+		if err := e.readFrame(r, br, in, shm, &asm, h); err != nil {
 			e.endRead(r, conn, err)
 			return
 		}
@@ -52,16 +53,21 @@ type frameErr struct{ err error }
 func (f frameErr) Error() string { return f.err.Error() }
 
 // readFrame reads one frame's header from the socket and handles it.
-func (e *Endpoint) readFrame(r int, br *bufio.Reader, in payload, shm *shmSeg, asm *assembly) error {
-	var hb [HeaderSize]byte
-	if _, err := io.ReadFull(br, hb[:]); err != nil {
+// The header is decoded where it lies in the reader's buffer, into the
+// reader's own h: a frame allocates nothing to read its header.
+func (e *Endpoint) readFrame(r int, br *bufio.Reader, in payload, shm *shmSeg, asm *assembly, h *Header) error {
+	hb, err := br.Peek(HeaderSize)
+	if err != nil {
+		if err == io.EOF && len(hb) > 0 {
+			err = io.ErrUnexpectedEOF // the stream ended inside a header
+		}
 		return err
 	}
-	h, err := decodeHeader(hb[:])
-	if err != nil {
+	if *h, err = decodeHeader(hb); err != nil {
 		return frameErr{err}
 	}
-	return e.handleFrame(r, &h, in, shm, asm)
+	br.Discard(HeaderSize)
+	return e.handleFrame(r, h, in, shm, asm)
 }
 
 // handleFrame delivers one frame whose payload is in (or in a slot of
@@ -109,6 +115,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 	br := bufio.NewReaderSize(countingReader{conn, &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
+	h := new(Header) // each frame's, in turn
 	var ferr error
 	bulk := false // the last frame's payload was in a slot
 	handle := func(f []byte) {
@@ -125,15 +132,15 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 				}
 				br.Discard(1)
 			}
-			ferr = e.readFrame(r, br, in, shm, &asm)
+			ferr = e.readFrame(r, br, in, shm, &asm, h)
 			return
 		}
 		if len(f) < HeaderSize {
 			ferr = frameErr{fmt.Errorf("%w: a ring frame of %d bytes", ErrFrame, len(f))}
 			return
 		}
-		h, err := decodeHeader(f[:HeaderSize])
-		if err != nil {
+		var err error
+		if *h, err = decodeHeader(f[:HeaderSize]); err != nil {
 			ferr = frameErr{err}
 			return
 		}
@@ -143,7 +150,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			return
 		}
 		bulk = h.Kind == KindShmData || h.Kind == KindShmMessage
-		ferr = e.handleFrame(r, &h, &memPayload{b: body}, shm, &asm)
+		ferr = e.handleFrame(r, h, &memPayload{b: body}, shm, &asm)
 	}
 	ring := shm.ring
 	var idle, checked time.Time

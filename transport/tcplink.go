@@ -22,16 +22,16 @@ type tcpLink struct {
 	conn net.Conn
 	raw  syscall.RawConn // conn's descriptor; nil when conn is not a socket
 	hdr  [HeaderSize]byte
-	bufs net.Buffers   // the frame being written (reused)
-	iov  []unix.Iovec  // bufs for writev (reused)
+	bufs net.Buffers  // the frame being written (reused)
+	iov  []unix.Iovec // bufs for writev (reused)
 	// writev is the raw write tryWritev makes, made once (a closure made
 	// at each write would be allocated at each write); wn and werrno are
 	// its results. l.mu is held.
 	writev func(fd uintptr) bool
 	wn     uintptr
 	werrno syscall.Errno
-	shm  *shmOut       // same-host peer's segment, or nil
-	ring *shmring.Ring // the frame ring in it (TCPOptions.ShmRing), or nil
+	shm    *shmOut       // same-host peer's segment, or nil
+	ring   *shmring.Ring // the frame ring in it (TCPOptions.ShmRing), or nil
 }
 
 func newTCPLink(conn net.Conn) *tcpLink {

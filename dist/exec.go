@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/dist/internal/scratch"
@@ -47,9 +48,13 @@ func (p parts) at(off, n int) []byte {
 // execute runs schedule sched of collective seq over the transport: see
 // executor.
 func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red, final reducer) error {
+	t := getExecTables(len(g.ranks))
 	x := executor{g: g, ctx: ctx, seq: seq, fp: c.fingerprint(), sched: sched, buf: buf, red: red, final: final,
-		sent: make([]uint32, len(g.ranks)), recvd: make([]uint32, len(g.ranks))}
-	defer x.release()
+		sent: t.sent, recvd: t.recvd, pending: t.pending[:0], free: t.free[:0]}
+	defer func() {
+		x.release()
+		t.put(x.pending, x.free)
+	}()
 	if err := x.run(); err != nil {
 		withdraw(x.pending, func(p inflight) *transport.Receive { return p.r })
 		return err
@@ -191,6 +196,47 @@ func (x *executor) release() {
 	}
 }
 
+// execTables are an executor's tables, recycled from call to call: a
+// small call allocates none of them (with thousands of members, the
+// per-member tag counts alone would be kilobytes a call).
+type execTables struct {
+	sent, recvd []uint32
+	pending     []inflight
+	free        [][]byte
+}
+
+var execTablesPool sync.Pool
+
+func getExecTables(members int) *execTables {
+	t, _ := execTablesPool.Get().(*execTables)
+	if t == nil {
+		t = &execTables{}
+	}
+	if cap(t.sent) < members {
+		t.sent, t.recvd = make([]uint32, members), make([]uint32, members)
+	} else {
+		t.sent, t.recvd = t.sent[:members], t.recvd[:members]
+		clear(t.sent)
+		clear(t.recvd)
+	}
+	return t
+}
+
+// put recycles t, keeping the larger of its lists and the executor's
+// (which may have grown), holding nothing they pointed to.
+func (t *execTables) put(pending []inflight, free [][]byte) {
+	if cap(pending) > cap(t.pending) {
+		t.pending = pending
+	}
+	if cap(free) > cap(t.free) {
+		t.free = free
+	}
+	clear(t.pending[:cap(t.pending)])
+	clear(t.free[:cap(t.free)])
+	t.pending, t.free = t.pending[:0], t.free[:0]
+	execTablesPool.Put(t)
+}
+
 // completeFront waits for the oldest receive and applies it.
 func (x *executor) completeFront() error {
 	p := x.pending[0]
@@ -255,11 +301,11 @@ func (x *executor) place(t algo.Xfer, tag uint32, j, current int, mayWait bool) 
 	var r *transport.Receive
 	if t.Reduce && inPlace {
 		rx := x.reduceWith(t)
-		r = ep.PostSink(peer, transport.ExactMatch(peer, key), x.fp, len(dst), func(off int, b []byte) {
+		r = ep.PostSinkKey(peer, key, x.fp, len(dst), func(off int, b []byte) {
 			rx(dst[off:off+len(b)], b)
 		})
 	} else {
-		r = ep.Post(peer, transport.ExactMatch(peer, key), x.fp, dst)
+		r = ep.PostKey(peer, key, x.fp, dst)
 	}
 	f := inflight{r, t, tmp, j}
 	// Keep pending in round order: receives are applied oldest first.

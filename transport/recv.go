@@ -42,6 +42,9 @@ type Receive struct {
 	src int   // when completed at posting time
 	err error // when completed (or failed) at posting time
 	now bool
+	// pend is p's memory: a receive and its pending entry are one
+	// allocation.
+	pend pending
 }
 
 // Post registers a receive without blocking: a frame that match accepts,
@@ -49,7 +52,15 @@ type Receive struct {
 // arrived is copied into it. The caller must not touch buf until Wait
 // returns, and must call Wait.
 func (e *Endpoint) Post(peer int, match Match, fp uint64, buf []byte) *Receive {
-	return e.post(&pending{peer: peer, match: match, fp: fp, buf: buf, n: len(buf)})
+	r := &Receive{e: e, pend: pending{peer: peer, match: match, fp: fp, buf: buf, n: len(buf)}}
+	return e.post(r)
+}
+
+// PostKey is Post for the frame of key k from peer (ExactMatch(peer, k),
+// without a function to call).
+func (e *Endpoint) PostKey(peer int, k Key, fp uint64, buf []byte) *Receive {
+	r := &Receive{e: e, pend: pending{peer: peer, exact: true, key: k, fp: fp, buf: buf, n: len(buf)}}
+	return e.post(r)
 }
 
 // Sink consumes a payload piece by piece, in order, as it is read: b is
@@ -68,13 +79,22 @@ const SinkBlock = viewMax
 // last. The sink runs before Wait returns; on a checksum or connection
 // error it may have seen part or all of a corrupt payload.
 func (e *Endpoint) PostSink(peer int, match Match, fp uint64, n int, sink Sink) *Receive {
-	return e.post(&pending{peer: peer, match: match, fp: fp, sink: sink, n: n})
+	r := &Receive{e: e, pend: pending{peer: peer, match: match, fp: fp, sink: sink, n: n}}
+	return e.post(r)
+}
+
+// PostSinkKey is PostSink for the frame of key k from peer.
+func (e *Endpoint) PostSinkKey(peer int, k Key, fp uint64, n int, sink Sink) *Receive {
+	r := &Receive{e: e, pend: pending{peer: peer, exact: true, key: k, fp: fp, sink: sink, n: n}}
+	return e.post(r)
 }
 
 // pending is a posted receive, in mu.posted until a frame claims it.
 type pending struct {
 	peer  int
 	match Match
+	exact bool // the frame of key, not match (PostKey)
+	key   Key
 	fp    uint64
 	buf   []byte // the payload's destination, or nil with sink
 	sink  Sink
@@ -86,9 +106,9 @@ type pending struct {
 	err     error
 }
 
-func (e *Endpoint) post(p *pending) *Receive {
-	peer, match := p.peer, p.match
-	r := &Receive{e: e}
+func (e *Endpoint) post(r *Receive) *Receive {
+	p := &r.pend
+	peer := p.peer
 	if peer != AnySource {
 		if err := e.checkPeer(peer, "receive"); err != nil {
 			r.now, r.src, r.err = true, -1, err
@@ -114,7 +134,7 @@ func (e *Endpoint) post(p *pending) *Receive {
 	}
 	// A frame that arrived before the receive was posted.
 	for i, m := range e.mu.unexpected {
-		if (peer == AnySource || m.src == peer) && match(m.src, &m.h) {
+		if (peer == AnySource || m.src == peer) && p.matches(m.src, &m.h) {
 			e.mu.unexpected = append(e.mu.unexpected[:i], e.mu.unexpected[i+1:]...)
 			more := e.rematchLocked(m.src)
 			e.mu.Unlock()
@@ -303,7 +323,7 @@ func complete(ms []match) {
 // frame.
 func (e *Endpoint) claimLocked(src int, h *Header) *pending {
 	for i, p := range e.mu.posted {
-		if (p.peer == AnySource || p.peer == src) && p.match(src, h) {
+		if (p.peer == AnySource || p.peer == src) && p.matches(src, h) {
 			p.claimed = true
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
 			e.wantLocked(-1)
@@ -311,6 +331,15 @@ func (e *Endpoint) claimLocked(src int, h *Header) *pending {
 		}
 	}
 	return nil
+}
+
+// matches reports whether the receive takes a frame from src with header
+// h (whose source its peer allows).
+func (p *pending) matches(src int, h *Header) bool {
+	if p.exact {
+		return h.Key == p.key
+	}
+	return p.match(src, h)
 }
 
 func (p *pending) finish(src int, err error) {

@@ -22,10 +22,16 @@ func sizeClass(n int) int {
 func Get(n int) []byte {
 	c := sizeClass(n)
 	if b, ok := pools[c].Get().(*[]byte); ok {
-		return (*b)[:n]
+		s := (*b)[:n]
+		*b = nil
+		headers.Put(b) // for the next Put: recycling allocates nothing
+		return s
 	}
 	return make([]byte, n, 1<<c)
 }
+
+// headers are the slice headers the pools hold buffers by, empty.
+var headers sync.Pool
 
 // Put recycles b, which Get returned (others are dropped); b must not be
 // used afterwards.
@@ -34,7 +40,12 @@ func Put(b []byte) {
 	if cap(b) != 1<<c {
 		return
 	}
-	pools[c].Put(&b)
+	h, _ := headers.Get().(*[]byte)
+	if h == nil {
+		h = new([]byte)
+	}
+	*h = b
+	pools[c].Put(h)
 }
 
 // Copy returns a buffer from Get holding a copy of b.

@@ -50,6 +50,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 	var err error
 	rerr := s.rc.Read(func(fd uintptr) bool {
 		var start, last time.Time
+		var startCPU time.Duration
 		for {
 			n, err = syscall.Read(int(fd), p)
 			switch {
@@ -63,10 +64,19 @@ func (s *spinReader) read(p []byte) (int, error) {
 			now := time.Now()
 			if start.IsZero() {
 				start = now
+				if !s.yield && hostBusy(now) {
+					return false // a reader lost its CPU polling lately: sleep at once
+				}
+				if !s.yield {
+					startCPU = processCPU()
+				}
 			} else if now.Sub(start) > s.spin || !s.yield && now.Sub(last) > preempted {
 				// Park until the poller says it is readable: the time is
 				// up, or the thread lost its CPU since the last poll
-				// (other work wants it; see readRing).
+				// (other work wants it; see readRing and hostBusy).
+				if !s.yield && now.Sub(last) > preempted && cpuStarved(start, startCPU, now) {
+					markBusy(now)
+				}
 				if s.w != nil {
 					s.w.park()
 				}

@@ -8,7 +8,10 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // readLoop reads frames from rank r until the connection ends.
@@ -154,6 +157,8 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 	}
 	ring := shm.ring
 	var idle, checked time.Time
+	var spinWait time.Duration // this idle spell's polling: spin, or 0 on a busy host
+	var idleCPU time.Duration  // the process's CPU time when the spell began
 	polls, handled := 0, 0
 	for {
 		got, err := ring.TryPop(handle)
@@ -183,19 +188,25 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		if idle.IsZero() {
 			idle = time.Now()
 			checked = idle
+			if !yield && hostBusy(idle) {
+				spinWait = 0 // a reader lost its CPU polling lately: sleep at once
+			} else {
+				spinWait = spin
+				idleCPU = processCPU()
+			}
 		}
 		// The clock is read every 32 polls: a poll is cheaper than it.
 		// While a fragmented message is under way its next fragment is
 		// due as soon as the sender has copied it in (tens of µs), so the
 		// reader polls longer (fragSpin) rather than make the sender wake
 		// it for each fragment.
-		wait := spin
+		wait := spinWait
 		unwanted := w != nil && !e.receiveWaits()
 		if unwanted {
-			wait = min(spin, yieldGrace)
+			wait = min(spinWait, yieldGrace)
 		}
-		if asm.active {
-			wait = max(spin, fragSpin)
+		if asm.active && spinWait > 0 {
+			wait = max(spinWait, fragSpin)
 		}
 		if polls++; wait > 0 && polls%32 == 0 {
 			now := time.Now()
@@ -203,8 +214,12 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 				// The thread was off its CPU between two looks at the
 				// clock: other work wants this CPU, and a poller that
 				// holds it only delays the peer's answer (a busy host
-				// turned 10 µs calls into 16 ms ones). Sleep instead.
+				// turned 10 µs calls into 16 ms ones). Sleep instead,
+				// and so do the process's readers for a while (hostBusy).
 				wait = 0
+				if cpuStarved(idle, idleCPU, now) {
+					markBusy(now)
+				}
 			}
 			checked = now
 			if now.Sub(idle) >= wait {
@@ -275,6 +290,42 @@ func (s *streamPayload) view(n int, fn func([]byte)) error {
 // preempted is a gap between two looks at the clock of a polling reader
 // (32 polls, a few µs) that says its thread lost its CPU meanwhile.
 const preempted = 500 * time.Microsecond
+
+// A reader that sees its thread lose the CPU while it polls (preempted)
+// marks the host busy for busyHold: until then the process's readers
+// sleep as soon as they have nothing to read, instead of polling. On a
+// host whose CPUs other processes want (issue 33's CPU hogs) a poller
+// shares its CPU with them and finds a frame only on its next turn,
+// milliseconds later, while a reader asleep in the kernel is woken by the
+// frame and preempts them: DDP's MLP at world 2 beside two hogs ran at
+// 23-36k samples/s polling and 43-44k without. The first idle spell after
+// busyHold polls again, and measures again.
+const busyHold = 500 * time.Millisecond
+
+var busyUntil atomic.Int64 // UnixNano
+
+func markBusy(now time.Time) { busyUntil.Store(now.Add(busyHold).UnixNano()) }
+
+// cpuStarved reports whether the process ran for less than three
+// quarters of the time since since (when its CPU time was cpu): its
+// threads waited for a CPU, other processes having it. A gap in a
+// reader's polling alone does not say so: the rank's own goroutines may
+// have had its P meanwhile.
+func cpuStarved(since time.Time, cpu time.Duration, now time.Time) bool {
+	wall := now.Sub(since)
+	return wall > 0 && processCPU()-cpu < wall*3/4
+}
+
+// processCPU is the CPU time the process's threads have used.
+func processCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() }
 
 // fragSpin is how long a ring's reader polls for the next fragment of a
 // message under way before it parks.

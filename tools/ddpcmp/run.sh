@@ -10,6 +10,11 @@
 # over rounds.
 #
 #   tools/ddpcmp/run.sh [rounds] [model]      (model: mlp, lenet, lstm or gru)
+#   LOAD=2 tools/ddpcmp/run.sh [rounds] [model]
+#
+# With LOAD=N, N processes `sha256sum /dev/zero` run at the same priority
+# for the whole measurement (a busy machine: issue 33's test, one hog a
+# CPU on this 2-CPU machine); compare its table with one run without.
 #
 # Synchronisation overhead, as the anchors define it: (DDP step - step of
 # unsynchronised replicas) / DDP step.
@@ -27,6 +32,9 @@ rounds=${1:-3}
 model=${2:-mlp}
 ptscript=tools/peers/train_ddp.py
 out=$(mktemp -d)
+hogs=()
+stop_hogs() { [ ${#hogs[@]} -eq 0 ] || kill "${hogs[@]}" 2>/dev/null || true; }
+trap stop_hogs EXIT
 mkdir -p bin
 go build -o bin/godist ./cmd/godist
 go build -o bin/ddp-go ./examples/ddp-fashion-mnist
@@ -56,6 +64,11 @@ gd() { # name binary args...: one godist run: name, ms/step, samples/s, CPU roun
 		python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(d['ms_per_step'], d['samples_per_s'])")
 	echo "$name $res $before $(bin/corelat)"
 }
+for _ in $(seq "${LOAD:-0}"); do
+	sha256sum /dev/zero >/dev/null &
+	hogs+=($!)
+done
+[ ${#hogs[@]} -eq 0 ] || echo "ddpcmp: ${#hogs[@]} CPU hogs (sha256sum /dev/zero) running" >&2
 for r in $(seq "$rounds"); do
 	{
 		py pytorch

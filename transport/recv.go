@@ -38,12 +38,11 @@ func (e *Endpoint) Recv(ctx context.Context, peer int, match Match, fp uint64, b
 // Receive is a posted receive.
 type Receive struct {
 	e   *Endpoint
-	p   *pending
 	src int   // when completed at posting time
 	err error // when completed (or failed) at posting time
 	now bool
-	// pend is p's memory: a receive and its pending entry are one
-	// allocation.
+	// pend is the receive in the endpoint's posted list (unless now):
+	// a receive and its entry are one allocation.
 	pend pending
 }
 
@@ -154,7 +153,6 @@ func (e *Endpoint) post(r *Receive) *Receive {
 	e.mu.posted = append(e.mu.posted, p)
 	e.wantLocked(1)
 	e.mu.Unlock()
-	r.p = p
 	return r
 }
 
@@ -164,7 +162,7 @@ func (r *Receive) Done() bool {
 		return true
 	}
 	select {
-	case <-r.p.done:
+	case <-r.pend.done:
 		return true
 	default:
 		return false
@@ -179,7 +177,7 @@ func (r *Receive) Wait(ctx context.Context) (int, error) {
 	if r.now {
 		return r.src, r.err
 	}
-	p := r.p
+	p := &r.pend
 	select {
 	case <-p.done:
 		return p.src, p.err

@@ -31,10 +31,12 @@ type Endpoint struct {
 	// od is a TCP endpoint's connecting on demand (ondemand.go), or nil.
 	od *onDemand
 
-	// wanted counts the posted receives; wakers wakes each peer's parked
-	// reader, when readers yield (wake.go).
-	wanted atomic.Int32
-	wakers []atomic.Pointer[waker] // by rank; nil unless readers yield
+	// When readers yield (wake.go): wakers wakes each peer's parked
+	// reader, wantFrom counts the posted receives from each peer and
+	// wantAny those from any source. Nil and unused otherwise.
+	wakers   []atomic.Pointer[waker] // by rank
+	wantFrom []atomic.Int32          // by rank
+	wantAny  atomic.Int32
 
 	// watchDone ends the watchdog (heartbeat.go).
 	watchDone chan struct{}
@@ -213,7 +215,7 @@ func (e *Endpoint) peerDown(rank int, cause error) {
 	for _, p := range e.mu.posted {
 		if p.peer == rank || p.peer == AnySource {
 			p.claimed = true
-			e.wantLocked(-1)
+			e.wantLocked(p.peer, -1)
 			failed = append(failed, p)
 		} else {
 			kept = append(kept, p)
@@ -274,7 +276,9 @@ func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
-	e.wantLocked(-int32(len(posted)))
+	for _, p := range posted {
+		e.wantLocked(p.peer, -1)
+	}
 	e.mu.posted = nil
 	e.mu.unexpected = nil
 	e.mu.Unlock()

@@ -10,7 +10,9 @@ func (e *Endpoint) Crash() {
 	e.mu.Lock()
 	e.mu.closed = true
 	posted := e.mu.posted
-	e.wantLocked(-int32(len(posted)))
+	for _, p := range posted {
+		e.wantLocked(p.peer, -1)
+	}
 	e.mu.posted = nil
 	e.mu.Unlock()
 	for _, p := range posted {
@@ -43,6 +45,13 @@ func ParkedReaders(e *Endpoint) int {
 		}
 	}
 	return n
+}
+
+// ReaderParked reports whether e's yielding reader of peer r is parked on
+// its socket.
+func ReaderParked(e *Endpoint, r int) bool {
+	w := e.wakers[r].Load()
+	return w != nil && w.state.Load() == readerParked
 }
 
 // StopHeartbeats ends e's heartbeats and watchdog, as if its process

@@ -134,6 +134,7 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 	e.hosts = hosts
 	if opt.Yield && opt.Spin > 0 {
 		e.wakers = make([]atomic.Pointer[waker], opt.Size)
+		e.wantFrom = make([]atomic.Int32, opt.Size)
 	}
 	d := &onDemand{e: e, opt: opt, ln: m.ln, records: m.records, hs: m.hs, tag: segTag(m.pub), pairs: map[int]*pairDial{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())

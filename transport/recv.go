@@ -151,7 +151,7 @@ func (e *Endpoint) post(r *Receive) *Receive {
 		return r
 	}
 	e.mu.posted = append(e.mu.posted, p)
-	e.wantLocked(1)
+	e.wantLocked(peer, 1)
 	e.mu.Unlock()
 	return r
 }
@@ -220,7 +220,7 @@ func (e *Endpoint) removePostedLocked(p *pending) {
 	for i, q := range e.mu.posted {
 		if q == p {
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
-			e.wantLocked(-1)
+			e.wantLocked(p.peer, -1)
 			return
 		}
 	}
@@ -324,7 +324,7 @@ func (e *Endpoint) claimLocked(src int, h *Header) *pending {
 		if (p.peer == AnySource || p.peer == src) && p.matches(src, h) {
 			p.claimed = true
 			e.mu.posted = append(e.mu.posted[:i], e.mu.posted[i+1:]...)
-			e.wantLocked(-1)
+			e.wantLocked(p.peer, -1)
 			return p
 		}
 	}

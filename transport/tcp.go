@@ -140,6 +140,7 @@ func (opt TCPOptions) withDefaults() TCPOptions {
 func (e *Endpoint) startLinks(opt TCPOptions, conns []net.Conn, shmOuts, shmIns []*shmSeg) {
 	if opt.Yield && opt.Spin > 0 {
 		e.wakers = make([]atomic.Pointer[waker], opt.Size)
+		e.wantFrom = make([]atomic.Int32, opt.Size)
 		for r, c := range conns {
 			if c != nil {
 				e.wakers[r].Store(&waker{conn: c})

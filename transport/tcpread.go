@@ -21,7 +21,7 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	if e.wakers != nil {
 		w = e.wakers[r].Load()
 	}
-	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, e.receiveWaits), &e.peers.make(r).live.heard}, viewMax)
+	br := bufio.NewReaderSize(countingReader{socketReader(conn, spin, yield, w, func() bool { return e.receiveWaits(r) }), &e.peers.make(r).live.heard}, viewMax)
 	in := &streamPayload{br}
 	var asm assembly
 	h := new(Header) // each frame's, in turn
@@ -201,7 +201,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		// reader polls longer (fragSpin) rather than make the sender wake
 		// it for each fragment.
 		wait := spinWait
-		unwanted := w != nil && !e.receiveWaits()
+		unwanted := w != nil && !e.receiveWaits(r)
 		if unwanted {
 			wait = min(spinWait, yieldGrace)
 		}
@@ -238,7 +238,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		}
 		if w != nil {
 			w.park()
-			if unwanted && e.receiveWaits() && w.state.CompareAndSwap(readerParked, readerRunning) {
+			if unwanted && e.receiveWaits(r) && w.state.CompareAndSwap(readerParked, readerRunning) {
 				// A receive was posted as it parked. (One that waits
 				// longer than spin does not keep it polling: parked, it
 				// reads the socket, which brings the peer's end.)

@@ -550,8 +550,9 @@ func TestTCPYield(t *testing.T) {
 
 // TestYieldingReadersParkAndWake checks the policy of wake.go: with no
 // receive posted a yielding reader parks within its grace (it must not
-// hold a shared CPU between collectives), and posting a receive wakes it
-// before any frame comes.
+// hold a shared CPU between collectives), posting a receive wakes the
+// reader of its peer before any frame comes and leaves the others
+// parked, and a receive from any source wakes them all.
 func TestYieldingReadersParkAndWake(t *testing.T) {
 	for _, ring := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
@@ -571,7 +572,13 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 			waitFor("rank 0's two readers parked with no receive posted", func() bool { return transport.ParkedReaders(e0) == 2 })
 			k := transport.Key{Tag: 7}
 			r := e0.Post(1, transport.ExactMatch(1, k), 0, make([]byte, 5))
-			waitFor("rank 0's readers woken by a posted receive", func() bool { return transport.ParkedReaders(e0) == 0 })
+			waitFor("rank 0's reader of rank 1 woken by a receive from it", func() bool { return !transport.ReaderParked(e0, 1) })
+			time.Sleep(20 * time.Millisecond)
+			if !transport.ReaderParked(e0, 2) {
+				t.Fatal("rank 0's reader of rank 2 woke for a receive from rank 1")
+			}
+			ra := e0.Post(transport.AnySource, transport.ExactMatch(transport.AnySource, transport.Key{Tag: 8}), 0, make([]byte, 1))
+			waitFor("rank 0's readers woken by a receive from any source", func() bool { return transport.ParkedReaders(e0) == 0 })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := e1.Send(ctx, 0, k, 0, []byte("hello")); err != nil {
@@ -579,6 +586,12 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 			}
 			if src, err := r.Wait(ctx); err != nil || src != 1 {
 				t.Fatalf("receive: from %d, %v", src, err)
+			}
+			if err := m.Endpoints[2].Send(ctx, 0, transport.Key{Tag: 8}, 0, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if src, err := ra.Wait(ctx); err != nil || src != 2 {
+				t.Fatalf("receive from any source: from %d, %v", src, err)
 			}
 			waitFor("rank 0's readers parked again after the receive", func() bool { return transport.ParkedReaders(e0) == 2 })
 			// A second round: the readers' deadlines were cleared, so a

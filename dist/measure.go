@@ -92,10 +92,13 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		var err error
 		switch w.rank {
 		case p:
-			// The pairs' bulks start together (syncProbers), so that they
-			// share the link the way a collective's transfers do: apart,
-			// two pairs at 1 Gbit/s measured up to 0.21 GB/s together.
-			sync := func() error { return w.syncProbers(ctx, topo.Hosts[0][:pairs]) }
+			// Every bulk round trip of the pairs starts together
+			// (syncProbers), so that they share the link the way a
+			// collective's transfers do: apart, two pairs at 1 Gbit/s
+			// measured up to 0.21 GB/s together, and at 10 Gbit/s,
+			// synchronised only at the first bulk, from 0.12 to 2.05
+			// GB/s in three runs as the pairs drifted apart.
+			sync := func(n int) (int, error) { return w.syncProbers(ctx, topo.Hosts[0][:pairs], n) }
 			if net, err = w.probeLink(ctx, q, sync); err != nil {
 				return fmt.Errorf("measuring the network against rank %d: %w", q, err)
 			}
@@ -165,7 +168,11 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 // shaper's burst allowance (tbf lets a millisecond of traffic through
 // at once) is a small part of it: a 1 MiB bulk on a 10 Gbit/s link
 // measured 2 GB/s.
-func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func() error) (algo.Link, error) {
+//
+// beforeBulk, when not nil, is called before each bulk round trip with
+// the size this prober would send (0 when it is done), and returns the
+// size to send, 0 to stop: the first prober's choice, for every pair.
+func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) (int, error)) (algo.Link, error) {
 	tag := uint32(0)
 	defer func() { w.probe = nil }()
 	roundTrip := func(n int) (float64, error) {
@@ -186,14 +193,23 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func() error
 			return algo.Link{}, err
 		}
 	}
-	if beforeBulk != nil {
-		if err := beforeBulk(); err != nil {
-			return algo.Link{}, err
-		}
-	}
 	n := measureBulk
 	var ds []float64
-	for i := 0; i < measureWarmBulk+measureBulkRounds; i++ {
+	for i := 0; ; i++ {
+		want := n
+		if i >= measureWarmBulk+measureBulkRounds {
+			want = 0
+		}
+		if beforeBulk != nil {
+			var err error
+			if want, err = beforeBulk(want); err != nil {
+				return algo.Link{}, err
+			}
+		}
+		if want <= 0 {
+			break
+		}
+		n = want
 		s, err := roundTrip(0)
 		if err != nil {
 			return algo.Link{}, err
@@ -212,34 +228,48 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func() error
 	}
 	slices.Sort(rtts)
 	rtt := rtts[len(rtts)/2]
+	if len(ds) == 0 {
+		// A prober that followed the first one's sizes and restarted at
+		// the last: its figure is not used.
+		ds = append(ds, float64(n)/maxBandwidth)
+	}
 	slices.Sort(ds)
 	d := max(ds[len(ds)/2], float64(n)/maxBandwidth)
 	return algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(n) / d}, nil
 }
 
 // syncProbers returns once every prober of the network (this rank among
-// them; probers[0] is rank 0) has made its small round trips: each tells
-// rank 0, which then tells them all to go on.
-func (w *world) syncProbers(ctx context.Context, probers []int) error {
+// them; probers[0] is rank 0) is ready for its next bulk round trip, with
+// the size rank 0 chose (n on rank 0; 0 to stop): each tells rank 0,
+// which then tells them all the size.
+func (w *world) syncProbers(ctx context.Context, probers []int, n int) (int, error) {
 	key := transport.Key{Group: measureGroup, Tag: syncTag}
-	mark := []byte{1}
+	var msg [8]byte
 	if w.rank != probers[0] {
-		if err := w.ep.Send(ctx, probers[0], key, 0, mark); err != nil {
-			return err
+		if err := w.ep.Send(ctx, probers[0], key, 0, msg[:]); err != nil {
+			return 0, err
 		}
-		return w.recvProbe(ctx, probers[0], syncTag, make([]byte, 1))
+		if err := w.recvProbe(ctx, probers[0], syncTag, msg[:]); err != nil {
+			return 0, err
+		}
+		m := int64(binary.LittleEndian.Uint64(msg[:]))
+		if m < 0 || m > measureBulkMax {
+			return 0, fmt.Errorf("rank %d asked for bulks of %d bytes (at most %d)", probers[0], m, measureBulkMax)
+		}
+		return int(m), nil
 	}
 	for _, p := range probers[1:] {
-		if err := w.recvProbe(ctx, p, syncTag, make([]byte, 1)); err != nil {
-			return err
+		if err := w.recvProbe(ctx, p, syncTag, msg[:]); err != nil {
+			return 0, err
 		}
 	}
+	binary.LittleEndian.PutUint64(msg[:], uint64(n))
 	for _, p := range probers[1:] {
-		if err := w.ep.Send(ctx, p, key, 0, mark); err != nil {
-			return err
+		if err := w.ep.Send(ctx, p, key, 0, msg[:]); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // syncTag is the tag of syncProbers' messages, far from probeLink's.

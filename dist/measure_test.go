@@ -38,13 +38,19 @@ func TestMeasureModel(t *testing.T) {
 		wg.Wait()
 		return models, errs
 	}
-	models, errs := run([]string{"a", "a", "b", "b"}, algo.Model{})
-	for r := range models {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		if models[r] != models[0] {
-			t.Errorf("rank %d holds %v, rank 0 %v", r, models[r], models[0])
+	// Two and three pairs of probers, each bulk round trip in step
+	// (syncProbers): the followers take rank 0's sizes to the end.
+	var models []algo.Model
+	var errs []error
+	for _, labels := range [][]string{{"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b"}} {
+		models, errs = run(labels, algo.Model{})
+		for r := range models {
+			if errs[r] != nil {
+				t.Fatalf("%v: rank %d: %v", labels, r, errs[r])
+			}
+			if models[r] != models[0] {
+				t.Errorf("%v: rank %d holds %v, rank 0 %v", labels, r, models[r], models[0])
+			}
 		}
 	}
 	m := models[0]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/internal/cgobusy"
+	"github.com/godist/godist/internal/cpuyield"
 )
 
 // spinReader reads a socket by polling it for up to spin before parking
@@ -98,7 +99,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 			} else {
 				runtime.Gosched()
 				if s.yield {
-					osYield()
+					cpuyield.Yield()
 				}
 			}
 		}

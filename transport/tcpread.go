@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/internal/cpuyield"
 	"golang.org/x/sys/unix"
 )
 
@@ -229,7 +230,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		if wait > 0 {
 			runtime.Gosched() // polling must not keep the senders off the cores
 			if yield {
-				osYield()
+				cpuyield.Yield()
 			}
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/godist/godist/internal/cpuyield"
 	"github.com/godist/godist/internal/futex"
 	"github.com/godist/godist/transport"
 )
@@ -229,7 +230,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 		if yield {
 			// More ranks than CPUs: the member this one waits for may
 			// need this CPU to get there.
-			osYield()
+			cpuyield.Yield()
 		}
 	}
 	sleepers := waiters(mem)

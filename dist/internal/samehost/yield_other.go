@@ -1,8 +1,0 @@
-//go:build !linux
-
-package samehost
-
-import "runtime"
-
-// osYield yields to this process's goroutines.
-func osYield() { runtime.Gosched() }

@@ -87,7 +87,7 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 		return nil
 	}
 	// Nobody is waiting yet: keep a copy.
-	buf := make([]byte, h.Len)
+	buf := earlyBuf(int(h.Len))
 	sum, err := readSum(in, buf)
 	if err != nil {
 		return err
@@ -101,10 +101,12 @@ func (e *Endpoint) deliver(src int, h *Header, in payload) error {
 		e.mu.Unlock()
 		complete(more)
 		if err := p.check(src, h); err != nil {
+			putEarly(buf)
 			p.finish(src, err)
 			return nil
 		}
 		p.take(buf)
+		putEarly(buf)
 		p.finish(src, nil)
 		return nil
 	}

@@ -142,6 +142,7 @@ func (e *Endpoint) post(r *Receive) *Receive {
 			if r.err = p.check(m.src, &m.h); r.err == nil {
 				p.take(m.buf)
 			}
+			putEarly(m.buf)
 			return r
 		}
 	}
@@ -309,10 +310,12 @@ func (e *Endpoint) rematchLocked(src int) []match {
 func complete(ms []match) {
 	for _, x := range ms {
 		if err := x.p.check(x.m.src, &x.m.h); err != nil {
+			putEarly(x.m.buf)
 			x.p.finish(x.m.src, err)
 			continue
 		}
 		x.p.take(x.m.buf)
+		putEarly(x.m.buf)
 		x.p.finish(x.m.src, nil)
 	}
 }

@@ -39,10 +39,11 @@ func TestMeasureModel(t *testing.T) {
 		return models, errs
 	}
 	// Two and three pairs of probers, each bulk round trip in step
-	// (syncProbers): the followers take rank 0's sizes to the end.
+	// (syncProbers): the followers take rank 0's sizes to the end. With
+	// four hosts, hosts 2 and 3 probe too; with three, host 2 waits.
 	var models []algo.Model
 	var errs []error
-	for _, labels := range [][]string{{"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b"}} {
+	for _, labels := range [][]string{{"a", "b", "c", "d"}, {"a", "b", "b", "c"}, {"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b"}} {
 		models, errs = run(labels, algo.Model{})
 		for r := range models {
 			if errs[r] != nil {

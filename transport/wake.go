@@ -76,10 +76,12 @@ func (w *waker) wake() {
 // poll: whether a receive from r, or from any source, is posted. The
 // readers of other peers park. On a host with more ranks than CPUs a
 // rank's slice of its CPU is the polls it makes before it yields, and a
-// rank that polls every connection while it waits for one (readers of
-// three peers, world 4 on one CPU a host pair) spends three reads a
-// slice where one is wanted: the lab's 8 B all-reduce on 4 hosts of one
-// rank took 200-240 µs so, against OpenMPI's 122. A reader parked when
+// rank that polls every connection while it waits for one spends a read
+// a connection a slice where one is wanted: on the lab's 4 hosts of one
+// rank, two hosts to a CPU (three connections a rank), an 8 B all-reduce
+// took 200-250 µs when every reader polled and 158-165 since (OpenMPI's
+// 122), and on 2 hosts of 2 ranks a barrier 116-146 against 55-60 (82).
+// A reader parked when
 // its frame arrives before the receive that takes it costs little: the
 // receive, when posted, wakes it (a read deadline in the past, inside
 // this process), and it reads the frame the socket holds.

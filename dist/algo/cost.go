@@ -319,8 +319,10 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 }
 
 // ChooseBroadcastOn is ChooseBroadcast for a group laid out as t, with the
-// time m predicts; across hosts, the binomial tree or the chain with the
-// segment count m predicts fastest.
+// time m predicts; across hosts, the binomial tree, the chain with the
+// segment count m predicts fastest, or (for vectors of up to
+// smallBroadcastBytes, on hosts with more than one rank)
+// LeaderBroadcast.
 func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 	size := t.Size()
 	if len(t.Hosts) <= 1 || count == 0 {
@@ -331,6 +333,9 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 	cands := []Plan{{"binomial", 1, func(rank int) Schedule { return BinomialBroadcast(rank, size, root, count) }, 0}}
 	for _, seg := range segmentChoices(count*elemSize, maxChainSegments) {
 		cands = append(cands, Plan{"chain", seg, func(rank int) Schedule { return ChainBroadcast(rank, size, root, count, seg) }, 0})
+	}
+	if len(t.Hosts) < size && count*elemSize <= smallBroadcastBytes {
+		cands = append(cands, Plan{"leaders", 1, func(rank int) Schedule { return LeaderBroadcast(rank, t, root, count) }, 0})
 	}
 	return best(t, m, elemSize, cands...)
 }

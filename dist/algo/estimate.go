@@ -101,7 +101,8 @@ func (o Op) String() string {
 
 // EstimateAlgorithm is the time m gives the named algorithm (a Plan name
 // of op: "ring", "recursive-doubling", "halving-doubling",
-// "halving-doubling-near", "two-level", "leaders", "binomial", "chain")
+// "halving-doubling-near", "two-level", "leaders" (all-reduce and
+// broadcast), "binomial", "chain")
 // in segments pieces, over s, for count elements of elemSize bytes. count
 // is the vector for all-reduce and broadcast, and each rank's chunk for
 // all-gather and reduce-scatter (whose buffer holds Size·count). The
@@ -135,6 +136,8 @@ func (m Model) EstimateAlgorithm(s Shape, op Op, name string, segments, count, e
 		t = e.binomial(count)
 	case op == OpBroadcast && name == "chain":
 		t = e.chain(count, segments)
+	case op == OpBroadcast && name == "leaders":
+		t = e.leaderBroadcast(count)
 	case op == OpAllGather && name == "ring":
 		t = e.ringAllGather(count, segments)
 	case op == OpAllGather && name == "recursive-doubling":
@@ -192,6 +195,9 @@ func (m Model) Candidates(s Shape, op Op, count, elemSize int) []Estimate {
 		}
 		for _, seg := range segmentChoices(bytes, maxChainSegments) {
 			add("chain", seg)
+		}
+		if s.Hosts < size && bytes <= smallBroadcastBytes {
+			add("leaders", 1)
 		}
 	case OpAllGather:
 		add("recursive-doubling", 1)
@@ -744,6 +750,18 @@ func (e estimator) twoLevelReduceScatter(count, segs int) float64 {
 // leaders: a binomial reduce onto each host's first rank, recursive
 // doubling among those (one rank a host crosses), a binomial broadcast on
 // each host.
+// leaderBroadcast: the binomial tree among the hosts' leaders over the
+// network, then the binomial tree on each host (root's host is as slow
+// as any: its leader's local tree starts after its last send across).
+func (e estimator) leaderBroadcast(count int) float64 {
+	h, r := e.s.Hosts, e.s.PerHost
+	t := estimator{m: e.m, s: Shape{h, 1}, es: e.es}.binomial(count)
+	if r > 1 {
+		t += estimator{m: e.m, s: Shape{1, r}, es: e.es}.binomial(count)
+	}
+	return t
+}
+
 func (e estimator) leaders(count int) float64 {
 	h, r := e.s.Hosts, e.s.PerHost
 	b := float64(count * e.es)

@@ -31,6 +31,8 @@ func schedulesOf(s Shape, op Op, name string, seg, count int) []Schedule {
 		f = func(r int) Schedule { return BinomialBroadcast(r, size, 0, count) }
 	case op == OpBroadcast && name == "chain":
 		f = func(r int) Schedule { return ChainBroadcast(r, size, 0, count, seg) }
+	case op == OpBroadcast && name == "leaders":
+		f = func(r int) Schedule { return LeaderBroadcast(r, topo, 0, count) }
 	case op == OpAllGather && name == "ring":
 		f = func(r int) Schedule { return RingAllGather(r, size, counts, seg) }
 	case op == OpAllGather && name == "recursive-doubling":
@@ -64,7 +66,7 @@ var estAlgs = []estAlg{
 	{OpAllReduce, "ring", 1}, {OpAllReduce, "ring", 4}, {OpAllReduce, "recursive-doubling", 1},
 	{OpAllReduce, "halving-doubling", 1}, {OpAllReduce, "halving-doubling-near", 1},
 	{OpAllReduce, "two-level", 1}, {OpAllReduce, "two-level", 4}, {OpAllReduce, "leaders", 1},
-	{OpBroadcast, "binomial", 1}, {OpBroadcast, "chain", 1}, {OpBroadcast, "chain", 8},
+	{OpBroadcast, "binomial", 1}, {OpBroadcast, "chain", 1}, {OpBroadcast, "chain", 8}, {OpBroadcast, "leaders", 1},
 	{OpAllGather, "ring", 1}, {OpAllGather, "ring", 4}, {OpAllGather, "recursive-doubling", 1}, {OpAllGather, "two-level", 2},
 	{OpReduceScatter, "ring", 1}, {OpReduceScatter, "ring", 4}, {OpReduceScatter, "halving-doubling", 1}, {OpReduceScatter, "two-level", 2},
 }
@@ -85,12 +87,19 @@ func estCount(a estAlg, s Shape, bytes int) int {
 }
 
 // applies reports whether the case is one the algorithm runs (two-level
-// and leaders need hosts; leaders is a candidate up to 64 KiB).
+// and leaders need hosts; leaders is a candidate up to 64 KiB for
+// all-reduce, 256 KiB for broadcast).
 func (a estAlg) applies(s Shape, bytes int) bool {
 	if (a.name == "two-level" || a.name == "leaders") && s.Hosts == 1 {
 		return false
 	}
-	return a.name != "leaders" || bytes <= smallAllReduceBytes
+	switch {
+	case a.name != "leaders":
+		return true
+	case a.op == OpBroadcast:
+		return bytes <= smallBroadcastBytes
+	}
+	return bytes <= smallAllReduceBytes
 }
 
 // emptyPieces reports whether the schedule leaves transfers out for

@@ -426,3 +426,46 @@ func LeaderAllReduce(rank int, t Topology, count int) Schedule {
 	}
 	return b.s
 }
+
+// LeaderBroadcast is the broadcast of small vectors across hosts: root
+// sends to the first rank of every other host (its leader; on root's
+// host root leads) by a binomial tree among the leaders, and each leader
+// broadcasts on its host by a binomial tree. A vector crosses the
+// network once a host and only the first rounds cross it, where the
+// binomial tree over all ranks (or the chain) has ranks of one host send
+// across in the same round, or the vector hop host to host. Hosts may
+// have different numbers of ranks.
+//
+// Layout and traffic as BinomialBroadcast's: every rank but root
+// receives count elements once.
+func LeaderBroadcast(rank int, t Topology, root, count int) Schedule {
+	size := t.Size()
+	checkGroup("LeaderBroadcast", rank, size)
+	checkRoot("LeaderBroadcast", root, size)
+	checkCount("LeaderBroadcast", count)
+	if err := t.Check(size); err != nil {
+		panic(err.Error())
+	}
+	if size == 1 || count == 0 {
+		return nil
+	}
+	h, i := t.place(rank)
+	rootHost, rootLocal := t.place(root)
+	leaders := make([]int, len(t.Hosts))
+	for k, ranks := range t.Hosts {
+		leaders[k] = ranks[0]
+	}
+	leaders[rootHost] = root
+	lead := 0 // this host's leader, by its index on the host
+	if h == rootHost {
+		lead = rootLocal
+	}
+	var b builder
+	if rank == leaders[h] && len(leaders) > 1 {
+		b.mapped(leaders, func(sub *builder) { sub.s = BinomialBroadcast(h, len(leaders), rootHost, count) })
+	}
+	if local := t.Hosts[h]; len(local) > 1 {
+		b.mapped(local, func(sub *builder) { sub.s = BinomialBroadcast(i, len(local), lead, count) })
+	}
+	return b.s
+}

@@ -277,3 +277,30 @@ func TestHalvingDoublingNearTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderBroadcast: every rank ends with root's vector, from every
+// root, on hosts of equal and unequal sizes and interleaved ranks, and
+// the vector crosses the network once to each host but root's.
+func TestLeaderBroadcast(t *testing.T) {
+	for _, hosts := range [][]int{{0}, {0, 0}, {0, 0, 0}, {0, 1}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 0, 1, 2, 2}, {0, 1, 2, 3, 4}, {0, 0, 1, 1, 2, 2, 3, 3, 4}} {
+		topo := NewTopology(hosts)
+		size := len(hosts)
+		for root := range size {
+			for _, count := range []int{0, 1, 5} {
+				desc := fmt.Sprintf("LeaderBroadcast(%v, root %d) count=%d", topo.Hosts, root, count)
+				checkBroadcast(t, desc, size, root, count, func(r int) Schedule { return LeaderBroadcast(r, topo, root, count) })
+			}
+			scheds := make([]Schedule, size)
+			for r := range scheds {
+				scheds[r] = LeaderBroadcast(r, topo, root, 8)
+			}
+			cross := 0
+			for _, n := range crossHostMessages(topo, scheds) {
+				cross += n
+			}
+			if want := len(topo.Hosts) - 1; cross != want {
+				t.Errorf("LeaderBroadcast(%v, root %d): %d messages cross hosts, want %d", topo.Hosts, root, cross, want)
+			}
+		}
+	}
+}

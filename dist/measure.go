@@ -84,8 +84,9 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 	// CPUs, theirs: on 4 hosts of one rank sharing 2 CPUs, rank 0 saw a
 	// latency of 12 µs with hosts 2 and 3 quiet and 57-68 µs with them
 	// probing too, and the prediction of an 8 B all-reduce went from 0.2
-	// of its time to 0.6-0.7). Rank 0 takes the latency it saw and the bytes of the pairs
-	// of hosts 0 and 1, which share its link, over the time of its own.
+	// of its time to 0.6-0.7). Rank 0 takes the latency it saw and the
+	// bytes of the pairs of hosts 0 and 1, which share its link, over the
+	// time they took together.
 	pairs := min(len(topo.Hosts[0]), len(topo.Hosts[1]))
 	local := -1
 	if h0 := topo.Hosts[0]; len(h0) > 1 {
@@ -181,9 +182,11 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 // at once) is a small part of it: a 1 MiB bulk on a 10 Gbit/s link
 // measured 2 GB/s.
 //
-// beforeBulk, when not nil, is called before each bulk round trip with
-// the size this prober would send (0 when it is done), and returns the
-// size to send, 0 to stop: the first prober's choice, for every pair.
+// beforeBulk, when not nil, keeps the pairs in step: it is called before
+// each timed small round trip (with 1, its answer unused) and before each
+// bulk round trip with the size this prober would send (0 when it is
+// done), and returns the size to send, 0 to stop: the first prober's
+// choice, for every pair.
 func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) (int, error)) (algo.Link, error) {
 	tag := uint32(0)
 	defer func() { w.probe = nil }()
@@ -217,8 +220,8 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 	// With beforeBulk, a bulk's time is taken at the sync after it, which
 	// returns when every pair's bulk has ended (each prober syncs after
 	// its own): the pairs' bytes over the time they took together. Timed
-	// by its own pair alone, rank 0's bulk said 0.17 GB/s of a 0.125 GB/s
-	// link when its pair took more than half of it.
+	// by its own pair alone, rank 0's bulk said 0.128-0.21 GB/s of a
+	// 0.125 GB/s link in three runs: the pairs do not share it evenly.
 	var last struct {
 		start time.Time // when the bulk still to be timed began
 		small float64   // the small round trip just before it
@@ -276,9 +279,9 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 }
 
 // syncProbers returns once every prober of the network (this rank among
-// them; probers[0] is rank 0) is ready for its next bulk round trip, with
-// the size rank 0 chose (n on rank 0; 0 to stop): each tells rank 0,
-// which then tells them all the size.
+// them; probers[0] is rank 0) is ready for its next round trip, with the
+// size rank 0 chose (n on rank 0; 0 to stop): each tells rank 0, which
+// then tells them all the size.
 func (w *world) syncProbers(ctx context.Context, probers []int, n int) (int, error) {
 	key := transport.Key{Group: measureGroup, Tag: syncTag}
 	var msg [8]byte

@@ -8,7 +8,7 @@ import (
 // TestEarlyBuffers: an early frame's buffer has the frame's length and a
 // class's capacity from earlyMin up, is 8-byte aligned, comes back from
 // the pool for the next frame of its class, and buffers outside the
-// classes are neither pooled nor handed out twice.
+// classes are neither reused nor handed out twice.
 func TestEarlyBuffers(t *testing.T) {
 	for _, n := range []int{0, 1, earlyMin - 1, earlyMin, earlyMin + 1, 3 << 20, earlyMax, earlyMax + 1} {
 		b := earlyBuf(n)
@@ -30,8 +30,8 @@ func TestEarlyBuffers(t *testing.T) {
 	if cap(again) != 1<<20 {
 		t.Fatalf("capacity %d, want 1 MiB", cap(again))
 	}
-	// sync.Pool may drop what it holds at any collection; when it kept
-	// the buffer, it is the one put.
+	// The recycled buffers are dropped after two collections; when it was
+	// kept, the buffer is the one put.
 	if &again[0] == &b[0] && again[0] != 42 {
 		t.Errorf("the pooled buffer changed")
 	}

@@ -72,14 +72,19 @@ func fromRecycled(size int) []byte {
 // to recycled when it becomes unreachable.
 func track(b []byte) {
 	size := len(b)
-	runtime.SetFinalizer((*uint64)(unsafe.Pointer(&b[0])), func(w *uint64) {
-		recycled.Lock()
-		defer recycled.Unlock()
-		if recycled.free == nil {
-			recycled.free = map[int][]recycledBuf{}
-		}
-		recycled.free[size] = append(recycled.free[size], recycledBuf{w, recycled.gen})
-	})
+	runtime.SetFinalizer((*uint64)(unsafe.Pointer(&b[0])), func(w *uint64) { putRecycled(w, size) })
+}
+
+// putRecycled puts the buffer of size bytes whose first word is w back
+// among the recycled ones: from its finalizer (track), or at once by
+// code that knows nothing holds it any more (putEarly).
+func putRecycled(w *uint64, size int) {
+	recycled.Lock()
+	defer recycled.Unlock()
+	if recycled.free == nil {
+		recycled.free = map[int][]recycledBuf{}
+	}
+	recycled.free[size] = append(recycled.free[size], recycledBuf{w, recycled.gen})
 }
 
 // gcSentinel's finalizer runs once per collection (gcTick makes a new one

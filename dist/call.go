@@ -26,10 +26,12 @@ const (
 	opSend
 	opObject
 	opNewGroup
+	opAllToAllEqual // all_to_all_single with equal splits: count is the block
 )
 
 var opNames = [...]string{"", "broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
-	"reduce_scatter", "all_to_all", "barrier", "monitored_barrier", "send/recv", "object collective", "new_group"}
+	"reduce_scatter", "all_to_all", "barrier", "monitored_barrier", "send/recv", "object collective", "new_group",
+	"all_to_all_single (equal splits)"}
 
 func (o opKind) String() string {
 	if int(o) < len(opNames) && o > 0 {

@@ -305,6 +305,42 @@ func TestReduceScatter(t *testing.T) {
 	}
 }
 
+// TestAllToAllEqual: all_to_all_single with equal splits, whose blocks
+// of at most 256 bytes on 8 or more members go by Bruck's algorithm
+// (worlds 8 and 13 here; 13 is not a power of two), larger ones and
+// smaller worlds by the pairwise exchange.
+func TestAllToAllEqual(t *testing.T) {
+	for _, world := range []int{1, 3, 8, 13} {
+		spawnBoth(t, world, func(g *dist.Group) error {
+			ctx := context.Background()
+			me := g.Rank()
+			for _, c := range []struct {
+				dt   tensor.DType
+				rows int // rows of 2 a block
+			}{{tensor.Float32, 0}, {tensor.Float32, 1}, {tensor.Float32, 32}, {tensor.Float32, 33}, {tensor.Uint8, 1}, {tensor.Float64, 3}} {
+				// Element e of the block from s to d holds 1000s+10d+e mod 97
+				// (uint8 holds it).
+				v := func(s, d, e int) float64 { return float64((1000*s + 10*d + e) % 97) }
+				n := 2 * c.rows
+				in, out := tensor.New(c.dt, world*c.rows, 2), tensor.New(c.dt, world*c.rows, 2)
+				flat := in.Reshape(world * n)
+				for d := range world {
+					for e := range n {
+						flat.Set(v(me, d, e), d*n+e)
+					}
+				}
+				if err := g.AllToAllSingle(ctx, out, in, nil, nil); err != nil {
+					return err
+				}
+				if err := expect(out, func(i int) float64 { return v(i/max(n, 1), me, i%max(n, 1)) }, fmt.Sprintf("all_to_all_single %v blocks of %d", c.dt, n)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
 func TestAllToAll(t *testing.T) {
 	for _, world := range worlds {
 		spawnBoth(t, world, func(g *dist.Group) error {

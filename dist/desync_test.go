@@ -64,6 +64,28 @@ var desyncCases = []desyncCase{
 		}
 		return g.AllReduce(ctx, x, dist.Sum)
 	}, [2]string{"all_reduce", "all_gather"}},
+	// All-to-all with equal splits may run Bruck's algorithm, the others
+	// the pairwise exchange: a member that passes split sizes where the
+	// others pass none, or another block, is out of step (as in gloo).
+	{"all_to_all splits", func(ctx context.Context, g *dist.Group, odd bool) error {
+		w := g.Size()
+		in, out := tensor.New(tensor.Float32, 2*w), tensor.New(tensor.Float32, 2*w)
+		if odd {
+			splits := make([]int, w)
+			for i := range splits {
+				splits[i] = 2
+			}
+			return g.AllToAllSingle(ctx, out, in, splits, splits)
+		}
+		return g.AllToAllSingle(ctx, out, in, nil, nil)
+	}, [2]string{"all_to_all_single (equal splits)", "all_to_all("}},
+	{"all_to_all block", func(ctx context.Context, g *dist.Group, odd bool) error {
+		n := 2 * g.Size()
+		if odd {
+			n = 3 * g.Size()
+		}
+		return g.AllToAllSingle(ctx, tensor.New(tensor.Float32, n), tensor.New(tensor.Float32, n), nil, nil)
+	}, [2]string{"2 elements", "3 elements"}},
 }
 
 // TestDesyncDetected: when one rank issues a different call than the
@@ -73,7 +95,11 @@ var desyncCases = []desyncCase{
 // stays failed.
 func TestDesyncDetected(t *testing.T) {
 	for _, c := range desyncCases {
-		for _, wo := range [][2]int{{2, 1}, {3, 0}, {3, 2}, {5, 4}} {
+		wos := [][2]int{{2, 1}, {3, 0}, {3, 2}, {5, 4}}
+		if strings.HasPrefix(c.name, "all_to_all") {
+			wos = append(wos, [2]int{9, 4}) // Bruck's algorithm
+		}
+		for _, wo := range wos {
 			world, odd := wo[0], wo[1]
 			{
 				t.Run(fmt.Sprintf("%s/world%d/odd%d", c.name, world, odd), func(t *testing.T) {

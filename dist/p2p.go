@@ -93,13 +93,72 @@ func (g *Group) AllToAllSingle(ctx context.Context, out, in *tensor.Tensor, outS
 	if err != nil {
 		return err
 	}
-	return g.run(ctx, c, func(ctx context.Context, seq uint64) error { return g.allToAll(ctx, seq, c, outs, ins) })
+	return g.run(ctx, c, g.allToAllSingle(c, out, in, outs, ins))
 }
 
 // AllToAllSingleAsync is AllToAllSingle returning a Work.
 func (g *Group) AllToAllSingleAsync(out, in *tensor.Tensor, outSplits, inSplits []int) *Work {
 	c, outs, ins, err := g.allToAllSingleArgs(out, in, outSplits, inSplits)
-	return g.async(c, err, func(ctx context.Context, seq uint64) error { return g.allToAll(ctx, seq, c, outs, ins) })
+	return g.async(c, err, g.allToAllSingle(c, out, in, outs, ins))
+}
+
+// allToAllSingle is the body of an all_to_all_single: with equal splits
+// (no split sizes on either side) the algorithm algo.ChooseAllToAll picks
+// for the block, else the pairwise exchange.
+func (g *Group) allToAllSingle(c call, out, in *tensor.Tensor, outs, ins [][]byte) func(ctx context.Context, seq uint64) error {
+	if c.op == opAllToAllEqual && algo.ChooseAllToAll(g.Size(), len(ins[0])) == algo.AllToAllBruck {
+		return func(ctx context.Context, seq uint64) error {
+			return g.bruckAllToAll(ctx, seq, c, out.Bytes(), in.Bytes(), len(ins[0]))
+		}
+	}
+	return func(ctx context.Context, seq uint64) error { return g.allToAll(ctx, seq, c, outs, ins) }
+}
+
+// bruckAllToAll runs algo.BruckAllToAll's rounds on blocks of b bytes:
+// the blocks start in their slots of out (algo.BruckSource), and each
+// round packs the travelling ones into one message and writes the one
+// received straight into the same slots, runs of consecutive slots at
+// once (the receive is posted after the pack, so its sink never
+// overwrites a block before it is packed).
+func (g *Group) bruckAllToAll(ctx context.Context, seq uint64, c call, out, in []byte, b int) error {
+	size := g.Size()
+	if b == 0 {
+		return nil
+	}
+	for j := range size {
+		src := algo.BruckSource(g.rank, size, j)
+		copy(out[j*b:(j+1)*b], in[src*b:(src+1)*b])
+	}
+	ep, fp := g.world.ep, c.fingerprint()
+	var pack []byte
+	for k, rd := range algo.BruckAllToAll(g.rank, size) {
+		n := rd.Blocks(size) * b
+		if cap(pack) < n {
+			pack = make([]byte, n)
+		}
+		pack = pack[:0]
+		for lo, hi := range rd.Spans(g.rank, size) {
+			pack = append(pack, out[lo*b:hi*b]...)
+		}
+		sink := func(off int, p []byte) {
+			for len(p) > 0 {
+				slot, run := rd.Slot(g.rank, size, off/b)
+				at := slot*b + off%b
+				m := copy(out[at:min(at+run*b-off%b, len(out))], p)
+				off, p = off+m, p[m:]
+			}
+		}
+		key := transport.Key{Group: g.id, Seq: seq, Tag: uint32(k)}
+		r := ep.PostSinkKey(g.ranks[rd.From], key, fp, n, sink)
+		if err := ep.Send(ctx, g.ranks[rd.To], key, fp, pack); err != nil {
+			withdraw([]*transport.Receive{r}, func(r *transport.Receive) *transport.Receive { return r })
+			return err
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (g *Group) allToAllSingleArgs(out, in *tensor.Tensor, outSplits, inSplits []int) (call, [][]byte, [][]byte, error) {
@@ -157,6 +216,17 @@ func (g *Group) allToAllSingleArgs(out, in *tensor.Tensor, outSplits, inSplits [
 	}
 	if len(outs[g.rank]) != len(ins[g.rank]) {
 		return call{}, nil, nil, &InputError{name, fmt.Sprintf("this rank keeps %d bytes of its input but expects %d in its output", len(ins[g.rank]), len(outs[g.rank]))}
+	}
+	if outSplits == nil && inSplits == nil {
+		// Every member sends each the same block: the block is in the
+		// fingerprint, so all choose alike (and a member that passed
+		// split sizes is told it is out of step, as gloo requires one
+		// kind of call from every member too).
+		count := 0
+		if es := in.DType().Size(); es > 0 {
+			count = len(ins[0]) / es
+		}
+		return call{op: opAllToAllEqual, dtype: in.DType(), count: count, root: -1}, outs, ins, nil
 	}
 	return call{op: opAllToAll, dtype: in.DType(), root: -1}, outs, ins, nil
 }

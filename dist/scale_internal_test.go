@@ -208,21 +208,19 @@ func runScale(t *testing.T, w int) {
 		}
 		return checkF32("reduce_scatter", out.Float32s(), func(int) float32 { return float32(w + 1) })
 	})
-	if w <= 1024 {
-		// W² messages in all, and every pair connected: all-to-all is
-		// the one collective that is a full mesh (Bruck's algorithm
-		// would take log₂W steps; godist has only the pairwise one).
-		j.each("all_to_all_single (1 to each rank)", func(ctx context.Context, r int, g *Group) error {
-			in, out := tensor.New(tensor.Float32, w), tensor.New(tensor.Float32, w)
-			for i := range w {
-				in.Float32s()[i] = float32(r)
-			}
-			if err := g.AllToAllSingle(ctx, out, in, nil, nil); err != nil {
-				return err
-			}
-			return checkF32("all_to_all", out.Float32s(), func(i int) float32 { return float32(i) })
-		})
-	}
+	// One float32 to each rank, equal splits: Bruck's algorithm, log₂W
+	// rounds of W/2 blocks (the pairwise exchange would be W² messages,
+	// every pair connected).
+	j.each("all_to_all_single (1 to each rank)", func(ctx context.Context, r int, g *Group) error {
+		in, out := tensor.New(tensor.Float32, w), tensor.New(tensor.Float32, w)
+		for i := range w {
+			in.Float32s()[i] = float32(r)
+		}
+		if err := g.AllToAllSingle(ctx, out, in, nil, nil); err != nil {
+			return err
+		}
+		return checkF32("all_to_all", out.Float32s(), func(i int) float32 { return float32(i) })
+	})
 	j.heap("the collectives")
 
 	// Groups: W/64 contiguous ones, and 64 strided ones.

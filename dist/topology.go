@@ -146,9 +146,10 @@ type Choice struct {
 }
 
 // Choice returns what a call of op ("all_reduce", "broadcast" from
-// member 0, "all_gather", "reduce_scatter" or "barrier") on count
-// elements of dtype each member contributes (all_gather: count per
-// member; reduce_scatter: count out per member) would run on g, with its
+// member 0, "all_gather", "reduce_scatter", "all_to_all" with equal
+// splits or "barrier") on count elements of dtype each member contributes
+// (all_gather: count per member; reduce_scatter: count out per member;
+// all_to_all: count to each member) would run on g, with its
 // predicted time; ok is false for an op it does not know. Tensors from
 // NewSharedTensor may take the shared-memory path instead
 // (SharedAllReduceApplies).
@@ -160,6 +161,9 @@ func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok b
 		ctlBytes *= g.Size()
 	case "barrier":
 		ctlBytes = 0
+	case "all_to_all":
+		// The model has no all-to-all: the size alone chooses.
+		return Choice{Algo: algo.ChooseAllToAll(g.Size(), count*es)}, true
 	}
 	if g.route(ctlBytes, nil) == byBlock {
 		return Choice{Algo: "control block"}, true

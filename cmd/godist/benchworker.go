@@ -199,7 +199,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	case "all_to_all":
 		in, out := tensor.Full(dt, 1, per*n), tensor.New(dt, per*n)
 		fn = func() error { return g.AllToAllSingle(ctx, out, in, nil, nil) }
-		plan = "pairwise" // dist runs algo.PairwiseAllToAll
+		plan = choice(g, op, per, dt, &pred)
 	case "barrier":
 		fn = func() error { return g.Barrier(ctx) }
 		plan = choice(g, op, 0, dt, &pred)

@@ -38,6 +38,7 @@ type world struct {
 	model      algo.Model // the cost model of calls across hosts (topology.go)
 	jobID      string     // the job id of every handshake (Options.JobID)
 	noCtl      bool       // no control blocks (samehost.go): FromEndpoint's worlds, or Options.SmallCollectives off
+	onDemand   bool       // connections made on first use (Options.Connect)
 	yield      bool       // the control block's waits yield the CPU between polls: more ranks than CPUs
 	stopStatus func()     // stops the status publisher (status.go)
 	// statusEvery is how often the publisher runs (0: it does not), and

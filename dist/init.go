@@ -178,7 +178,7 @@ func (j *joining) connect(ctx context.Context) (*transport.Endpoint, error) {
 	spin, yield := opt.polling()
 	ep, err := transport.NewTCP(ctx, transport.TCPOptions{
 		Rank: j.rank, Size: j.size, Store: j.st, Host: j.host, JobID: opt.JobID, Token: opt.Token,
-		Spin: spin, Yield: yield, PeerTimeout: opt.PeerTimeout, SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, OnDemand: opt.ConnectOnDemand, Logger: opt.Logger,
+		Spin: spin, Yield: yield, PeerTimeout: opt.PeerTimeout, SharedMemory: opt.SharedMemory != SharedMemoryOff, ShmRing: opt.ShmRing != SharedMemoryOff, OnDemand: opt.Connect != ConnectAtInit, Logger: opt.Logger,
 	})
 	if err == nil {
 		return ep, nil
@@ -235,6 +235,7 @@ func (j *joining) start(ctx context.Context, ep *transport.Endpoint) (*Group, er
 		w.storeHost = 0
 	}
 	w.noCtl = opt.SmallCollectives == SharedMemoryOff || opt.SharedMemory == SharedMemoryOff
+	w.onDemand = opt.Connect != ConnectAtInit
 	w.yield = opt.Yield || opt.LocalWorldSize > runtime.NumCPU()
 	j.watch(w)
 	g := newGroup(w, 0, allRanks(j.size), opt.Timeout)

@@ -192,12 +192,12 @@ func waitWorkers(ws []*worker, limit time.Duration) []error {
 }
 
 // TestMultiProcessCollectives runs every collective across 4 processes,
-// connected at Init and connecting on first use (GODIST_CONNECT=ondemand).
+// connected at Init (GODIST_CONNECT=init) and on first use (the default).
 func TestMultiProcessCollectives(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 processes")
 	}
-	for _, c := range []struct{ name, env string }{{"eager", "GODIST_CONNECT="}, {"ondemand", "GODIST_CONNECT=ondemand"}} {
+	for _, c := range []struct{ name, env string }{{"eager", "GODIST_CONNECT=init"}, {"ondemand", "GODIST_CONNECT=ondemand"}} {
 		t.Run(c.name, func(t *testing.T) {
 			ws := startWorkers(t, 4, "collectives", c.env)
 			for _, err := range waitWorkers(ws, 60*time.Second) {
@@ -568,13 +568,15 @@ func TestMultiProcessKill(t *testing.T) {
 }
 
 // TestMultiProcessKillOnDemand is TestMultiProcessKill with connections
-// made on first use (GODIST_CONNECT=ondemand): the dead rank's neighbours
-// see its connection end, and the others hear of it from them.
+// made on first use and no shared memory (GODIST_SHM=0: the ranks of a
+// small host connect at Init only for their shared memory), so that
+// some pairs never connect: the dead rank's neighbours see its
+// connection end, and the others hear of it from them.
 func TestMultiProcessKillOnDemand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 4 processes per seed")
 	}
-	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", 2), syscall.SIGKILL, "GODIST_CONNECT=ondemand")
+	multiProcessKill(t, "kill", envInt("GODIST_KILL_SEEDS", 2), syscall.SIGKILL, "GODIST_CONNECT=ondemand", "GODIST_SHM=0")
 }
 
 // TestMultiProcessStop SIGSTOPs one of 4 worker processes in the middle
@@ -873,7 +875,7 @@ func (k *killAfter) CompareAndSet(ctx context.Context, key string, expected, des
 
 // TestMultiProcessDieInInit (issue 19, items 9 and 10): a rank SIGKILLed
 // during Init, right after it published its address, created a
-// shared-memory segment or mapped a peer's, makes every survivor's Init fail
+// shared-memory segment or mapped a peer's (connecting at Init), makes every survivor's Init fail
 // promptly with an error naming it (Init returned success at its
 // deadline, with the peer dead), and leaves no file of the job in
 // /dev/shm (segments leaked: 14 files of 16 MB in 20 trials).
@@ -888,7 +890,14 @@ func TestMultiProcessDieInInit(t *testing.T) {
 	}
 	for _, at := range ats {
 		for victim := 1; victim < world; victim++ { // rank 0 serves the store: its death is the store's
-			ws := startWorkers(t, world, "die-in-init", fmt.Sprintf("GODIST_TEST_VICTIM=%d", victim), "GODIST_TEST_DIE_AT="+at)
+			env := []string{fmt.Sprintf("GODIST_TEST_VICTIM=%d", victim), "GODIST_TEST_DIE_AT=" + at}
+			if at != "addr" {
+				// The segments' names go through the store only when
+				// every pair connects at Init; on demand a pair sets
+				// up its memory over its connection.
+				env = append(env, "GODIST_CONNECT=init")
+			}
+			ws := startWorkers(t, world, "die-in-init", env...)
 			name := fmt.Sprintf("die at %s, victim %d", at, victim)
 			timeout := time.After(40 * time.Second)
 			for _, w := range ws {

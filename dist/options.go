@@ -86,15 +86,16 @@ type Options struct {
 	// (transport.TCPOptions.ShmRing; default: on, unless the
 	// GODIST_SHM_RING variable is 0).
 	ShmRing SharedMemoryMode
-	// ConnectOnDemand makes each connection to a peer when a call first
-	// exchanges frames with it (transport.TCPOptions.OnDemand), not all
-	// of them at Init: a rank then holds the connections, and on one
-	// host the shared-memory segments, its calls use (a ring's two
-	// neighbours, a tree's log W) rather than W-1. It turns the control
-	// block of small collectives off unless SmallCollectives is set on:
-	// the block maps every member's memory on the host. Default: off,
-	// unless the GODIST_CONNECT variable is "ondemand".
-	ConnectOnDemand bool
+	// Connect says when this rank connects to each peer. ConnectOnDemand
+	// (the default): when a call first exchanges frames with it
+	// (transport.TCPOptions.OnDemand), so that a rank holds the
+	// connections its calls use (a ring's two neighbours, a tree's log
+	// W) rather than W-1, and the ranks of a host of at most 8 connect
+	// to each other at Init (the same-host paths and the control block
+	// want every pair). ConnectAtInit: to every peer at Init, the full
+	// mesh of W² connections. When ConnectDefault: the GODIST_CONNECT
+	// variable ("init" or "ondemand"), else on demand.
+	Connect ConnectMode
 	// Model is the cost model by which calls of groups that span hosts
 	// choose their algorithms (algo.Model: the latency and bandwidth of
 	// shared memory and of the network, the reduction rate, the cost of a
@@ -169,6 +170,15 @@ type Options struct {
 	// unreadable variable ignored. nil discards them.
 	Logger *slog.Logger
 }
+
+// ConnectMode is Options.Connect: when a rank connects to its peers.
+type ConnectMode uint8
+
+const (
+	ConnectDefault  ConnectMode = iota // GODIST_CONNECT=init: at Init; else on demand
+	ConnectOnDemand                    // on first use (a host's few ranks at Init)
+	ConnectAtInit                      // every peer at Init
+)
 
 // SharedMemoryMode is Options.SharedMemory: on, off, or left to the
 // environment.
@@ -255,14 +265,13 @@ func diagnosisFromEnv(opt *Options, get func(string) string, log *slog.Logger) {
 }
 
 // sharedMemoryFromEnv settles the three shared-memory modes, on unless
-// their variable is 0 (the control block off by default with connections
-// on demand, GODIST_CONNECT=ondemand).
+// their variable is 0, and the connect mode (GODIST_CONNECT).
 func sharedMemoryFromEnv(opt *Options, get func(string) string) {
-	if get("GODIST_CONNECT") == "ondemand" {
-		opt.ConnectOnDemand = true
-	}
-	if opt.ConnectOnDemand && opt.SmallCollectives == SharedMemoryDefault {
-		opt.SmallCollectives = SharedMemoryOff
+	if opt.Connect == ConnectDefault {
+		opt.Connect = ConnectOnDemand
+		if v := get("GODIST_CONNECT"); v == "init" || v == "eager" {
+			opt.Connect = ConnectAtInit
+		}
 	}
 	if opt.ShmRing == SharedMemoryDefault {
 		opt.ShmRing = SharedMemoryOn

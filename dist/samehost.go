@@ -172,13 +172,22 @@ func (g *Group) InitSmallCollectives(ctx context.Context) error {
 }
 
 // initCtl is InitSmallCollectives for the groups of a world that wants
-// it (Options.SmallCollectives).
+// it (Options.SmallCollectives). With connections on demand, only for
+// groups of at most maxCtlOnDemand members: the block needs every pair
+// of members connected (a host of at most 8 ranks is at Init), and a
+// larger group would make the full mesh that connecting on demand
+// avoids. Every member judges by the group's size alike.
 func (g *Group) initCtl(ctx context.Context) error {
-	if g == nil || g.world.noCtl {
+	if g == nil || g.world.noCtl || (g.world.onDemand && g.Size() > maxCtlOnDemand) {
 		return nil
 	}
 	return g.InitSmallCollectives(ctx)
 }
+
+// maxCtlOnDemand is the largest group initCtl gives a control block
+// with connections on demand: the most ranks of a host that connect to
+// each other at Init (transport's shmMaxLocals).
+const maxCtlOnDemand = 8
 
 // releaseShared releases g's shared tensors (Destroy) once no call is in
 // flight on g, waiting at most wait: a call that outlives it (stuck in

@@ -22,8 +22,10 @@ import (
 // Connections on demand (TCPOptions.OnDemand).
 //
 // NewTCP publishes this rank's record (address and key) and host label,
-// waits until every rank has, and returns with no connection made. The
-// listener stays open for the endpoint's life. The first Send to a rank
+// waits until every rank has, and returns with no connection made but to
+// the other ranks of its host when they share memory and are at most
+// shmMaxLocals (connectHost). The listener stays open for the endpoint's
+// life. The first Send to a rank
 // dials it (a posted receive from it dials it too, in the background, so
 // that its loss is seen); every connection starts with the authenticated
 // handshake, as at NewTCP.
@@ -112,6 +114,15 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 		return nil, err
 	}
 	wctx := m.watch.ctx
+	if opt.Size > 1 {
+		// No connection is made while the ranks meet, so a rank that
+		// dies after publishing its address would leave the others
+		// waiting for it to be ready until their deadline: each rank
+		// probes the listener of the next one (one probe a rank, not
+		// W²), and a refusal is a death every rank hears of through
+		// the store's abort key.
+		m.watch.probe((opt.Rank+1)%opt.Size, m.records, func(int) bool { return false })
+	}
 	label, herr := hostID()
 	if herr != nil {
 		label = "" // no shared memory: which peers share the host is unknown
@@ -143,8 +154,54 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 	e.od = d
 	go d.acceptLoop()
 	e.startWatchdog(opt.PeerTimeout)
+	if err := d.connectHost(ctx); err != nil {
+		ok = true // Close ends the listener and the dials
+		e.Close()
+		return nil, err
+	}
 	ok = true
 	return e, nil
+}
+
+// connectHost connects this rank to the others of its host at once when
+// they share memory and are few (at most shmMaxLocals, as at NewTCP
+// without OnDemand): every pair of them talks in the same-host engine
+// and the control block of small collectives, which want every pair's
+// segment, and a handful of connections costs nothing at scale. Peers on
+// other hosts, and the ranks of a crowded host, wait for first use.
+func (d *onDemand) connectHost(ctx context.Context) error {
+	e := d.e
+	me := e.hosts[e.rank]
+	if !d.opt.SharedMemory || me == "" {
+		return nil
+	}
+	var local []int
+	for r, h := range e.hosts {
+		if r != e.rank && h == me {
+			local = append(local, r)
+		}
+	}
+	if len(local) == 0 || len(local)+1 > shmMaxLocals {
+		return nil
+	}
+	errs := make([]error, len(local))
+	var wg sync.WaitGroup
+	for i, r := range local {
+		wg.Go(func() { errs[i] = d.connect(r) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("transport: rank %d: connecting to the ranks of its host %v: %w", e.rank, local, ctx.Err())
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("transport: rank %d: connecting to rank %d of its host: %w", e.rank, local[i], err)
+		}
+	}
+	return nil
 }
 
 // gatherHosts returns every rank's host label once every rank has

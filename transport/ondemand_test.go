@@ -22,11 +22,37 @@ func connectedCount(e *transport.Endpoint) int {
 	return n
 }
 
+// TestOnDemandHostConnectsAtInit: the ranks of a host with shared memory
+// and at most 8 ranks connect to each other at NewTCP, with their
+// segments; without shared memory they do not.
+func TestOnDemandHostConnectsAtInit(t *testing.T) {
+	for _, shm := range []bool{true, false} {
+		const size = 4
+		m := newTCPMeshWith(t, size, transport.TCPOptions{OnDemand: true, SharedMemory: shm})
+		for r, e := range m.Endpoints {
+			want := 0
+			if shm {
+				want = size - 1
+			}
+			if n := connectedCount(e); n != want {
+				t.Errorf("shared memory %v: rank %d is connected to %d ranks after NewTCP, want %d", shm, r, n, want)
+			}
+			for p := range size {
+				if shm && p != r && !transport.UsesSharedMemory(e, p) {
+					t.Errorf("rank %d does not share memory with rank %d of its host", r, p)
+				}
+			}
+		}
+		m.Close()
+	}
+}
+
 // TestOnDemandRingConnectsNeighbours: over TCP with connections on
 // demand, ranks that exchange frames around a ring hold two connections
-// each (and, sharing the host, two pairs of segments), not size-1.
+// each (and, sharing the host, two pairs of segments), not size-1. Nine
+// ranks: a host of at most 8 connects at NewTCP.
 func TestOnDemandRingConnectsNeighbours(t *testing.T) {
-	const size = 8
+	const size = 9
 	m := newTCPMeshWith(t, size, transport.TCPOptions{OnDemand: true, SharedMemory: true})
 	defer m.Close()
 	for r, e := range m.Endpoints {

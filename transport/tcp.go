@@ -67,7 +67,9 @@ type TCPOptions struct {
 	// NewTCP: a rank connects to the peers its calls exchange frames
 	// with (a ring's two neighbours, a tree's log W), so that W ranks
 	// hold what their calls use rather than W² connections and, on one
-	// host, W² shared-memory segments (ondemand.go).
+	// host, W² shared-memory segments (ondemand.go). The ranks of a
+	// host with shared memory and at most 8 ranks still connect to
+	// each other at NewTCP: their same-host paths want every pair.
 	OnDemand bool
 	// Logger receives the fallbacks that change how the endpoint behaves
 	// (shared memory asked for but not set up with a peer, and why); the

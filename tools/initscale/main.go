@@ -262,7 +262,7 @@ func runWorker(mode string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g, err := dist.Init(ctx, dist.Options{ConnectOnDemand: mode == "ondemand"})
+	g, err := dist.Init(ctx, dist.Options{Connect: connectMode(mode)})
 	if err != nil {
 		return err
 	}
@@ -328,4 +328,13 @@ func printTable(f *os.File, ws []int, sides []string, results map[string][]run, 
 				col(func(r run) float64 { return float64(r.shmMaps) }, 0))
 		}
 	}
+}
+
+// connectMode is the dist.Options.Connect of a side: "eager" connects
+// every pair at Init, "ondemand" on first use.
+func connectMode(side string) dist.ConnectMode {
+	if side == "eager" {
+		return dist.ConnectAtInit
+	}
+	return dist.ConnectOnDemand
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -169,17 +170,33 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 // and the control block of small collectives, which want every pair's
 // segment, and a handful of connections costs nothing at scale. Peers on
 // other hosts, and the ranks of a crowded host, wait for first use.
+// It logs, as NewTCP without OnDemand does, the peers that will not share
+// memory with this rank and why.
 func (d *onDemand) connectHost(ctx context.Context) error {
 	e := d.e
 	me := e.hosts[e.rank]
-	if !d.opt.SharedMemory || me == "" {
+	if !d.opt.SharedMemory {
 		return nil
 	}
-	var local []int
+	tcpOnly := func(level slog.Level, why string, args ...any) {
+		e.log.Log(ctx, level, "transport: shared memory not used: "+why+"; large payloads go over TCP", append([]any{"rank", e.rank}, args...)...)
+	}
+	if me == "" {
+		tcpOnly(slog.LevelWarn, "cannot tell which peers share this host")
+		return nil
+	}
+	var local, elsewhere []int
 	for r, h := range e.hosts {
-		if r != e.rank && h == me {
+		switch {
+		case r == e.rank:
+		case h == me:
 			local = append(local, r)
+		default:
+			elsewhere = append(elsewhere, r)
 		}
+	}
+	if len(elsewhere) > 0 {
+		tcpOnly(slog.LevelInfo, "peers on other hosts", "peers", elsewhere)
 	}
 	if len(local) == 0 || len(local)+1 > shmMaxLocals {
 		return nil

@@ -55,6 +55,7 @@ type report struct {
 // run is one job's measurement.
 type run struct {
 	initS, doneS, wallS float64
+	readyS, exitS       float64 // from the first start until every rank is ready; from the last report until every rank has exited
 	sockets0, sockets   int // rank 0's (it serves the store: a socket a rank), the most any other held
 	shmMaps             int // the most any rank held
 }
@@ -65,6 +66,7 @@ func main() {
 	rounds := flag.Int("rounds", 2, "rounds; each runs every side once, in turn")
 	python := flag.String("python", "/usr/bin/python3", "the Python with PyTorch")
 	torch := flag.Bool("torch", true, "run PyTorch's gloo side")
+	only := flag.String("sides", "", "the godist sides to run, comma-separated (default eager,ondemand)")
 	flag.Parse()
 	if *worker != "" {
 		if err := runWorker(*worker); err != nil {
@@ -82,6 +84,9 @@ func main() {
 		ws = append(ws, w)
 	}
 	sides := []string{"eager", "ondemand"}
+	if *only != "" {
+		sides = strings.Split(*only, ",")
+	}
 	var script string
 	if *torch {
 		dir, err := peers.Write(filepath.Join(os.TempDir(), "godist-initscale-peers"))
@@ -109,8 +114,8 @@ func main() {
 				if err != nil {
 					fatal(fmt.Errorf("round %d, %d processes, %s: %w", round+1, w, side, err))
 				}
-				fmt.Fprintf(os.Stderr, "round %d, %d processes, %-8s init %.3f s, done %.3f s, wall %.2f s, sockets %d (rank 0: %d), shm maps %d\n",
-					round+1, w, side, r.initS, r.doneS, r.wallS, r.sockets, r.sockets0, r.shmMaps)
+				fmt.Fprintf(os.Stderr, "round %d, %d processes, %-8s ready %.2f s, init %.3f s, done %.3f s, exit %.2f s, wall %.2f s, sockets %d (rank 0: %d), shm maps %d\n",
+					round+1, w, side, r.readyS, r.initS, r.doneS, r.exitS, r.wallS, r.sockets, r.sockets0, r.shmMaps)
 				k := key(w, side)
 				results[k] = append(results[k], r)
 			}
@@ -190,7 +195,8 @@ func runJob(w int, side string, cmd []string) (run, error) {
 			return run{}, fmt.Errorf("rank %d did not get ready (it said %q)", r, l)
 		}
 	}
-	t0 := float64(time.Now().Add(200*time.Millisecond).UnixNano()) / 1e9
+	ready := time.Now()
+	t0 := float64(ready.Add(200*time.Millisecond).UnixNano()) / 1e9
 	for _, p := range procs {
 		fmt.Fprintf(p.stdin, "%.6f\n", t0)
 		p.stdin.Close()
@@ -217,12 +223,14 @@ func runJob(w int, side string, cmd []string) (run, error) {
 		}
 		res.shmMaps = max(res.shmMaps, rep.ShmMaps)
 	}
+	reported := time.Now()
 	for r, p := range procs {
 		if err := p.cmd.Wait(); err != nil {
 			return run{}, fmt.Errorf("rank %d: %w", r, err)
 		}
 	}
 	res.wallS = time.Since(start).Seconds()
+	res.readyS, res.exitS = ready.Sub(start).Seconds(), time.Since(reported).Seconds()
 	wg.Wait()
 	return res, nil
 }

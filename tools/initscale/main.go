@@ -56,8 +56,8 @@ type report struct {
 type run struct {
 	initS, doneS, wallS float64
 	readyS, exitS       float64 // from the first start until every rank is ready; from the last report until every rank has exited
-	sockets0, sockets   int // rank 0's (it serves the store: a socket a rank), the most any other held
-	shmMaps             int // the most any rank held
+	sockets0, sockets   int     // rank 0's (it serves the store: a socket a rank), the most any other held
+	shmMaps             int     // the most any rank held
 }
 
 func main() {

@@ -118,9 +118,10 @@ endif
 # The benchmark table of the README: GEMM GFLOP/s (pure Go and OpenBLAS,
 # with and without OPENBLAS_CORETYPE) and ms per training step of the MLP,
 # LeNet, an LSTM and a GRU classifier and a transformer block beside
-# PyTorch's, measured in one run.
+# PyTorch's, measured in one run; THREADS=2 gives both sides two threads
+# (GOMAXPROCS and set_num_threads).
 bench:
-	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./tools/corebench --python $(PYTHON)
+	$(GO) run $(if $(HAVE_OPENBLAS),-tags openblas) ./tools/corebench --python $(PYTHON) $(if $(THREADS),--threads $(THREADS))
 
 # Collectives: godist bench, OpenMPI over shared memory (vader) and over
 # loopback TCP (tools/peers/bench_mpi.py under mpirun) and PyTorch

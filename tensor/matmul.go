@@ -10,6 +10,16 @@ import (
 // ("go-asm-avx2", "openblas", ...), for reports that say what was measured.
 func BLAS() string { return blas.Default.Name() }
 
+// SetNumThreads sets how many goroutines one large matrix product may
+// use (torch.set_num_threads): n ≤ 0 for GOMAXPROCS, the default, which
+// `godist run` sets to the CPUs divided among a host's workers. Results
+// are the same bits whatever the count.
+func SetNumThreads(n int) { blas.SetThreads(n) }
+
+// NumThreads is how many goroutines one large matrix product uses
+// (torch.get_num_threads).
+func NumThreads() int { return blas.Threads() }
+
 // MatMul sets t = a·b and returns t. a is (..., m, k); b is (k, n) or has
 // the same leading (batch) dimensions as a, (..., k, n). Transposed views
 // (a.T(), b.Transpose(-1, -2)) are multiplied without copying. t must not

@@ -25,6 +25,16 @@ import (
 	"github.com/godist/godist/internal/blas/internal/gogemm"
 )
 
+// SetThreads sets how many goroutines one large product of the pure-Go
+// GEMM (m·n·k ≥ 2^20) may spread its tiles over: n ≤ 0 for GOMAXPROCS
+// (the default; `godist run` gives each of N workers CPUs/N), 1 for
+// one. A product's bits do not depend on it: every tile is the same
+// kernel call on the same data. The OpenBLAS build runs one thread.
+func SetThreads(n int) { gogemm.SetThreads(n) }
+
+// Threads is how many goroutines one large pure-Go product uses.
+func Threads() int { return gogemm.Threads() }
+
 // Impl is a GEMM implementation. The package-level functions use Default.
 type Impl interface {
 	// Name says what the implementation is ("go-asm-avx2", "openblas", ...).

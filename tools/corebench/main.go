@@ -1,5 +1,6 @@
 // Command corebench measures the local training core for `make bench` and
-// prints the README's table: single-thread GEMM GFLOP/s of the pure-Go and
+// prints the README's table: GEMM GFLOP/s (one thread, or --threads, as
+// PyTorch's set_num_threads gets too) of the pure-Go and
 // OpenBLAS builds (OpenBLAS with and without OPENBLAS_CORETYPE, which needs
 // a fresh process each), and milliseconds per training step of five models
 // (stepModels: the MLP, LeNet, the LSTM and GRU classifiers and a
@@ -79,8 +80,9 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with PyTorch for the peer's numbers (empty: skip)")
 	steps := flag.Int("steps", 200, "training steps per timing run (of the MLP and LeNet; fewer of the slower models, see stepModels)")
 	reps := flag.Int("reps", 5, "timing runs (the median is reported)")
+	threads := flag.Int("threads", 1, "threads for both sides: GOMAXPROCS (godist's products spread over it) and PyTorch's set_num_threads")
 	flag.Parse()
-	runtime.GOMAXPROCS(1)
+	runtime.GOMAXPROCS(max(1, *threads))
 	if *child {
 		r := measure(*steps, *reps)
 		json.NewEncoder(os.Stdout).Encode(r)
@@ -100,8 +102,8 @@ func main() {
 	check(err)
 	results := make([]report, len(runs))
 	for i, r := range runs {
-		cmd := exec.Command(self, "-child", fmt.Sprint("-steps=", *steps), fmt.Sprint("-reps=", *reps))
-		cmd.Env = append(r.env, "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1")
+		cmd := exec.Command(self, "-child", fmt.Sprint("-steps=", *steps), fmt.Sprint("-reps=", *reps), fmt.Sprint("-threads=", *threads))
+		cmd.Env = append(r.env, fmt.Sprint("OMP_NUM_THREADS=", *threads), fmt.Sprint("OPENBLAS_NUM_THREADS=", *threads))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		check(err)
@@ -109,19 +111,19 @@ func main() {
 	}
 	var torch *torchReport
 	if *python != "" {
-		torch = runTorch(*python, *steps, *reps)
+		torch = runTorch(*python, *steps, *reps, *threads)
 	}
-	printTable(results, runs, torch)
+	printTable(results, runs, torch, *threads)
 }
 
-func runTorch(python string, steps, reps int) *torchReport {
+func runTorch(python string, steps, reps, threads int) *torchReport {
 	script := filepath.Join(sourceDir(), "torch_step.py")
 	var runs []string
 	for _, m := range stepModels {
 		runs = append(runs, fmt.Sprint(m.name, ":", m.steps(steps)))
 	}
-	cmd := exec.Command(python, script, "--models="+strings.Join(runs, ","), fmt.Sprint("--reps=", reps))
-	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	cmd := exec.Command(python, script, "--models="+strings.Join(runs, ","), fmt.Sprint("--reps=", reps), fmt.Sprint("--threads=", threads))
+	cmd.Env = append(os.Environ(), fmt.Sprint("OMP_NUM_THREADS=", threads))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -147,7 +149,7 @@ func firstLine(s string) string {
 func sourceDir() string {
 	dir, _ := os.Getwd()
 	for d := dir; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "internal", "tools", "corebench")
+		p := filepath.Join(d, "tools", "corebench")
 		if _, err := os.Stat(filepath.Join(p, "torch_step.py")); err == nil {
 			return p
 		}
@@ -284,8 +286,8 @@ func median(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func printTable(results []report, runs []run, torch *torchReport) {
-	fmt.Printf("Single thread (GOMAXPROCS=1, OMP/OPENBLAS_NUM_THREADS=1), median of runs, measured %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+func printTable(results []report, runs []run, torch *torchReport, threads int) {
+	fmt.Printf("%d thread(s) (GOMAXPROCS=%d, OMP/OPENBLAS_NUM_THREADS=%d, PyTorch's set_num_threads(%d)), median of runs, measured %s.\n\n", threads, threads, threads, threads, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	type col struct {
 		name string
 		ir   implReport

@@ -120,8 +120,9 @@ def main():
     ap.add_argument("--models", default="mlp:200,lenet:200,lstm:50,gru:50,block:20",
                     help="the models to time, each with its steps per timing run")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     cfg = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=(\w+)", cfg)
     out = {

@@ -9,7 +9,9 @@ package gogemm
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 //go:generate go run gen_kernels.go
@@ -119,6 +121,37 @@ func (g Impl) SgemmBias(transA, transB bool, m, n, k int, alpha float32, a []flo
 
 // smallGemm: products with m*n*k at most this use a plain loop.
 const smallGemm = 512
+
+// parallelGemm: products with m*n*k at least this (2 MFLOP, some 10 µs
+// on one core) spread their tiles over Threads() goroutines; smaller
+// ones would spend more starting them than they save.
+const parallelGemm = 1 << 20
+
+// threads is SetThreads' setting: 0 for GOMAXPROCS.
+var threads atomic.Int32
+
+// SetThreads sets how many goroutines one large product may use: n ≤ 0
+// for GOMAXPROCS (the default), 1 for one.
+func SetThreads(n int) { threads.Store(int32(max(n, 0))) }
+
+// Threads is how many goroutines one large product uses.
+func Threads() int {
+	if n := int(threads.Load()); n > 0 {
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// parallelPanels runs fn over [0, n) cut into t contiguous runs, one
+// goroutine a run (the caller's the first), and returns when all have.
+func parallelPanels(t, n int, fn func(lo, hi int)) {
+	var wg sync.WaitGroup
+	for i := 1; i < t; i++ {
+		wg.Go(func() { fn(i*n/t, (i+1)*n/t) })
+	}
+	fn(0, n/t)
+	wg.Wait()
+}
 
 // Check panics on invalid sizes, leading dimensions or short slices (fn names
 // the caller in the message).
@@ -251,7 +284,60 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 		bp = *buf
 	}
 
-	kern := ks.kern
+	// block computes the tiles of the ic block (mcur rows) in panels
+	// [jr0, jr1) (in columns, multiples of NR) for the k block at pc,
+	// packing A into ap first when packA.
+	block := func(ap, bp []float32, jc, ncur, pc, kcur int, be float32, bi []float32, ic, mcur, jr0, jr1 int) {
+		if packA {
+			packABlock(ap, tA, a, lda, ic, pc, mcur, kcur, MR)
+		}
+		for jr := jr0; jr < jr1; jr += NR {
+			w := min(NR, ncur-jr)
+			nv := ceilDiv(w, W)
+			rem := w - (nv-1)*W
+			var tb []float32 // the tile's bias columns
+			if bi != nil {
+				tb = bi[jc+jr : jc+jr+w]
+			}
+			var bs []float32
+			var bst int
+			if packB {
+				bst = nv * W
+				bs = bp[jr*kcur : jr*kcur+kcur*bst]
+			} else {
+				bst = ldb
+				bs = b[pc*ldb+jc+jr:]
+				bs = bs[:(kcur-1)*ldb+w]
+			}
+			for ir := 0; ir < mcur; ir += MR {
+				mr := min(MR, mcur-ir)
+				var as []float32
+				var ast int
+				cs := c[(ic+ir)*ldc+jc+jr:]
+				cs = cs[:(mr-1)*ldc+w]
+				switch {
+				case packA:
+					ast = mr
+					as = ap[ir*kcur : ir*kcur+kcur*mr]
+				case rowsA:
+					as = a[(ic+ir)*lda+pc:]
+					as = as[:(mr-1)*lda+kcur]
+					ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be, tb)
+					continue
+				default:
+					ast = lda
+					as = a[pc*lda+ic+ir:]
+					as = as[:(kcur-1)*lda+mr]
+				}
+				ks.kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be, tb)
+			}
+		}
+	}
+
+	threads := 1
+	if m*n*k >= parallelGemm {
+		threads = Threads()
+	}
 	for jc := 0; jc < n; jc += nc {
 		ncur := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
@@ -263,53 +349,35 @@ func sgemmBlocked(ks *kernelSet, tA, tB bool, m, n, k int, alpha float32, a []fl
 			if packB {
 				packBBlock(bp, tB, b, ldb, pc, jc, kcur, ncur, W, NR, ks.tr, ks.trN)
 			}
-			for ic := 0; ic < m; ic += mc {
-				mcur := min(mc, m-ic)
-				if packA {
-					packABlock(ap, tA, a, lda, ic, pc, mcur, kcur, MR)
+			// The tiles, panel by panel: (ic block, NR columns).
+			nIC, nJR := ceilDiv(m, mc), ceilDiv(ncur, NR)
+			t := min(threads, nIC*nJR)
+			if t <= 1 {
+				for ic := 0; ic < m; ic += mc {
+					block(ap, bp, jc, ncur, pc, kcur, be, bi, ic, min(mc, m-ic), 0, ncur)
 				}
-				for jr := 0; jr < ncur; jr += NR {
-					w := min(NR, ncur-jr)
-					nv := ceilDiv(w, W)
-					rem := w - (nv-1)*W
-					var tb []float32 // the tile's bias columns
-					if bi != nil {
-						tb = bi[jc+jr : jc+jr+w]
-					}
-					var bs []float32
-					var bst int
-					if packB {
-						bst = nv * W
-						bs = bp[jr*kcur : jr*kcur+kcur*bst]
-					} else {
-						bst = ldb
-						bs = b[pc*ldb+jc+jr:]
-						bs = bs[:(kcur-1)*ldb+w]
-					}
-					for ir := 0; ir < mcur; ir += MR {
-						mr := min(MR, mcur-ir)
-						var as []float32
-						var ast int
-						cs := c[(ic+ir)*ldc+jc+jr:]
-						cs = cs[:(mr-1)*ldc+w]
-						switch {
-						case packA:
-							ast = mr
-							as = ap[ir*kcur : ir*kcur+kcur*mr]
-						case rowsA:
-							as = a[(ic+ir)*lda+pc:]
-							as = as[:(mr-1)*lda+kcur]
-							ks.kernRows(mr, nv, rem, kcur, as, lda, bs, bst, cs, ldc, alpha, be, tb)
-							continue
-						default:
-							ast = lda
-							as = a[pc*lda+ic+ir:]
-							as = as[:(kcur-1)*lda+mr]
-						}
-						kern(mr, nv, rem, kcur, as, ast, bs, bst, cs, ldc, alpha, be, tb)
-					}
-				}
+				continue
 			}
+			// Across t goroutines, each a contiguous run of the panels in
+			// (ic, jr) order, packing its own copy of A where its run
+			// enters an ic block. Every tile is the same kernel call on
+			// the same data as in one goroutine, so the bits are too;
+			// the k blocks stay in order (one join per block).
+			parallelPanels(t, nIC*nJR, func(lo, hi int) {
+				var myA []float32
+				if packA {
+					buf := getBuf(&aPool, mc*kc)
+					defer aPool.Put(buf)
+					myA = *buf
+				}
+				for q := lo; q < hi; {
+					i := q / nJR
+					last := min(hi, (i+1)*nJR) // this ic block's panels in the run
+					ic := i * mc
+					block(myA, bp, jc, ncur, pc, kcur, be, bi, ic, min(mc, m-ic), (q-i*nJR)*NR, min(ncur, (last-i*nJR)*NR))
+					q = last
+				}
+			})
 		}
 	}
 }

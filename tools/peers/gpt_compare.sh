@@ -5,10 +5,12 @@
 # Go, godist with OpenBLAS (when libopenblas-dev is installed) and
 # PyTorch, each for STEPS steps of the default model from the same dump
 # (same weights, same batches). One thread per rank everywhere: godist run
-# gives each worker GOMAXPROCS = CPUs / workers, the twin sets
-# torch.set_num_threads(1), and OPENBLAS_NUM_THREADS=1 keeps OpenBLAS (the
-# BLAS Debian's PyTorch is linked to here, through libblas.so.3) on one
-# thread. The summary takes the ratios within each round, then the median
+# gives each worker GOMAXPROCS = CPUs / workers (GOMAXPROCS=1 at world 1),
+# the twin sets torch.set_num_threads(1), and OPENBLAS_NUM_THREADS=1 keeps
+# OpenBLAS (the BLAS Debian's PyTorch is linked to here, through
+# libblas.so.3) on one thread. Then world 1 with two threads on each side
+# (GOMAXPROCS=2, godist's large products spread over both; the twin's
+# set_num_threads(2) with OpenBLAS at two threads). The summary takes the ratios within each round, then the median
 # over rounds; the machine is shared and noisy.
 #
 #   tools/peers/gpt_compare.sh [rounds] [steps]
@@ -35,11 +37,13 @@ bin/godist run --standalone --nproc-per-node 2 bin/tinygpt "${flags[@]}" --dump 
 for r in $(seq "$rounds"); do
 	{
 		for b in "${builds[@]}"; do
-			echo "w1-$b $("$(bin "$b")" "${flags[@]}" 2>/dev/null | tail -1 | tps)"
+			echo "w1-$b $(GOMAXPROCS=1 "$(bin "$b")" "${flags[@]}" 2>/dev/null | tail -1 | tps)"
 			echo "w2-$b $(bin/godist run --standalone --nproc-per-node 2 "$(bin "$b")" "${flags[@]}" 2>/dev/null | sed -n 's/^\[rank 0\] \({.*}\)$/\1/p' | tps)"
 		done
 		echo "w1-torch $(/usr/bin/python3 tools/peers/gpt_twin.py "$out/w1" --steps "$steps" 2>/dev/null | tail -1 | tps)"
 		echo "w2-torch $(/usr/bin/python3 tools/peers/gpt_twin.py "$out/w2" --world 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
+		echo "t2-go $(GOMAXPROCS=2 bin/tinygpt "${flags[@]}" 2>/dev/null | tail -1 | tps)"
+		echo "t2-torch $(OPENBLAS_NUM_THREADS=2 /usr/bin/python3 tools/peers/gpt_twin.py "$out/w1" --threads 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
 	} | tee "$out/round$r"
 done
 python3 - "$out" "$rounds" "${builds[@]}" <<'PY'
@@ -53,5 +57,7 @@ for w in ("w1", "w2"):
     for b in builds:
         k = f"{w}-{b}"
         print(f"| world {w[1]} godist {b} | {st.median(r[k] for r in runs):,.0f} | {st.median(r[k] / r[w + '-torch'] for r in runs):.2f}× |")
+print(f"| world 1, 2 threads: PyTorch 1.13 (OpenBLAS, 2 threads) | {st.median(r['t2-torch'] for r in runs):,.0f} | 1.00× |")
+print(f"| world 1, 2 threads: godist go | {st.median(r['t2-go'] for r in runs):,.0f} | {st.median(r['t2-go'] / r['t2-torch'] for r in runs):.2f}× |")
 PY
 rm -rf "$out"

@@ -91,12 +91,12 @@ def warmup_cosine(warmup, total, min_ratio):
 def worker(rank, world, init_method, args, q):
     """Trains as rank of world, DDP joined at init_method (a
     torch.distributed init method) when world > 1; puts (rank, result) on q."""
-    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if init_method.startswith("tcp://127.0.0.1:"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import numpy as np
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     d = args.dir
     cfg = json.load(open(os.path.join(d, "config.json")))
     steps = args.steps or cfg["steps"]
@@ -195,6 +195,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for each rank")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: the config's)")
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--bucket-cap-mb", type=float, default=0, help="DDP's bucket cap (default: PyTorch's, 25)")

@@ -26,7 +26,7 @@ import (
 )
 
 // SetThreads sets how many goroutines one large product of the pure-Go
-// GEMM (m·n·k ≥ 2^20) may spread its tiles over: n ≤ 0 for GOMAXPROCS
+// GEMM (m·n·k ≥ 2^26, 512³ and up) may spread its tiles over: n ≤ 0 for GOMAXPROCS
 // (the default; `godist run` gives each of N workers CPUs/N), 1 for
 // one. A product's bits do not depend on it: every tile is the same
 // kernel call on the same data. The OpenBLAS build runs one thread.

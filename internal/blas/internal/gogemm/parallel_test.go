@@ -12,6 +12,8 @@ import (
 // several m blocks, partial tiles, and several k and n blocks.
 func TestParallelSameBits(t *testing.T) {
 	defer SetThreads(0)
+	defer func(v int) { parallelGemm = v }(parallelGemm)
+	parallelGemm = 1 << 16 // every shape below spreads
 	seed := uint64(20261129)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fill := func(n int) []float32 {

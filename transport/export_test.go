@@ -69,3 +69,12 @@ func PairsUnderWay(e *Endpoint) int {
 	defer e.od.mu.Unlock()
 	return len(e.od.pairs)
 }
+
+// SetCrowdedHost sets the most ranks a host may hold for its pairs to set
+// up shared memory on demand (crowdedHost), until the returned function
+// puts it back.
+func SetCrowdedHost(n int) (restore func()) {
+	old := crowdedHost
+	crowdedHost = func() int { return n }
+	return func() { crowdedHost = old }
+}

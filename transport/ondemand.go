@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,13 @@ type onDemand struct {
 	tag     string // this endpoint's segment tag (segTag)
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	// shm: this rank's pairs on its host set up shared memory (SharedMemory
+	// asked for, the host known, and not crowded: see crowdedHost); local:
+	// the peers it connects to at NewTCP (planHost). Set before the
+	// accept loop starts, read-only after.
+	shm   bool
+	local []int
 
 	mu    sync.Mutex
 	pairs map[int]*pairDial // dials and accepts under way, by peer
@@ -153,6 +161,7 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 	m.records.ctx = d.ctx // the handshakes' key lookups, for the endpoint's life
 	e.connect = d.connect
 	e.od = d
+	d.planHost(ctx)
 	go d.acceptLoop()
 	e.startWatchdog(opt.PeerTimeout)
 	if err := d.connectHost(ctx); err != nil {
@@ -164,26 +173,33 @@ func newTCPOnDemand(ctx context.Context, opt TCPOptions, e *Endpoint) (*Endpoint
 	return e, nil
 }
 
-// connectHost connects this rank to the others of its host at once when
-// they share memory and are few (at most shmMaxLocals, as at NewTCP
-// without OnDemand): every pair of them talks in the same-host engine
-// and the control block of small collectives, which want every pair's
-// segment, and a handful of connections costs nothing at scale. Peers on
-// other hosts, and the ranks of a crowded host, wait for first use.
-// It logs, as NewTCP without OnDemand does, the peers that will not share
-// memory with this rank and why.
-func (d *onDemand) connectHost(ctx context.Context) error {
+// crowdedHost is the most ranks a host may hold for its pairs to set up
+// shared memory on demand: its CPUs, and at least shmMaxLocals. On a
+// host with more ranks than CPUs the ranks take turns on them, and each
+// pair's segments (created, mapped, torn down; 16 MiB of address space
+// each way) cost more than they save: 128 ranks on 2 CPUs, three
+// all-reduces took 1.1-1.45 s with them and 0.96-1.0 without, their
+// exits 0.38-0.40 s and 0.07-0.09. NewTCP without OnDemand keeps to
+// shmMaxLocals. A variable for the tests.
+var crowdedHost = func() int { return max(shmMaxLocals, runtime.NumCPU()) }
+
+// planHost decides, before any connection, whether this rank's pairs on
+// its host set up shared memory (d.shm), and which of them connect at
+// NewTCP (d.local: the others of a host of at most shmMaxLocals, when
+// they share memory), and logs, as NewTCP without OnDemand does, the
+// peers that will not share memory with this rank and why.
+func (d *onDemand) planHost(ctx context.Context) {
 	e := d.e
 	me := e.hosts[e.rank]
 	if !d.opt.SharedMemory {
-		return nil
+		return
 	}
 	tcpOnly := func(level slog.Level, why string, args ...any) {
 		e.log.Log(ctx, level, "transport: shared memory not used: "+why+"; large payloads go over TCP", append([]any{"rank", e.rank}, args...)...)
 	}
 	if me == "" {
 		tcpOnly(slog.LevelWarn, "cannot tell which peers share this host")
-		return nil
+		return
 	}
 	var local, elsewhere []int
 	for r, h := range e.hosts {
@@ -198,7 +214,25 @@ func (d *onDemand) connectHost(ctx context.Context) error {
 	if len(elsewhere) > 0 {
 		tcpOnly(slog.LevelInfo, "peers on other hosts", "peers", elsewhere)
 	}
-	if len(local) == 0 || len(local)+1 > shmMaxLocals {
+	if n := len(local) + 1; n > crowdedHost() {
+		tcpOnly(slog.LevelInfo, fmt.Sprintf("%d ranks on this host, more than its %d CPUs and than %d", n, runtime.NumCPU(), shmMaxLocals), "peers", local)
+		return
+	}
+	d.shm = true
+	if len(local)+1 <= shmMaxLocals {
+		d.local = local
+	}
+}
+
+// connectHost connects this rank to the others of its host at once when
+// they share memory and are few (d.local, planHost): every pair of them
+// talks in the same-host engine and the control block of small
+// collectives, which want every pair's segment, and a handful of
+// connections costs nothing at scale. Peers on other hosts, and the
+// ranks of a larger host, wait for first use.
+func (d *onDemand) connectHost(ctx context.Context) error {
+	e, local := d.e, d.local
+	if len(local) == 0 {
 		return nil
 	}
 	errs := make([]error, len(local))
@@ -546,7 +580,7 @@ func (d *onDemand) install(r int, conn net.Conn) error {
 // that fails is an error.
 func (d *onDemand) pairShm(r int, conn net.Conn) (out, in *shmSeg, err error) {
 	e, opt := d.e, d.opt
-	want := opt.SharedMemory && e.hosts[r] == e.hosts[e.rank] && e.hosts[r] != ""
+	want := d.shm && e.hosts[r] == e.hosts[e.rank]
 	var mine, theirs [2]byte
 	if want {
 		mine[0] = 1

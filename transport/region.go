@@ -57,7 +57,7 @@ var _ PeerMemory = (*Endpoint)(nil)
 // peer is on this host, shared memory on; SharesMemoryWith connects).
 func (e *Endpoint) PeerMemory() (PeerMemory, bool) {
 	if e.od != nil {
-		if !e.od.opt.SharedMemory {
+		if !e.od.shm {
 			return nil, false
 		}
 		for p := range e.size {
@@ -158,7 +158,7 @@ func (e *Endpoint) SharesMemoryWith(peer int) bool {
 	if peer < 0 || peer >= e.size || peer == e.rank {
 		return false
 	}
-	if e.od != nil && e.od.opt.SharedMemory && e.hosts[peer] == e.hosts[e.rank] && !e.Connected(peer) {
+	if e.od != nil && e.od.shm && e.hosts[peer] == e.hosts[e.rank] && !e.Connected(peer) {
 		_, _ = e.linkTo(peer)
 	}
 	l := e.tcpLinkOf(peer)

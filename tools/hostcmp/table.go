@@ -24,6 +24,7 @@ type cell struct {
 	LatUsMedian float64  `json:"lat_us_median"`
 	Algo        string   `json:"algo"`
 	PredUs      *float64 `json:"pred_us"`
+	Model       string   `json:"model"` // godist's cost model, across hosts
 }
 
 // ok reports whether c holds a measured latency.
@@ -243,6 +244,7 @@ func renderTables(t tables) string {
 	var sb strings.Builder
 	all := append([]series{t.Godist}, t.Peers...)
 	pred := t.Godist.hasPred()
+	sb.WriteString(modelLines(t.Godist))
 	for _, op := range t.Ops {
 		sizes := sizesOf(op, all)
 		if len(sizes) == 0 {
@@ -274,6 +276,22 @@ func renderTables(t tables) string {
 		sb.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 		for _, size := range sizes {
 			sb.WriteString(benchfmt.Row(tableRow(t, op, size, pred)))
+		}
+	}
+	return sb.String()
+}
+
+// modelLines says which cost model godist's calls chose by in each
+// round (the one its ranks measured at Init), so that the pred/measured
+// column can be read against it; "" when its results carry none.
+func modelLines(s series) string {
+	var sb strings.Builder
+	for r, cells := range s.Rounds {
+		for _, c := range cells {
+			if c.Model != "" {
+				fmt.Fprintf(&sb, "\n%s's cost model, round %d: %s\n", s.Label, r+1, c.Model)
+				break
+			}
 		}
 	}
 	return sb.String()

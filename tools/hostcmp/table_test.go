@@ -135,11 +135,15 @@ func TestRenderTablesPredAndStatus(t *testing.T) {
 	tb := cannedTables(t)
 	p := 330.0
 	tb.Godist.Rounds[0][0].PredUs = &p
+	tb.Godist.Rounds[0][1].Model = "local 9µs + 1/(17.2 GB/s)"
 	no := false
 	tb.Peers[1].Rounds[0] = append(tb.Peers[1].Rounds[0], cell{Op: "all_reduce", Size: 1 << 20, Supported: &no})
 	tb.Bound = 0 // an unshaped lab: no bound
 	out := renderTables(tb)
 	t.Logf("\n%s", out)
+	if !strings.Contains(out, "cost model, round 1: local 9µs + 1/(17.2 GB/s)") || strings.Contains(out, "round 2: ") {
+		t.Errorf("the cost model line: want round 1's model alone:\n%s", out)
+	}
 	want := [][]string{
 		{"8 B", "300.0 (200.0–400.0)", "900.0", "100.0", "3.00×", "0.33×", "1.10", "-", "recursive-doubling"},
 		{"1 MiB", "11000 (10000–12000)", "22000", "unsupported", "2.00×", "-", "-", "0.143 / 0.071 / -", "halving-doubling, ring"},

@@ -34,13 +34,14 @@ type world struct {
 	flightDir  string
 	autoDump   bool
 	stopSignal func()
-	host       string     // this rank's host, as the other ranks reach it
-	model      algo.Model // the cost model of calls across hosts (topology.go)
-	jobID      string     // the job id of every handshake (Options.JobID)
-	noCtl      bool       // no control blocks (samehost.go): FromEndpoint's worlds, or Options.SmallCollectives off
-	onDemand   bool       // connections made on first use (Options.Connect)
-	yield      bool       // the control block's waits yield the CPU between polls: more ranks than CPUs
-	stopStatus func()     // stops the status publisher (status.go)
+	host       string            // this rank's host, as the other ranks reach it
+	model      algo.Model        // the cost model of calls across hosts (topology.go)
+	jobID      string            // the job id of every handshake (Options.JobID)
+	noCtl      bool              // no control blocks (samehost.go): FromEndpoint's worlds, or Options.SmallCollectives off
+	onDemand   bool              // connections made on first use (Options.Connect)
+	pins       map[string]string // algorithms pinned by collective (Options.Algorithms; read-only)
+	yield      bool              // the control block's waits yield the CPU between polls: more ranks than CPUs
+	stopStatus func()            // stops the status publisher (status.go)
 	// statusEvery is how often the publisher runs (0: it does not), and
 	// statusOK when it last published (Unix nanoseconds): a store that
 	// has taken nothing for a while does not answer (waitchain.go).

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/internal/localaddr"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
@@ -25,6 +26,9 @@ func Init(ctx context.Context, opt Options) (*Group, error) {
 	j.opt = withEnv(opt, os.Getenv)
 	if j.opt.Timeout == 0 {
 		j.opt.Timeout = DefaultTimeout
+	}
+	if err := algo.CheckPins(j.opt.Algorithms); err != nil {
+		return nil, fmt.Errorf("dist: Options.Algorithms (GODIST_ALGO): %w", err)
 	}
 	if err := j.identify(); err != nil {
 		return nil, err
@@ -246,6 +250,10 @@ func (j *joining) start(ctx context.Context, ep *transport.Endpoint) (*Group, er
 	if err := g.measureModel(ctx, opt.Model); err != nil {
 		g.Destroy()
 		return nil, fmt.Errorf("dist: rank %d: the cost model of calls across hosts (Options.Model): %w", j.rank, err)
+	}
+	if err := w.agreePins(ctx, opt.Algorithms); err != nil {
+		g.Destroy()
+		return nil, err
 	}
 	if opt.LocalWorldSize <= runtime.NumCPU() {
 		settleHeap()

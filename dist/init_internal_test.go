@@ -68,6 +68,24 @@ func TestWithEnv(t *testing.T) {
 			}
 		})
 	}
+	t.Run("connect and algorithms", func(t *testing.T) {
+		for _, c := range []struct {
+			env     map[string]string
+			opt     Options
+			connect ConnectMode
+			pins    string
+		}{
+			{map[string]string{}, Options{}, ConnectOnDemand, ""},
+			{map[string]string{"GODIST_CONNECT": "init", "GODIST_ALGO": " all_reduce=ring, broadcast=chain "}, Options{}, ConnectAtInit, "all_reduce=ring,broadcast=chain"},
+			{map[string]string{"GODIST_CONNECT": "init", "GODIST_ALGO": "all_reduce=ring"}, Options{Connect: ConnectOnDemand, Algorithms: map[string]string{"barrier": "two-level"}}, ConnectOnDemand, "barrier=two-level"},
+			{map[string]string{"GODIST_ALGO": "ring"}, Options{}, ConnectOnDemand, ""}, // malformed: ignored, said so
+		} {
+			got := withEnv(c.opt, from(c.env))
+			if got.Connect != c.connect || pinString(got.Algorithms) != c.pins {
+				t.Errorf("withEnv(%v, %+v): Connect %v, Algorithms %q; want %v, %q", c.env, c.opt, got.Connect, pinString(got.Algorithms), c.connect, c.pins)
+			}
+		}
+	})
 	t.Run("unreadable", func(t *testing.T) {
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))

@@ -408,3 +408,76 @@ func TestInitWithoutTokenStaysOnLoopback(t *testing.T) {
 	}
 	g.Destroy()
 }
+
+// TestInitPinnedAlgorithms: Options.Algorithms pins what calls run
+// (Group.Choice says so, and the calls give their results); a rank that
+// pins differently from rank 0 fails its Init naming both, and an
+// unknown algorithm fails at once.
+func TestInitPinnedAlgorithms(t *testing.T) {
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	const world = 3
+	pins := map[string]string{"all_reduce": "ring", "broadcast": "chain", "all_gather": "ring", "barrier": "dissemination", "all_to_all": "pairwise"}
+	run := func(pinsOf func(r int) map[string]string, body func(r int, g *dist.Group) error) []error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+		errs := make([]error, world)
+		var wg sync.WaitGroup
+		for r := range world {
+			wg.Go(func() {
+				g, err := dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second,
+					JobID: "pins", Token: []byte("secret"), SmallCollectives: dist.SharedMemoryOff, Algorithms: pinsOf(r)})
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer g.Destroy()
+				errs[r] = body(r, g)
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	errs := run(func(int) map[string]string { return pins }, func(r int, g *dist.Group) error {
+		ctx := context.Background()
+		for op, want := range map[string]string{"all_reduce": "ring", "broadcast": "chain", "all_gather": "ring", "barrier": "dissemination", "all_to_all": "pairwise"} {
+			if c, ok := g.Choice(op, 10000, tensor.Float32); !ok || !strings.HasPrefix(c.Algo, want) {
+				return fmt.Errorf("Choice(%s) = %+v, want %s", op, c, want)
+			}
+		}
+		x := tensor.Full(tensor.Float32, float64(r+1), 10000)
+		if err := g.AllReduce(ctx, x, dist.Sum); err != nil {
+			return err
+		}
+		if err := expect(x, func(int) float64 { return 6 }, "pinned all_reduce"); err != nil {
+			return err
+		}
+		in, out := tensor.Full(tensor.Float32, float64(r), world), tensor.New(tensor.Float32, world)
+		if err := g.AllToAllSingle(ctx, out, in, nil, nil); err != nil {
+			return err
+		}
+		if err := expect(out, func(i int) float64 { return float64(i) }, "pinned all_to_all"); err != nil {
+			return err
+		}
+		return g.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	errs = run(func(r int) map[string]string {
+		if r == 1 {
+			return map[string]string{"all_reduce": "halving-doubling"}
+		}
+		return pins
+	}, func(int, *dist.Group) error { return nil })
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "all_reduce=halving-doubling") || !strings.Contains(errs[1].Error(), "all_reduce=ring") {
+		t.Errorf("rank 1 pinned differently: Init gave %v, want an error naming both pins", errs[1])
+	}
+	_, err := dist.Init(context.Background(), dist.Options{Rank: 0, WorldSize: 1, Algorithms: map[string]string{"all_reduce": "chain"}})
+	if err == nil || !strings.Contains(err.Error(), "recursive-doubling") {
+		t.Errorf("an unknown algorithm: Init gave %v, want an error listing all_reduce's", err)
+	}
+}

@@ -96,6 +96,18 @@ type Options struct {
 	// mesh of W² connections. When ConnectDefault: the GODIST_CONNECT
 	// variable ("init" or "ondemand"), else on demand.
 	Connect ConnectMode
+	// Algorithms pins collectives' algorithms by the collective's name
+	// (algo.Algorithms lists them: "all_reduce" to "ring", "two-level",
+	// ...; "broadcast", "all_gather", "reduce_scatter", "barrier",
+	// "all_to_all"), as NCCL_ALGO does, for benchmarks and experiments.
+	// Every rank must pin the same: Init fails naming the difference. A
+	// pinned algorithm that does not apply to a call (the leaders' above
+	// their size, a two-level one on uneven hosts, Bruck's all-to-all on
+	// blocks of unequal size) leaves the call to the usual choice, and
+	// calls through a host's control block or shared tensors are not
+	// affected (GODIST_SHM_CTL=0 turns the block off). Default: the
+	// GODIST_ALGO variable ("all_reduce=ring,broadcast=chain"), else none.
+	Algorithms map[string]string
 	// Model is the cost model by which calls of groups that span hosts
 	// choose their algorithms (algo.Model: the latency and bandwidth of
 	// shared memory and of the network, the reduction rate, the cost of a
@@ -199,6 +211,7 @@ func withEnv(opt Options, get func(string) string) Options {
 	jobFromEnv(&opt, get)
 	diagnosisFromEnv(&opt, get, log)
 	sharedMemoryFromEnv(&opt, get)
+	algorithmsFromEnv(&opt, get, log)
 	timingFromEnv(&opt, get, log)
 	return opt
 }
@@ -381,4 +394,23 @@ func (opt Options) polling() (time.Duration, bool) {
 		return transport.YieldSpin, true
 	}
 	return transport.DefaultPolling(opt.LocalWorldSize, runtime.GOMAXPROCS(0), runtime.NumCPU())
+}
+
+// algorithmsFromEnv reads GODIST_ALGO, "op=algorithm" pairs separated by
+// commas, into Algorithms when the caller left it nil.
+func algorithmsFromEnv(opt *Options, get func(string) string, log *slog.Logger) {
+	v := strings.TrimSpace(get("GODIST_ALGO"))
+	if opt.Algorithms != nil || v == "" {
+		return
+	}
+	pins := map[string]string{}
+	for _, f := range strings.Split(v, ",") {
+		op, name, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok || op == "" || name == "" {
+			log.Warn("dist: GODIST_ALGO ignored: want op=algorithm pairs separated by commas", "value", v)
+			return
+		}
+		pins[strings.TrimSpace(op)] = strings.TrimSpace(name)
+	}
+	opt.Algorithms = pins
 }

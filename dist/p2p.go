@@ -106,7 +106,7 @@ func (g *Group) AllToAllSingleAsync(out, in *tensor.Tensor, outSplits, inSplits 
 // (no split sizes on either side) the algorithm algo.ChooseAllToAll picks
 // for the block, else the pairwise exchange.
 func (g *Group) allToAllSingle(c call, out, in *tensor.Tensor, outs, ins [][]byte) func(ctx context.Context, seq uint64) error {
-	if c.op == opAllToAllEqual && algo.ChooseAllToAll(g.Size(), len(ins[0])) == algo.AllToAllBruck {
+	if c.op == opAllToAllEqual && g.allToAllAlgo(len(ins[0])) == algo.AllToAllBruck {
 		return func(ctx context.Context, seq uint64) error {
 			return g.bruckAllToAll(ctx, seq, c, out.Bytes(), in.Bytes(), len(ins[0]))
 		}

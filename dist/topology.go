@@ -1,6 +1,10 @@
 package dist
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/godist/godist/dist/algo"
@@ -66,6 +70,11 @@ type planned struct {
 // only Choice asks for).
 
 func (g *Group) planAllReduce(count, es int) algo.Plan {
+	if name := g.world.pins["all_reduce"]; name != "" {
+		if p, ok := algo.PinAllReduce(g.topo(), g.world.model, name, count, es); ok {
+			return p
+		}
+	}
 	if g.spansHosts() {
 		return algo.ChooseAllReduceOn(g.topo(), g.world.model, count, es)
 	}
@@ -73,6 +82,11 @@ func (g *Group) planAllReduce(count, es int) algo.Plan {
 }
 
 func (g *Group) planBroadcast(root, count, es int) algo.Plan {
+	if name := g.world.pins["broadcast"]; name != "" {
+		if p, ok := algo.PinBroadcast(g.topo(), g.world.model, name, root, count, es); ok {
+			return p
+		}
+	}
 	if g.spansHosts() {
 		return algo.ChooseBroadcastOn(g.topo(), g.world.model, root, count, es)
 	}
@@ -80,6 +94,11 @@ func (g *Group) planBroadcast(root, count, es int) algo.Plan {
 }
 
 func (g *Group) planAllGather(counts []int, es int) algo.Plan {
+	if name := g.world.pins["all_gather"]; name != "" {
+		if p, ok := algo.PinAllGather(g.topo(), g.world.model, name, counts, es); ok {
+			return p
+		}
+	}
 	if g.spansHosts() {
 		return algo.ChooseAllGatherOn(g.topo(), g.world.model, counts, es)
 	}
@@ -87,6 +106,11 @@ func (g *Group) planAllGather(counts []int, es int) algo.Plan {
 }
 
 func (g *Group) planReduceScatter(counts []int, es int) algo.Plan {
+	if name := g.world.pins["reduce_scatter"]; name != "" {
+		if p, ok := algo.PinReduceScatter(g.topo(), g.world.model, name, counts, es); ok {
+			return p
+		}
+	}
 	if g.spansHosts() {
 		return algo.ChooseReduceScatterOn(g.topo(), g.world.model, counts, es)
 	}
@@ -94,6 +118,11 @@ func (g *Group) planReduceScatter(counts []int, es int) algo.Plan {
 }
 
 func (g *Group) planBarrier() algo.Plan {
+	if name := g.world.pins["barrier"]; name != "" {
+		if p, ok := algo.PinBarrier(g.topo(), g.world.model, name); ok {
+			return p
+		}
+	}
 	if g.spansHosts() {
 		return algo.ChooseBarrierOn(g.topo(), g.world.model)
 	}
@@ -163,25 +192,77 @@ func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok b
 		ctlBytes = 0
 	case "all_to_all":
 		// The model has no all-to-all: the size alone chooses.
-		return Choice{Algo: algo.ChooseAllToAll(g.Size(), count*es)}, true
+		return Choice{Algo: g.allToAllAlgo(count * es)}, true
 	}
 	if g.route(ctlBytes, nil) == byBlock {
 		return Choice{Algo: "control block"}, true
 	}
+	// The plan the call would run (the same functions), with the time
+	// the model predicts for it.
 	var plan algo.Plan
+	pes := es // the element size the plan counts in
 	switch op {
 	case "all_reduce":
-		plan = algo.ChooseAllReduceOn(g.topo(), g.world.model, count, es)
+		plan = g.planAllReduce(count, es)
 	case "broadcast":
-		plan = algo.ChooseBroadcastOn(g.topo(), g.world.model, 0, count*es, 1) // dist chooses on bytes
+		plan, pes = g.planBroadcast(0, count*es, 1), 1 // dist chooses on bytes
 	case "all_gather":
-		plan = algo.ChooseAllGatherOn(g.topo(), g.world.model, equalCounts(g.Size(), count*es), 1)
+		plan, pes = g.planAllGather(equalCounts(g.Size(), count*es), 1), 1
 	case "reduce_scatter":
-		plan = algo.ChooseReduceScatterOn(g.topo(), g.world.model, equalCounts(g.Size(), count), es)
+		plan = g.planReduceScatter(equalCounts(g.Size(), count), es)
 	case "barrier":
-		plan = algo.ChooseBarrierOn(g.topo(), g.world.model)
+		plan, pes = g.planBarrier(), 1
 	default:
 		return Choice{}, false
 	}
+	if plan.Predicted == 0 {
+		plan = plan.WithPrediction(g.topo(), g.world.model, pes)
+	}
 	return Choice{plan.String(), plan.Predicted}, true
+}
+
+// allToAllAlgo is the all-to-all of equal blocks of b bytes: the pinned
+// one (Options.Algorithms), or algo.ChooseAllToAll's.
+func (g *Group) allToAllAlgo(b int) string {
+	if name := g.world.pins["all_to_all"]; name != "" {
+		return name
+	}
+	return algo.ChooseAllToAll(g.Size(), b)
+}
+
+// agreePins fails Init unless this rank pinned the same algorithms as
+// rank 0 (Options.Algorithms): ranks whose schedules differ would wait
+// on each other's frames until the timeout, or mix their data.
+func (w *world) agreePins(ctx context.Context, pins map[string]string) error {
+	mine := pinString(pins)
+	if w.rank == 0 {
+		if err := w.store.Set(ctx, pinsKey, []byte(mine)); err != nil {
+			return fmt.Errorf("dist: rank 0: publishing its pinned algorithms: %w", err)
+		}
+	} else {
+		b, err := w.store.Get(ctx, pinsKey)
+		if err != nil {
+			return fmt.Errorf("dist: rank %d: reading rank 0's pinned algorithms: %w", w.rank, err)
+		}
+		if string(b) != mine {
+			return fmt.Errorf("dist: rank %d pins the algorithms %q and rank 0 %q (Options.Algorithms, GODIST_ALGO): every rank must pin the same", w.rank, mine, string(b))
+		}
+	}
+	if len(pins) > 0 {
+		w.pins = pins
+	}
+	return nil
+}
+
+const pinsKey = "dist/pins"
+
+// pinString is pins in a canonical form, "op=algorithm" sorted by op,
+// comma-separated ("" for none).
+func pinString(pins map[string]string) string {
+	var fs []string
+	for op, name := range pins {
+		fs = append(fs, op+"="+name)
+	}
+	slices.Sort(fs)
+	return strings.Join(fs, ",")
 }

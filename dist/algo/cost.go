@@ -233,6 +233,9 @@ func (p Plan) Schedules(size int) []Schedule {
 	return out
 }
 
+// WithPrediction is p with the time m predicts for it on t.
+func (p Plan) WithPrediction(t Topology, m Model, elemSize int) Plan { return p.predicted(t, m, elemSize) }
+
 // predicted fills in p.Predicted.
 func (p Plan) predicted(t Topology, m Model, elemSize int) Plan {
 	p.Predicted = m.Predict(t, p.Schedules(t.Size()), elemSize)
@@ -302,6 +305,12 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 		return ChooseAllReduce(size, count, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseAllReduceOn", size, count, elemSize)
+	return best(t, m, elemSize, allReduceCands(t, m, count, elemSize)...)
+}
+
+// allReduceCands are ChooseAllReduceOn's candidates across hosts.
+func allReduceCands(t Topology, m Model, count, elemSize int) []Plan {
+	size := t.Size()
 	cands := []Plan{
 		{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllReduce(rank, size, count) }, 0},
 		{"halving-doubling", 1, func(rank int) Schedule { return HalvingDoublingAllReduce(rank, size, count) }, 0},
@@ -315,7 +324,7 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 	if len(t.Hosts) < size && count*elemSize <= smallAllReduceBytes {
 		cands = append(cands, Plan{"leaders", 1, func(rank int) Schedule { return LeaderAllReduce(rank, t, count) }, 0})
 	}
-	return best(t, m, elemSize, cands...)
+	return cands
 }
 
 // ChooseBroadcastOn is ChooseBroadcast for a group laid out as t, with the
@@ -330,6 +339,12 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 	}
 	checkChoice("ChooseBroadcastOn", size, count, elemSize)
 	checkRoot("ChooseBroadcastOn", root, size)
+	return best(t, m, elemSize, broadcastCands(t, root, count, elemSize)...)
+}
+
+// broadcastCands are ChooseBroadcastOn's candidates across hosts.
+func broadcastCands(t Topology, root, count, elemSize int) []Plan {
+	size := t.Size()
 	cands := []Plan{{"binomial", 1, func(rank int) Schedule { return BinomialBroadcast(rank, size, root, count) }, 0}}
 	for _, seg := range segmentChoices(count*elemSize, maxChainSegments) {
 		cands = append(cands, Plan{"chain", seg, func(rank int) Schedule { return ChainBroadcast(rank, size, root, count, seg) }, 0})
@@ -337,7 +352,7 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 	if len(t.Hosts) < size && count*elemSize <= smallBroadcastBytes {
 		cands = append(cands, Plan{"leaders", 1, func(rank int) Schedule { return LeaderBroadcast(rank, t, root, count) }, 0})
 	}
-	return best(t, m, elemSize, cands...)
+	return cands
 }
 
 // ChooseAllGatherOn is ChooseAllGather for a group laid out as t, with the
@@ -351,6 +366,12 @@ func ChooseAllGatherOn(t Topology, m Model, counts []int, elemSize int) Plan {
 		return ChooseAllGather(size, counts, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseAllGatherOn", size, total, elemSize)
+	return best(t, m, elemSize, allGatherCands(t, counts, elemSize)...)
+}
+
+// allGatherCands are ChooseAllGatherOn's candidates across hosts.
+func allGatherCands(t Topology, counts []int, elemSize int) []Plan {
+	size := t.Size()
 	counts = append([]int(nil), counts...)
 	cands := []Plan{{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllGather(rank, size, counts) }, 0}}
 	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
@@ -361,7 +382,7 @@ func ChooseAllGatherOn(t Topology, m Model, counts []int, elemSize int) Plan {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllGather(rank, t, counts, seg) }, 0})
 		}
 	}
-	return best(t, m, elemSize, cands...)
+	return cands
 }
 
 // ChooseReduceScatterOn is ChooseReduceScatter for a group laid out as t,
@@ -376,6 +397,12 @@ func ChooseReduceScatterOn(t Topology, m Model, counts []int, elemSize int) Plan
 		return ChooseReduceScatter(size, counts, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseReduceScatterOn", size, total, elemSize)
+	return best(t, m, elemSize, reduceScatterCands(t, counts, elemSize)...)
+}
+
+// reduceScatterCands are ChooseReduceScatterOn's candidates across hosts.
+func reduceScatterCands(t Topology, counts []int, elemSize int) []Plan {
+	size := t.Size()
 	counts = append([]int(nil), counts...)
 	var cands []Plan
 	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
@@ -386,18 +413,28 @@ func ChooseReduceScatterOn(t Topology, m Model, counts []int, elemSize int) Plan
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelReduceScatter(rank, t, counts, seg) }, 0})
 		}
 	}
-	return best(t, m, elemSize, cands...)
+	return cands
 }
 
 // ChooseBarrierOn is the dissemination barrier, or across hosts whichever
 // of it and TwoLevelBarrier m predicts faster, with its time.
 func ChooseBarrierOn(t Topology, m Model) Plan {
+	cands := barrierCands(t)
+	if len(cands) == 1 {
+		return cands[0].predicted(t, m, 1)
+	}
+	return best(t, m, 1, cands...)
+}
+
+// barrierCands are ChooseBarrierOn's candidates: the two-level barrier
+// only across hosts of several ranks.
+func barrierCands(t Topology) []Plan {
 	size := t.Size()
 	flat := Plan{"dissemination", 1, func(rank int) Schedule { return DisseminationBarrier(rank, size) }, 0}
 	if len(t.Hosts) <= 1 || len(t.Hosts) == size {
-		return flat.predicted(t, m, 1)
+		return []Plan{flat}
 	}
-	return best(t, m, 1, flat, Plan{"two-level", 1, func(rank int) Schedule { return TwoLevelBarrier(rank, t) }, 0})
+	return []Plan{flat, Plan{"two-level", 1, func(rank int) Schedule { return TwoLevelBarrier(rank, t) }, 0}}
 }
 
 // readyMap is when each part of one rank's buffer was last written by a

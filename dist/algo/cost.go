@@ -234,7 +234,9 @@ func (p Plan) Schedules(size int) []Schedule {
 }
 
 // WithPrediction is p with the time m predicts for it on t.
-func (p Plan) WithPrediction(t Topology, m Model, elemSize int) Plan { return p.predicted(t, m, elemSize) }
+func (p Plan) WithPrediction(t Topology, m Model, elemSize int) Plan {
+	return p.predicted(t, m, elemSize)
+}
 
 // predicted fills in p.Predicted.
 func (p Plan) predicted(t Topology, m Model, elemSize int) Plan {

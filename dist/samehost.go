@@ -186,8 +186,8 @@ func (g *Group) initCtl(ctx context.Context) error {
 
 // maxCtlOnDemand is the largest group initCtl gives a control block
 // with connections on demand: the most ranks of a host that connect to
-// each other at Init (transport's shmMaxLocals).
-const maxCtlOnDemand = 8
+// each other at Init.
+const maxCtlOnDemand = transport.MaxSharedLocals
 
 // releaseShared releases g's shared tensors (Destroy) once no call is in
 // flight on g, waiting at most wait: a call that outlives it (stuck in

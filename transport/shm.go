@@ -49,6 +49,11 @@ const (
 	shmMaxLocals = 8        // more ranks on a host than this: TCP only
 )
 
+// MaxSharedLocals is the most ranks of a host whose every pair shares
+// memory from NewTCP on (with OnDemand too, connectHost): the same-host
+// engine of the layers above may count on every pair of such a host.
+const MaxSharedLocals = shmMaxLocals
+
 // shmSeg is a mapped segment. ring, when set, is the frame ring after the
 // slots (TCPOptions.ShmRing): the sender's end in its own segment, the
 // receiver's in the peer's.

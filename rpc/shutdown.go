@@ -55,8 +55,8 @@ func (a *Agent) shutdownStateLocked() *shutdownState {
 
 // Shutdown stops the agent (rpc.shutdown). Graceful waits until every
 // worker has called Shutdown and no worker has calls in flight or being
-// served (each worker's outstanding RRefs are released first), then
-// stops. Not graceful stops at once: pending calls fail with ErrShutdown
+// served (each worker's outstanding RRefs are released once every worker
+// has called it), then stops. Not graceful stops at once: pending calls fail with ErrShutdown
 // and running handlers' contexts end.
 //
 // A graceful Shutdown's wait is bounded by ctx and by Options.Timeout: a
@@ -84,7 +84,6 @@ func (a *Agent) Shutdown(ctx context.Context, graceful bool) error {
 	a.mu.Unlock()
 	var err error
 	if graceful {
-		a.rrefs.releaseAll()
 		if serr := a.agree(ctx, st); serr != nil {
 			a.abort(serr)
 			err = serr
@@ -138,6 +137,18 @@ func (a *Agent) agree(ctx context.Context, st *shutdownState) *ShutdownError {
 		}
 		if done {
 			return nil
+		}
+		if round == 1 {
+			// A verdict comes only once every worker has reported, so
+			// every worker is in Shutdown: no call will come that needs
+			// this worker's RRefs (PyTorch deletes its user RRefs after
+			// its barrier too). Released before, a worker that reached
+			// Shutdown early took the handles of calls it was still
+			// serving, and the owners' own handles that later calls
+			// return. The releases count in the next round's messages,
+			// so the leader cannot find the job quiet before they land
+			// (it never is in round 1).
+			a.rrefs.releaseAll()
 		}
 		select {
 		case <-time.After(time.Millisecond):

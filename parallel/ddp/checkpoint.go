@@ -43,7 +43,7 @@ const (
 	// DistributedSampler's shards depend on it.
 	MetaWorldSize = "world_size"
 	// MetaBucketOrder is DDP's bucket plan (parameter indices in bucket
-	// order), so that a resumed run reduces gradients in the same layout
+	// order, each bucket ended by "|"), so that a resumed run reduces gradients in the same layout
 	// and its float sums match the uninterrupted run's bit for bit.
 	MetaBucketOrder = "ddp.bucket_order"
 )
@@ -230,7 +230,7 @@ func loadCheckpoint(path string, model *DDP, opt optim.Optimizer) (map[string]st
 }
 
 // BucketOrder returns DDP's bucket plan (parameter indices in bucket
-// order, comma-separated), the MetaBucketOrder that SaveCheckpoint
+// order, comma-separated, each bucket ended by "|"), the MetaBucketOrder that SaveCheckpoint
 // writes. A program that saves checkpoints its own way stores it too:
 // the plan decides the order in which the ranks' gradients are summed, so
 // at world 3 and above a resumed run matches the uninterrupted one bit
@@ -242,33 +242,44 @@ func (d *DDP) BucketOrder() string { return d.bucketOrder() }
 func (d *DDP) SetBucketOrder(s string) error { return d.setBucketOrder(s) }
 
 // bucketOrder returns the bucket plan as parameter indices in bucket
-// order, comma-separated.
+// order, comma-separated, each bucket ended by "|" ("3,2|1,0|").
 func (d *DDP) bucketOrder() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
 	for _, bk := range d.mu.buckets {
-		for _, i := range bk.params {
-			if b.Len() > 0 {
+		for j, i := range bk.params {
+			if j > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString(strconv.Itoa(i))
 		}
+		b.WriteByte('|')
 	}
 	return b.String()
 }
 
 // setBucketOrder re-plans the buckets from a bucketOrder string and marks
-// them rebuilt, so that the resumed run reduces in the saved layout.
+// them rebuilt, so that the resumed run reduces in the saved layout. A
+// string with bucket ends ("|") gives the buckets themselves, and
+// AutoBucketCaps then chooses nothing more; one without (written before
+// the ends were) is cut by the current caps.
 func (d *DDP) setBucketOrder(s string) error {
+	var plan [][]int
 	var order []int
-	if s != "" {
-		for _, f := range strings.Split(s, ",") {
-			i, err := strconv.Atoi(f)
-			if err != nil {
-				return fmt.Errorf("metadata %s=%q is malformed", MetaBucketOrder, s)
+	exact := strings.HasSuffix(s, "|")
+	if s = strings.TrimSuffix(s, "|"); s != "" {
+		for _, part := range strings.Split(s, "|") {
+			var bucket []int
+			for _, f := range strings.Split(part, ",") {
+				i, err := strconv.Atoi(f)
+				if err != nil {
+					return fmt.Errorf("metadata %s=%q is malformed", MetaBucketOrder, s)
+				}
+				bucket = append(bucket, i)
 			}
-			order = append(order, i)
+			plan = append(plan, bucket)
+			order = append(order, bucket...)
 		}
 	}
 	if len(order) != len(d.params) || !isPermutation(order) {
@@ -279,9 +290,34 @@ func (d *DDP) setBucketOrder(s string) error {
 	if d.mu.started {
 		return errors.New("LoadCheckpoint between a forward pass and Wait; load between iterations")
 	}
-	d.plan(order)
+	if exact {
+		d.layout(plan)
+		d.mu.caps = capsOf(plan, d.sizes())
+		d.mu.tuned, d.mu.readyAt = true, nil
+	} else {
+		d.plan(order)
+	}
 	d.mu.rebuilt = true
 	return nil
+}
+
+// capsOf returns caps that describe plan: its first bucket's bytes, and
+// the largest of the others'.
+func capsOf(plan [][]int, sizes []int64) BucketCaps {
+	var c BucketCaps
+	for k, ps := range plan {
+		var n int64
+		for _, i := range ps {
+			n += sizes[i]
+		}
+		if k == 0 {
+			c.First = n
+		} else {
+			c.Rest = max(c.Rest, n)
+		}
+	}
+	c.Rest = max(c.Rest, c.First)
+	return c
 }
 
 func isPermutation(order []int) bool {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
@@ -21,6 +22,18 @@ type Options struct {
 	// BucketCapMB caps a bucket's size (default 25); the first bucket is
 	// capped at FirstBucketCapMB (default 1).
 	BucketCapMB, FirstBucketCapMB float64
+	// AutoBucketCaps chooses the caps for the group's links instead: at
+	// the end of the second iteration rank 0 takes the times at which its
+	// gradients became ready and the group's cost model of an all-reduce
+	// (dist.Group.Choice), finds the caps that leave the least
+	// communication after backward (ChooseBucketCaps), and every rank
+	// re-plans its buckets with them (BucketCaps tells which). Slow links
+	// get small buckets that start early and hide under backward; a link
+	// whose latency dominates gets few. A group on one host, which the
+	// model does not cover, keeps BucketCapMB and FirstBucketCapMB.
+	// The model prices a bucket as an all-reduce of its float32
+	// gradients, as the default CommHook sends them.
+	AutoBucketCaps bool
 	// FindUnusedParameters marks the parameters that a forward pass did not
 	// use as ready (with zero gradients) so their buckets still complete.
 	// Without it, a parameter that gets no gradient is an error naming it.
@@ -96,7 +109,14 @@ type DDP struct {
 		next       int   // next bucket to launch
 		ready      []bool
 		readyOrder []int // this iteration's order of ready gradients
-		rebuilt    bool
+		// readyAt is when each gradient became ready this iteration
+		// (AutoBucketCaps' measurement; zero: not yet).
+		readyAt []time.Time
+		rebuilt bool
+		// caps are the bucket caps the plan is made with: the options',
+		// then AutoBucketCaps' choice once tuned is set.
+		caps  BucketCaps
+		tuned bool
 		// With StaticGraph: fired counts each parameter's grad-ready hooks
 		// this iteration, and expected holds the counts of the first
 		// iteration (nil until it is over: the recording iteration).
@@ -143,6 +163,7 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 		opt.CommHook = AllReduceHook
 	}
 	d := &DDP{Module: module, group: group, opt: opt, index: map[*autograd.Var]int{}}
+	d.mu.caps = BucketCaps{First: int64(opt.FirstBucketCapMB * (1 << 20)), Rest: int64(opt.BucketCapMB * (1 << 20))}
 	d.RegisterModule("module", module)
 	for _, p := range nn.NamedParameters(module) {
 		if !p.Value.RequiresGrad() {
@@ -206,13 +227,32 @@ func (d *DDP) broadcastBuffers(ctx context.Context) error {
 	return nil
 }
 
-// plan builds buckets for the given readiness order.
-func (d *DDP) plan(order []int) {
+// sizes returns each parameter's gradient size in bytes.
+func (d *DDP) sizes() []int64 {
 	sizes := make([]int64, len(d.params))
 	for i, p := range d.params {
 		sizes[i] = int64(p.Value().Numel() * 4)
 	}
-	plan := PlanBuckets(order, sizes, int64(d.opt.FirstBucketCapMB*(1<<20)), int64(d.opt.BucketCapMB*(1<<20)))
+	return sizes
+}
+
+// plan builds buckets for the given readiness order with the current caps.
+func (d *DDP) plan(order []int) {
+	d.layout(PlanBuckets(order, d.sizes(), d.mu.caps.First, d.mu.caps.Rest))
+}
+
+// order returns the current plan's parameters in bucket order.
+func (d *DDP) orderLocked() []int {
+	var order []int
+	for _, bk := range d.mu.buckets {
+		order = append(order, bk.params...)
+	}
+	return order
+}
+
+// layout lays out the buckets of plan (parameter indices, in reduction
+// order) in the arena.
+func (d *DDP) layout(plan [][]int) {
 	// A new plan lays the buckets out afresh in the same memory: keep the
 	// gradients that live there before the views move over them.
 	var grads []*tensor.Tensor
@@ -339,6 +379,15 @@ func (d *DDP) prepare(ctx context.Context) error {
 	}
 	rebuild := d.mu.iteration == 1 && !d.mu.rebuilt && !d.opt.NoRebuildBuckets && len(d.mu.readyOrder) == len(d.params)
 	order := append([]int(nil), d.mu.readyOrder...)
+	// The caps are chosen once, after the second iteration (the first
+	// faults in fresh memory, and the order is rebuilt after it); the
+	// condition is the same on every rank, since all must broadcast.
+	tune := d.opt.AutoBucketCaps && d.mu.iteration == 2 && !d.mu.tuned
+	var tuneOrder []int
+	var tuneReady []time.Duration
+	if tune && d.group.Rank() == 0 {
+		tuneOrder, tuneReady = d.orderLocked(), d.readyTimesLocked()
+	}
 	jc := d.join
 	d.mu.Unlock()
 
@@ -357,6 +406,11 @@ func (d *DDP) prepare(ctx context.Context) error {
 		d.mu.rebuilt = true
 		d.mu.Unlock()
 	}
+	if tune {
+		if err := d.tune(ctx, tuneOrder, tuneReady); err != nil {
+			return err
+		}
+	}
 	if !d.opt.NoBroadcastBuffers {
 		if err := d.broadcastBuffers(ctx); err != nil {
 			return err
@@ -373,6 +427,9 @@ func (d *DDP) resetLocked() {
 	d.mu.next = 0
 	d.mu.ready = resize(d.mu.ready, len(d.params))
 	d.mu.readyOrder = d.mu.readyOrder[:0]
+	if d.opt.AutoBucketCaps && !d.mu.tuned {
+		d.mu.readyAt = resize(d.mu.readyAt, len(d.params))
+	}
 	d.mu.unused = nil
 	d.mu.store = nil
 	if d.opt.StaticGraph {
@@ -533,6 +590,9 @@ func zeroGradLike(p *autograd.Var, g *tensor.Tensor) *tensor.Tensor {
 
 func (d *DDP) markReadyLocked(i int) {
 	d.mu.ready[i] = true
+	if d.mu.readyAt != nil {
+		d.mu.readyAt[i] = time.Now()
+	}
 	d.mu.readyOrder = append(d.mu.readyOrder, i)
 	bk := d.mu.buckets[d.mu.bucketOf[i]]
 	k := d.mu.posInBkt[i]

@@ -43,6 +43,7 @@ import (
 	"github.com/godist/godist/models"
 	"github.com/godist/godist/nn"
 	"github.com/godist/godist/optim"
+	"github.com/godist/godist/parallel/ddp"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 )
@@ -74,6 +75,7 @@ type config struct {
 	// DDP's bucket caps in MiB (0: ddp.Options' defaults, 25 and 1).
 	BucketCapMB      float64 `json:"bucket_cap_mb,omitempty"`
 	FirstBucketCapMB float64 `json:"first_bucket_cap_mb,omitempty"`
+	AutoBucketCaps   bool    `json:"auto_bucket_caps,omitempty"`
 
 	data, ckpt, ckptDir, plotPath, dump string
 	resume                              bool
@@ -101,6 +103,10 @@ type result struct {
 	Sample          string  `json:"sample,omitempty"`
 	ResumedFromStep int     `json:"resumed_from_step,omitempty"`
 	Memory          memory  `json:"memory"`
+	// DDP's buckets as they ended: how many, and the caps in bytes (with
+	// --auto-bucket-caps, the ones chosen).
+	Buckets    int            `json:"buckets,omitempty"`
+	BucketCaps ddp.BucketCaps `json:"bucket_caps,omitzero"`
 
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
@@ -143,6 +149,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	fs.Float64Var(&c.BucketCapMB, "bucket-cap-mb", 0, "DDP: the gradient buckets' size in MiB (default 25, as PyTorch's); smaller ones start their all-reduces earlier in backward")
 	fs.Float64Var(&c.FirstBucketCapMB, "first-bucket-mb", 0, "DDP: the first bucket's size in MiB (default 1, as PyTorch's)")
+	fs.BoolVar(&c.AutoBucketCaps, "auto-bucket-caps", false, "DDP across hosts: choose the bucket caps after the second step from the measured backward and the links' cost model (ddp.Options.AutoBucketCaps)")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
 	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for tools/peers/gpt_twin.py to this directory, then train")
 	if err := fs.Parse(args); err != nil {
@@ -386,6 +393,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	res.Steps = start + steps
 	res.losses = hist.Loss
 	res.Memory = rep.memory(opt)
+	if rep.ddp != nil {
+		res.Buckets, res.BucketCaps = len(rep.ddp.Buckets()), rep.ddp.BucketCaps()
+	}
 	if steps > 0 {
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
 		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()

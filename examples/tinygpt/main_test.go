@@ -444,6 +444,9 @@ func TestBucketFlags(t *testing.T) {
 	if err != nil || cfg.BucketCapMB != 1 || cfg.FirstBucketCapMB != 0.5 || cfg.check() != nil {
 		t.Errorf("got %v, %v, check %v", cfg.BucketCapMB, cfg.FirstBucketCapMB, cfg.check())
 	}
+	if cfg, err := parseFlags([]string{"--auto-bucket-caps"}); err != nil || !cfg.AutoBucketCaps {
+		t.Errorf("--auto-bucket-caps: %v, %v", cfg.AutoBucketCaps, err)
+	}
 	cfg, err = parseFlags([]string{"--bucket-cap-mb", "-1"})
 	if err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 		if g.Size() == 1 {
 			return r, nil
 		}
-		d, err := ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true, BucketCapMB: c.BucketCapMB, FirstBucketCapMB: c.FirstBucketCapMB})
+		d, err := ddp.New(ctx, gpt, g, ddp.Options{GradientAsBucketView: true, BucketCapMB: c.BucketCapMB, FirstBucketCapMB: c.FirstBucketCapMB, AutoBucketCaps: c.AutoBucketCaps})
 		if err != nil {
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The tiny GPT across hosts (--train gpt,gpt-fsdp,gpt-hybrid):
+// The tiny GPT across hosts (--train gpt,gpt-auto,gpt-fsdp,gpt-hybrid):
 // examples/tinygpt under godist run on each host (DDP, FSDP's full
 // sharding, or hybrid sharding: shards inside a host, replicas across
 // hosts, from the group's topology) beside its PyTorch twin
@@ -19,8 +19,9 @@ import (
 // --dump wrote: before a lab's rounds, one untimed godist run of the lab
 // writes it (the lab's world, its batches).
 
-// gptModels are --train's GPT models, by the strategy godist trains with.
-var gptModels = map[string]string{"gpt": "ddp", "gpt-fsdp": "fsdp", "gpt-hybrid": "hybrid"}
+// gptModels are --train's GPT models, by the strategy godist trains with
+// (gpt-auto: DDP whose buckets are sized for the link, --auto-bucket-caps).
+var gptModels = map[string]string{"gpt": "ddp", "gpt-auto": "ddp", "gpt-fsdp": "fsdp", "gpt-hybrid": "hybrid"}
 
 // isGPT reports whether model is one of gptModels.
 func isGPT(model string) bool {
@@ -44,6 +45,9 @@ func gptArgs(t tools, model string, run trainRun) []string {
 	if run.BucketMB > 0 && gptModels[model] == "ddp" {
 		mb := strconv.FormatFloat(run.BucketMB, 'g', -1, 64)
 		args = append(args, "--bucket-cap-mb", mb, "--first-bucket-mb", mb)
+	}
+	if model == "gpt-auto" {
+		args = append(args, "--auto-bucket-caps")
 	}
 	return args
 }
@@ -89,7 +93,7 @@ func gptDump(ctx context.Context, l *lab, t tools, run trainRun, port int, tmp s
 func checkModels(models []string) error {
 	for _, m := range models {
 		if m != "mlp" && m != "lenet" && !isGPT(m) {
-			return fmt.Errorf("--train: unknown model %q (want mlp, lenet, gpt, gpt-fsdp, gpt-hybrid)", m)
+			return fmt.Errorf("--train: unknown model %q (want mlp, lenet, gpt, gpt-auto, gpt-fsdp, gpt-hybrid)", m)
 		}
 	}
 	return nil

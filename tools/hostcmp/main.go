@@ -75,7 +75,7 @@ func main() {
 	godistBin := flag.String("godist", "", "godist binary (default: go build ./cmd/godist into a temporary directory)")
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch), mpi4py and numpy (python3-mpi4py)")
 	jsonDir := flag.String("json", "", "directory to keep every run's raw JSON in")
-	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet, gpt, gpt-fsdp, gpt-hybrid; comma-separated): examples/ddp-fashion-mnist or examples/tinygpt (DDP, FSDP, hybrid sharding) under godist run beside PyTorch DDP over gloo (train_ddp.py, gpt_twin.py) under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
+	train := flag.String("train", "", "instead of the collectives, DDP training of these models (mlp, lenet, gpt, gpt-auto, gpt-fsdp, gpt-hybrid; comma-separated): examples/ddp-fashion-mnist or examples/tinygpt (DDP, DDP with buckets sized for the link, FSDP, hybrid sharding) under godist run beside PyTorch DDP over gloo (train_ddp.py, gpt_twin.py) under torchrun, each host pinned to one CPU; --configs then defaults to "+trainConfigs)
 	gptSteps := flag.Int("gpt-steps", 40, "with --train gpt, the steps of each GPT run")
 	pipe := flag.Bool("pipeline", false, "instead of the collectives, examples/pipeline-gpt in three layouts (data parallel; stages across hosts; stages inside hosts), measured step time beside the schedule simulator's prediction; --configs then defaults to "+pipelineConfigs)
 	pipeSteps := flag.Int("pipeline-steps", 30, "with --pipeline, the steps of each run")

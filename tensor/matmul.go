@@ -11,8 +11,9 @@ import (
 func BLAS() string { return blas.Default.Name() }
 
 // SetNumThreads sets how many goroutines one large matrix product may
-// use (torch.set_num_threads): n ≤ 0 for GOMAXPROCS, the default, which
-// `godist run` sets to the CPUs divided among a host's workers. Results
+// use (torch.set_num_threads): n ≤ 0 for the default, GOMAXPROCS (which
+// `godist run` sets to the CPUs divided among a host's workers) but no
+// more than the CPUs the process may run on (runtime.NumCPU). Results
 // are the same bits whatever the count.
 func SetNumThreads(n int) { blas.SetThreads(n) }
 

@@ -87,6 +87,18 @@ type config struct {
 	stepSleep                           time.Duration // after each step: holds a test's job in the air
 }
 
+// phases split a training step's time: the forward pass, backward (with
+// FSDP's and hybrid sharding's communication), DDP's Wait after
+// backward, the gradients' clip (a norm's all-reduce where sharded), the
+// optimizer's step.
+type phases struct {
+	Forward  float64 `json:"forward"`
+	Backward float64 `json:"backward"`
+	Wait     float64 `json:"ddp_wait,omitempty"`
+	Clip     float64 `json:"clip"`
+	Step     float64 `json:"step"`
+}
+
 type result struct {
 	Config          config  `json:"config"`
 	Steps           int     `json:"steps"`
@@ -105,7 +117,9 @@ type result struct {
 	Memory          memory  `json:"memory"`
 	// DDP's buckets as they ended: how many, and the caps in bytes (with
 	// --auto-bucket-caps, the ones chosen).
-	Buckets    int            `json:"buckets,omitempty"`
+	Buckets int `json:"buckets,omitempty"`
+	// PhaseMs is rank 0's mean time a step in each phase.
+	PhaseMs    phases         `json:"phase_ms"`
 	BucketCaps ddp.BucketCaps `json:"bucket_caps,omitzero"`
 
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
@@ -334,6 +348,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	var x, y *tensor.Tensor
 	var trainTime time.Duration
+	var phase [5]time.Duration // forward, backward, (wait), clip, step
 	steps := 0
 	if err := g.Barrier(ctx); err != nil {
 		return nil, err
@@ -344,21 +359,29 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		nn.Train(gpt)
 		opt.ZeroGrad(true)
 		loss := models.Loss(nn.Call(model, autograd.Const(x)), y)
+		t1 := time.Now()
 		if err := rep.backward(ctx, loss); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
+		t2 := time.Now()
 		if c.Clip > 0 {
 			if err := rep.clip(ctx, c.Clip); err != nil {
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
+		t3 := time.Now()
 		// ZeRO's step broadcasts, and can meet a dead peer: optim.Step
 		// returns its error, which opt.Step() could only keep.
 		if err := optim.Step(ctx, opt); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		sched.Step()
-		trainTime += time.Since(ts)
+		t4 := time.Now()
+		trainTime += t4.Sub(ts)
+		phase[0] += t1.Sub(ts)
+		phase[1] += t2.Sub(t1)
+		phase[3] += t3.Sub(t2)
+		phase[4] += t4.Sub(t3)
 		time.Sleep(c.stepSleep)
 		steps++
 		res.TrainLoss = loss.Value().Item()
@@ -398,6 +421,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	}
 	if steps > 0 {
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)
+		ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(steps) }
+		phase[2] = rep.waited
+		res.PhaseMs = phases{Forward: ms(phase[0]), Backward: ms(phase[1] - phase[2]), Wait: ms(phase[2]), Clip: ms(phase[3]), Step: ms(phase[4])}
 		res.TokensPerS = float64(steps*c.Batch*c.Block*g.Size()) / trainTime.Seconds()
 	}
 	if c.sample > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
@@ -26,6 +27,9 @@ type replica struct {
 	fsdp     *fsdp.FSDP         // nil unless sharded
 	ddp      *ddp.DDP           // nil unless plain DDP over more than one rank
 	backward func(ctx context.Context, loss *autograd.Var) error
+	// waited is the time DDP's Wait took after backward, summed over
+	// the steps (the communication backward did not hide).
+	waited time.Duration
 	// clip clips the gradients to a global L2 norm (after DDP's
 	// all-reduce, or over every rank's shards).
 	clip func(ctx context.Context, max float64) error
@@ -94,7 +98,16 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 		}
 		// The gradients are the same on every rank after the
 		// all-reduce: the local norm is the global one.
-		r.model, r.backward, r.ddp = d, d.Backward, d
+		r.model, r.ddp = d, d
+		r.backward = func(ctx context.Context, loss *autograd.Var) error {
+			if err := loss.Backward(nil); err != nil {
+				return err
+			}
+			t := time.Now()
+			err := d.Wait(ctx)
+			r.waited += time.Since(t)
+			return err
+		}
 		return r, nil
 	case "fsdp":
 		strategy = fsdp.FullShard

@@ -46,6 +46,14 @@ type trainResult struct {
 	Reached     bool    `json:"reached"`
 	TargetSteps int     `json:"target_steps"`
 	TargetS     float64 `json:"target_s"`
+	// Buckets and BucketCaps are godist DDP's buckets as the run ended
+	// (tinygpt reports them: with --auto-bucket-caps, the caps chosen).
+	Buckets    int `json:"buckets"`
+	BucketCaps struct {
+		First, Rest int64
+	} `json:"bucket_caps"`
+	// PhaseMs is tinygpt's rank 0's mean step split into phases.
+	PhaseMs map[string]float64 `json:"phase_ms"`
 }
 
 // lastJSON returns the JSON object of the last line of out that holds
@@ -427,6 +435,12 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 					// Each run's result as it comes, so a run cut short keeps them.
 					fmt.Fprintf(os.Stderr, "hostcmp: --train %s %s %s, round %d: %s %.0f samples/s, %.2f ms a step, test accuracy %.4f, target reached %v after %d steps, %.2f s\n",
 						cfg, model, hook, r+1, b.Label, res.SamplesPerS, res.MsPerStep, res.TestAcc, res.Reached, res.TargetSteps, res.TargetS)
+					if len(res.PhaseMs) > 0 {
+						fmt.Fprintf(os.Stderr, "hostcmp: %s's step in ms: %s\n", b.Label, phaseString(res.PhaseMs))
+					}
+					if res.Buckets > 0 {
+						fmt.Fprintf(os.Stderr, "hostcmp: %s's DDP ended with %d buckets (caps %d B, then %d B)\n", b.Label, res.Buckets, res.BucketCaps.First, res.BucketCaps.Rest)
+					}
 					switch {
 					case b.Variant:
 						if row.Variants == nil {
@@ -549,4 +563,23 @@ func renderOverlap(rows []trainRow) string {
 		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f / %.2f | %.2f / %.2f | %s | %s | %s |\n", r.Config, r.Model, g, n, u, alone, exposed, hidden, pt, pexp)
 	}
 	return b.String()
+}
+
+// phaseString is a step's phases in tinygpt's order, "forward 12.3,
+// backward ...", those it does not know after them by name.
+func phaseString(ms map[string]float64) string {
+	order := []string{"forward", "backward", "ddp_wait", "clip", "step"}
+	for k := range ms {
+		if !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	slices.Sort(order[5:])
+	var parts []string
+	for _, k := range order {
+		if v, ok := ms[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

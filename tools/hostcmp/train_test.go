@@ -192,3 +192,10 @@ func TestGPTCellsAndArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestPhaseString(t *testing.T) {
+	got := phaseString(map[string]float64{"step": 4, "zz": 1, "forward": 1.25, "ddp_wait": 3, "aa": 2})
+	if want := "forward 1.2, ddp_wait 3.0, step 4.0, aa 2.0, zz 1.0"; got != want {
+		t.Errorf("phaseString = %q, want %q", got, want)
+	}
+}

@@ -129,11 +129,12 @@ const smallGemm = 512
 // joins, one a k block), 2^26 1.2×, 2^27 1.1-1.5×, 2^30 1.45×.
 var parallelGemm = 1 << 26 // a variable: tests lower it
 
-// threads is SetThreads' setting: 0 for GOMAXPROCS.
+// threads is SetThreads' setting: 0 for the default.
 var threads atomic.Int32
 
 // SetThreads sets how many goroutines one large product may use: n ≤ 0
-// for GOMAXPROCS (the default), 1 for one.
+// for the default (GOMAXPROCS, at most the CPUs the process may run on),
+// 1 for one.
 func SetThreads(n int) { threads.Store(int32(max(n, 0))) }
 
 // Threads is how many goroutines one large product uses.
@@ -141,7 +142,10 @@ func Threads() int {
 	if n := int(threads.Load()); n > 0 {
 		return n
 	}
-	return runtime.GOMAXPROCS(0)
+	// No more than the CPUs the process may run on: a process given more
+	// Ps than CPUs (so that its communication runs beside its compute)
+	// would only switch between a product's goroutines.
+	return min(runtime.GOMAXPROCS(0), runtime.NumCPU())
 }
 
 // parallelPanels runs fn over [0, n) cut into t contiguous runs, one

@@ -121,6 +121,9 @@ type result struct {
 	// PhaseMs is rank 0's mean time a step in each phase.
 	PhaseMs    phases         `json:"phase_ms"`
 	BucketCaps ddp.BucketCaps `json:"bucket_caps,omitzero"`
+	// BucketTrials are the caps --auto-bucket-caps tried, with rank 0's
+	// median ns from the first ready gradient to the end of DDP's Wait.
+	BucketTrials []ddp.BucketTrial `json:"bucket_trials,omitempty"`
 
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
@@ -417,7 +420,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	res.losses = hist.Loss
 	res.Memory = rep.memory(opt)
 	if rep.ddp != nil {
-		res.Buckets, res.BucketCaps = len(rep.ddp.Buckets()), rep.ddp.BucketCaps()
+		res.Buckets, res.BucketCaps, res.BucketTrials = len(rep.ddp.Buckets()), rep.ddp.BucketCaps(), rep.ddp.BucketTrials()
 	}
 	if steps > 0 {
 		res.MsPerStep = trainTime.Seconds() * 1e3 / float64(steps)

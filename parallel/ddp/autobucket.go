@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/godist/godist/dist"
@@ -32,28 +33,136 @@ func (d *DDP) readyTimesLocked() []time.Duration {
 	return out
 }
 
-// tune is AutoBucketCaps' step, between iterations: rank 0 chooses the
-// caps from its measured backward (order, ready) and the group's cost
-// model, every rank learns them from it and re-plans its buckets.
+// trialIters is how many iterations AutoBucketCaps runs each candidate
+// for; the median of them decides.
+const trialIters = 3
+
+// trial is AutoBucketCaps' state while it tries its candidates.
+type trial struct {
+	cands []BucketCaps
+	cur   int // the candidate the buckets are planned with
+	// times[k] are rank 0's measured iterations with cands[k]: from the
+	// first gradient ready to the end of Wait.
+	times [][]time.Duration
+	done  []BucketTrial // what was tried, once chosen (rank 0's times)
+}
+
+// BucketTrial is one candidate AutoBucketCaps tried: its caps, and the
+// median of its iterations from the first gradient ready to the end of
+// Wait as rank 0 measured them (zero on the other ranks).
+type BucketTrial struct {
+	Caps   BucketCaps
+	Median time.Duration
+}
+
+// tuneDue reports whether the prepare of iteration it takes an
+// AutoBucketCaps step: the same answer on every rank, which all take it
+// (they broadcast).
+func (d *DDP) tuneDueLocked() bool {
+	it := d.mu.iteration
+	return d.opt.AutoBucketCaps && !d.mu.tuned && it >= 2 && (it-2)%trialIters == 0
+}
+
+// tune is AutoBucketCaps' step between iterations. At the prepare of the
+// third iteration rank 0 chooses from its measured second backward
+// (order, ready) and the group's cost model (ChooseBucketCaps), makes the
+// shortlist (BucketShortlist) and tells the others; then every
+// trialIters iterations the buckets are planned with the next
+// candidate; after the last, rank 0 picks the one with the least median
+// (PickTrial) and every rank plans with it for good.
 func (d *DDP) tune(ctx context.Context, order []int, ready []time.Duration) error {
-	var caps BucketCaps // zero: keep the options' caps
-	if d.group.Rank() == 0 && ready != nil {
-		if c, ok := d.chooseCaps(order, ready); ok {
-			caps = c.Caps
-		}
-	}
-	if err := dist.BroadcastObject(ctx, d.group, &caps, 0); err != nil {
-		return fmt.Errorf("ddp: share the chosen bucket caps: %w", err)
-	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.mu.tuned = true
-	d.mu.readyAt = nil
-	if caps.First > 0 && caps.Rest > 0 {
-		d.mu.caps = caps
+	j := (d.mu.iteration - 2) / trialIters
+	n := len(d.mu.trial.cands)
+	options := d.mu.caps
+	d.mu.Unlock()
+	rank0 := d.group.Rank() == 0
+	switch {
+	case j == 0:
+		var cands []BucketCaps // none: keep the options' caps
+		if rank0 && ready != nil {
+			if c, ok := d.chooseCaps(order, ready); ok {
+				cands = BucketShortlist(order, d.sizes(), options, c.Caps)
+			}
+		}
+		if err := dist.BroadcastObject(ctx, d.group, &cands, 0); err != nil {
+			return fmt.Errorf("ddp: share the bucket caps to try: %w", err)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(cands) == 0 {
+			d.mu.tuned, d.mu.readyAt = true, nil
+			return nil
+		}
+		d.mu.trial = trial{cands: cands, times: make([][]time.Duration, len(cands))}
+		d.mu.caps = cands[0]
 		d.plan(d.orderLocked())
+	case j < n:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.mu.trial.cur = j
+		d.mu.caps = d.mu.trial.cands[j]
+		d.plan(d.orderLocked())
+	default:
+		best := 0
+		if rank0 {
+			d.mu.Lock()
+			best = max(0, PickTrial(d.mu.trial.times))
+			d.mu.Unlock()
+		}
+		if err := dist.BroadcastObject(ctx, d.group, &best, 0); err != nil {
+			return fmt.Errorf("ddp: share the chosen bucket caps: %w", err)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		t := &d.mu.trial
+		if best < 0 || best >= len(t.cands) {
+			return fmt.Errorf("ddp: rank 0 chose bucket caps %d of %d", best, len(t.cands))
+		}
+		for k, c := range t.cands {
+			bt := BucketTrial{Caps: c}
+			if ts := slices.Clone(t.times[k]); len(ts) > 0 {
+				slices.Sort(ts)
+				bt.Median = ts[len(ts)/2]
+			}
+			t.done = append(t.done, bt)
+		}
+		t.cur, t.times = best, nil
+		d.mu.caps = t.cands[best]
+		d.plan(d.orderLocked())
+		d.mu.tuned, d.mu.readyAt = true, nil
 	}
 	return nil
+}
+
+// recordTrialLocked ends a trial iteration, in Wait: rank 0 keeps the
+// time from its first ready gradient to now.
+func (d *DDP) recordTrialLocked() {
+	t := &d.mu.trial
+	if d.mu.tuned || len(t.cands) == 0 || d.group.Rank() != 0 {
+		return
+	}
+	var first time.Time
+	for _, at := range d.mu.readyAt {
+		if at.IsZero() {
+			return // a gradient with no time: not a measured iteration
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if !first.IsZero() {
+		t.times[t.cur] = append(t.times[t.cur], time.Since(first))
+	}
+}
+
+// BucketTrials returns the candidates AutoBucketCaps tried and their
+// medians (rank 0's; zero elsewhere), once it has chosen; nil before, or
+// when it tried none (one host).
+func (d *DDP) BucketTrials() []BucketTrial {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.mu.trial.done)
 }
 
 // chooseCaps is ChooseBucketCaps with the group's cost model; ok is false

@@ -15,15 +15,18 @@ import (
 
 // TestAutoBucketCaps runs AutoBucketCaps on two hosts (the cost model
 // covers the group) and on one (it does not). The options ask for a
-// bucket a parameter; every cap the chooser tries is at least 64 KiB, and
-// the model is 1.7 KiB, so across hosts the second iteration's choice
-// must leave one bucket, the same on both ranks, while on one host the
-// four buckets stay. The gradients are the average throughout.
+// bucket a parameter; every cap the model tries is at least 64 KiB and
+// the model is 1.7 KiB, so across hosts the shortlist is the options'
+// four buckets and one bucket, each tried for three iterations, and after
+// them every rank keeps the one of least median on rank 0. On one host
+// nothing is tried and the four buckets stay. The gradients are the
+// average throughout.
 func TestAutoBucketCaps(t *testing.T) {
 	for _, hosts := range [][]string{{"a", "b"}, nil} {
 		t.Run(fmt.Sprintf("hosts=%v", hosts), func(t *testing.T) {
 			var caps [2]ddp.BucketCaps
 			var plans [2]string
+			var trials [2][]ddp.BucketTrial
 			disttest.SpawnWith(t, 2, disttest.Options{Hosts: hosts}, func(_ *disttest.Job, g *dist.Group) error {
 				ctx := context.Background()
 				opt := ddp.Options{BucketCapMB: 1e-4, FirstBucketCapMB: 1e-5, AutoBucketCaps: true}
@@ -31,7 +34,7 @@ func TestAutoBucketCaps(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				for step := range 4 {
+				for step := range 10 {
 					nn.ZeroGrad(m, true)
 					x, y := batch(g.Rank(), step, 8)
 					if err := m.Backward(ctx, nn.CrossEntropy(nn.Call(m, autograd.Const(x)), y)); err != nil {
@@ -43,22 +46,43 @@ func TestAutoBucketCaps(t *testing.T) {
 							return fmt.Errorf("step %d %s: %w", step, p.Name, err)
 						}
 					}
-					if n := len(m.Buckets()); step < 2 && n != 4 {
-						return fmt.Errorf("step %d: %d buckets before the choice, want the options' 4", step, n)
+					n := len(m.Buckets())
+					switch {
+					case step < 2 && n != 4:
+						return fmt.Errorf("step %d: %d buckets before the trials, want the options' 4", step, n)
+					case hosts != nil && step >= 5 && step < 8 && n != 1:
+						return fmt.Errorf("step %d: %d buckets in the second trial, want the model's one", step, n)
+					case hosts != nil && step < 8 && m.BucketTrials() != nil:
+						return fmt.Errorf("step %d: trials %v reported before the choice", step, m.BucketTrials())
 					}
 				}
-				caps[g.Rank()], plans[g.Rank()] = m.BucketCaps(), fmt.Sprint(m.Buckets())
+				r := g.Rank()
+				caps[r], plans[r], trials[r] = m.BucketCaps(), fmt.Sprint(m.Buckets()), m.BucketTrials()
 				return nil
 			})
 			if caps[0] != caps[1] || plans[0] != plans[1] {
 				t.Fatalf("ranks differ: caps %+v, buckets %s", caps, plans)
 			}
-			n := strings.Count(plans[0], "[") - 1
-			switch {
-			case hosts != nil && (n != 1 || caps[0].Rest < 64<<10):
-				t.Errorf("across hosts: caps %+v, buckets %s: want a chosen cap of at least 64 KiB and one bucket", caps[0], plans[0])
-			case hosts == nil && (n != 4 || caps[0] != ddp.BucketCaps{First: 10, Rest: 104}):
-				t.Errorf("one host: caps %+v, buckets %s: want the options' caps and 4 buckets", caps[0], plans[0])
+			options := ddp.BucketCaps{First: 10, Rest: 104}
+			if hosts == nil {
+				if n := strings.Count(plans[0], "[") - 1; n != 4 || caps[0] != options || trials[0] != nil {
+					t.Errorf("one host: caps %+v, buckets %s, trials %v: want the options' caps, 4 buckets and no trials", caps[0], plans[0], trials[0])
+				}
+				return
+			}
+			tr := trials[0]
+			if len(tr) != 2 || tr[0].Caps != options || tr[1].Caps.Rest < 64<<10 || tr[0].Median <= 0 || tr[1].Median <= 0 {
+				t.Fatalf("rank 0's trials %+v: want the options' caps and the model's, each with a median", tr)
+			}
+			if len(trials[1]) != 2 || trials[1][0].Median != 0 {
+				t.Errorf("rank 1's trials %+v: want the same candidates without times", trials[1])
+			}
+			best := tr[0]
+			if tr[1].Median < tr[0].Median {
+				best = tr[1]
+			}
+			if caps[0] != best.Caps {
+				t.Errorf("kept caps %+v; trials %+v: want the one of least median", caps[0], tr)
 			}
 		})
 	}

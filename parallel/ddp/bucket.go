@@ -1,7 +1,9 @@
 package ddp
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -110,4 +112,43 @@ func simulateBuckets(plan [][]int, sizes []int64, ready []time.Duration, cost fu
 		free = max(free, launch) + cost(bytes)
 	}
 	return free - launch
+}
+
+// BucketShortlist returns the caps AutoBucketCaps tries on real
+// iterations: the options' (first), the model's choice, and that choice's
+// rest cap ×4 and ×16 (fewer, larger buckets, for hosts where a bucket's
+// all-reduce costs more than the model says: one CPU that backward holds),
+// without two that cut the same plan.
+func BucketShortlist(order []int, sizes []int64, options, model BucketCaps) []BucketCaps {
+	cands := []BucketCaps{options, model}
+	for _, f := range []int64{4, 16} {
+		cands = append(cands, BucketCaps{First: model.First, Rest: model.Rest * f})
+	}
+	var out []BucketCaps
+	var plans []string
+	for _, c := range cands {
+		p := fmt.Sprint(PlanBuckets(order, sizes, c.First, c.Rest))
+		if !slices.Contains(plans, p) {
+			out, plans = append(out, c), append(plans, p)
+		}
+	}
+	return out
+}
+
+// PickTrial returns the candidate whose trial iterations took the least
+// median time (times[k] are candidate k's; one with none never wins), or
+// -1 when none has any.
+func PickTrial(times [][]time.Duration) int {
+	best, bestT := -1, time.Duration(0)
+	for k, ts := range times {
+		if len(ts) == 0 {
+			continue
+		}
+		s := slices.Clone(ts)
+		slices.Sort(s)
+		if m := s[len(s)/2]; best < 0 || m < bestT {
+			best, bestT = k, m
+		}
+	}
+	return best
 }

@@ -129,3 +129,46 @@ func TestChooseBucketCaps(t *testing.T) {
 		}
 	}
 }
+
+func TestBucketShortlist(t *testing.T) {
+	const kib = 1 << 10
+	order := []int{0, 1, 2, 3}
+	sizes := []int64{100 * kib, 100 * kib, 100 * kib, 100 * kib}
+	options := BucketCaps{1 << 20, 25 << 20}
+	// The options' caps hold all in one bucket; the model's 128 KiB cuts
+	// a bucket a parameter; ×4 and ×16 both cut the first parameter and
+	// the other three, so ×16 is left out.
+	got := BucketShortlist(order, sizes, options, BucketCaps{128 * kib, 128 * kib})
+	want := []BucketCaps{options, {128 * kib, 128 * kib}, {128 * kib, 512 * kib}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("shortlist %v, want %v", got, want)
+	}
+	// A model choice of one bucket: only the options' and it.
+	if got := BucketShortlist(order, sizes, BucketCaps{kib, kib}, BucketCaps{1 << 20, 1 << 20}); len(got) != 2 {
+		t.Errorf("shortlist %v, want two", got)
+	}
+}
+
+func TestPickTrial(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		times [][]time.Duration
+		want  int
+	}{
+		{[][]time.Duration{ms(10, 11, 12), ms(9, 30, 40)}, 0}, // the median, not the least
+		{[][]time.Duration{ms(10, 11, 12), ms(50, 8, 9)}, 1},
+		{[][]time.Duration{nil, ms(50)}, 1},
+		{[][]time.Duration{ms(5), ms(5)}, 0}, // a tie keeps the first
+		{[][]time.Duration{nil, nil}, -1},
+	} {
+		if got := PickTrial(c.times); got != c.want {
+			t.Errorf("PickTrial(%v) = %d, want %d", c.times, got, c.want)
+		}
+	}
+}

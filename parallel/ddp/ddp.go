@@ -22,17 +22,23 @@ type Options struct {
 	// BucketCapMB caps a bucket's size (default 25); the first bucket is
 	// capped at FirstBucketCapMB (default 1).
 	BucketCapMB, FirstBucketCapMB float64
-	// AutoBucketCaps chooses the caps for the group's links instead: at
-	// the end of the second iteration rank 0 takes the times at which its
-	// gradients became ready and the group's cost model of an all-reduce
-	// (dist.Group.Choice), finds the caps that leave the least
-	// communication after backward (ChooseBucketCaps), and every rank
-	// re-plans its buckets with them (BucketCaps tells which). Slow links
-	// get small buckets that start early and hide under backward; a link
-	// whose latency dominates gets few. A group on one host, which the
-	// model does not cover, keeps BucketCapMB and FirstBucketCapMB.
-	// The model prices a bucket as an all-reduce of its float32
-	// gradients, as the default CommHook sends them.
+	// AutoBucketCaps chooses the caps for the group's links instead, as
+	// Horovod's autotuner chooses its fusion buffer: at the end of the
+	// second iteration rank 0 takes the times at which its gradients
+	// became ready and the group's cost model of an all-reduce
+	// (dist.Group.Choice), and finds the caps that leave the least
+	// communication after backward (ChooseBucketCaps). The model assumes
+	// that communication runs beside backward, which a host with one CPU
+	// a rank does only in part; so the choice, the options' caps and
+	// two with larger buckets (BucketShortlist) are then each tried on
+	// three real iterations, and the one whose median from the first
+	// ready gradient to the end of Wait is least (on rank 0) is kept
+	// for the rest of training (BucketCaps and BucketTrials tell which).
+	// Slow links get small buckets that start early and hide under
+	// backward; a link whose latency dominates gets few. A group on one
+	// host, which the model does not cover, keeps BucketCapMB and
+	// FirstBucketCapMB. The model prices a bucket as an all-reduce of
+	// its float32 gradients, as the default CommHook sends them.
 	AutoBucketCaps bool
 	// FindUnusedParameters marks the parameters that a forward pass did not
 	// use as ready (with zero gradients) so their buckets still complete.
@@ -117,6 +123,7 @@ type DDP struct {
 		// then AutoBucketCaps' choice once tuned is set.
 		caps  BucketCaps
 		tuned bool
+		trial trial
 		// With StaticGraph: fired counts each parameter's grad-ready hooks
 		// this iteration, and expected holds the counts of the first
 		// iteration (nil until it is over: the recording iteration).
@@ -379,13 +386,14 @@ func (d *DDP) prepare(ctx context.Context) error {
 	}
 	rebuild := d.mu.iteration == 1 && !d.mu.rebuilt && !d.opt.NoRebuildBuckets && len(d.mu.readyOrder) == len(d.params)
 	order := append([]int(nil), d.mu.readyOrder...)
-	// The caps are chosen once, after the second iteration (the first
-	// faults in fresh memory, and the order is rebuilt after it); the
-	// condition is the same on every rank, since all must broadcast.
-	tune := d.opt.AutoBucketCaps && d.mu.iteration == 2 && !d.mu.tuned
+	// AutoBucketCaps measures the second iteration (the first faults in
+	// fresh memory, and the order is rebuilt after it), then tries its
+	// candidates; whether a step is due is the same on every rank, since
+	// all must broadcast.
+	tune := d.tuneDueLocked()
 	var tuneOrder []int
 	var tuneReady []time.Duration
-	if tune && d.group.Rank() == 0 {
+	if tune && d.mu.iteration == 2 && d.group.Rank() == 0 {
 		tuneOrder, tuneReady = d.orderLocked(), d.readyTimesLocked()
 	}
 	jc := d.join
@@ -701,6 +709,9 @@ func (d *DDP) Wait(ctx context.Context) error {
 				}
 			}
 		}
+	}
+	if d.opt.AutoBucketCaps {
+		d.recordTrialLocked()
 	}
 	d.mu.store = nil
 	d.mu.iteration++

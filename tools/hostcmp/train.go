@@ -52,6 +52,14 @@ type trainResult struct {
 	BucketCaps struct {
 		First, Rest int64
 	} `json:"bucket_caps"`
+	// BucketTrials are the caps --auto-bucket-caps tried, with rank 0's
+	// median (ns) from the first ready gradient to the end of Wait.
+	BucketTrials []struct {
+		Caps struct {
+			First, Rest int64
+		}
+		Median time.Duration
+	} `json:"bucket_trials"`
 	// PhaseMs is tinygpt's rank 0's mean step split into phases.
 	PhaseMs map[string]float64 `json:"phase_ms"`
 }
@@ -440,6 +448,9 @@ func runTrain(ctx context.Context, labs []labConfig, models, hooks []string, tr 
 					}
 					if res.Buckets > 0 {
 						fmt.Fprintf(os.Stderr, "hostcmp: %s's DDP ended with %d buckets (caps %d B, then %d B)\n", b.Label, res.Buckets, res.BucketCaps.First, res.BucketCaps.Rest)
+						for _, tr := range res.BucketTrials {
+							fmt.Fprintf(os.Stderr, "hostcmp:   tried caps %d B, then %d B: %v from the first gradient to the reduced last\n", tr.Caps.First, tr.Caps.Rest, tr.Median.Round(10*time.Microsecond))
+						}
 					}
 					switch {
 					case b.Variant:

@@ -33,9 +33,11 @@ func (d *DDP) readyTimesLocked() []time.Duration {
 	return out
 }
 
-// trialIters is how many iterations AutoBucketCaps runs each candidate
-// for; the median of them decides.
-const trialIters = 3
+// trialRounds is how many iterations AutoBucketCaps runs each candidate
+// for, taking turns (one iteration each, round after round, so that a
+// machine that slows down or speeds up meanwhile weighs on all alike);
+// the median of them decides.
+const trialRounds = 3
 
 // trial is AutoBucketCaps' state while it tries its candidates.
 type trial struct {
@@ -55,30 +57,29 @@ type BucketTrial struct {
 	Median time.Duration
 }
 
-// tuneDue reports whether the prepare of iteration it takes an
+// tuneDueLocked reports whether this iteration's prepare takes an
 // AutoBucketCaps step: the same answer on every rank, which all take it
-// (they broadcast).
+// (some broadcast).
 func (d *DDP) tuneDueLocked() bool {
-	it := d.mu.iteration
-	return d.opt.AutoBucketCaps && !d.mu.tuned && it >= 2 && (it-2)%trialIters == 0
+	return d.opt.AutoBucketCaps && !d.mu.tuned && d.mu.iteration >= 2
 }
 
 // tune is AutoBucketCaps' step between iterations. At the prepare of the
 // third iteration rank 0 chooses from its measured second backward
 // (order, ready) and the group's cost model (ChooseBucketCaps), makes the
-// shortlist (BucketShortlist) and tells the others; then every
-// trialIters iterations the buckets are planned with the next
-// candidate; after the last, rank 0 picks the one with the least median
-// (PickTrial) and every rank plans with it for good.
+// shortlist (BucketShortlist) and tells the others; then each
+// iteration's buckets are planned with the next candidate in turn, for
+// trialRounds rounds; after the last, rank 0 picks the one with the
+// least median (PickTrial) and every rank plans with it for good.
 func (d *DDP) tune(ctx context.Context, order []int, ready []time.Duration) error {
 	d.mu.Lock()
-	j := (d.mu.iteration - 2) / trialIters
+	k := d.mu.iteration - 2 // the trial iteration about to run
 	n := len(d.mu.trial.cands)
 	options := d.mu.caps
 	d.mu.Unlock()
 	rank0 := d.group.Rank() == 0
 	switch {
-	case j == 0:
+	case k == 0:
 		var cands []BucketCaps // none: keep the options' caps
 		if rank0 && ready != nil {
 			if c, ok := d.chooseCaps(order, ready); ok {
@@ -97,9 +98,10 @@ func (d *DDP) tune(ctx context.Context, order []int, ready []time.Duration) erro
 		d.mu.trial = trial{cands: cands, times: make([][]time.Duration, len(cands))}
 		d.mu.caps = cands[0]
 		d.plan(d.orderLocked())
-	case j < n:
+	case k < n*trialRounds:
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		j := k % n
 		d.mu.trial.cur = j
 		d.mu.caps = d.mu.trial.cands[j]
 		d.plan(d.orderLocked())

@@ -31,9 +31,10 @@ type Options struct {
 	// that communication runs beside backward, which a host with one CPU
 	// a rank does only in part; so the choice, the options' caps and
 	// two with larger buckets (BucketShortlist) are then each tried on
-	// three real iterations, and the one whose median from the first
-	// ready gradient to the end of Wait is least (on rank 0) is kept
-	// for the rest of training (BucketCaps and BucketTrials tell which).
+	// three real iterations, taking turns, and the one whose median from
+	// the first ready gradient to the end of Wait is least (on rank 0) is
+	// kept for the rest of training (BucketCaps and BucketTrials tell
+	// which).
 	// Slow links get small buckets that start early and hide under
 	// backward; a link whose latency dominates gets few. A group on one
 	// host, which the model does not cover, keeps BucketCapMB and

@@ -245,9 +245,7 @@ func convert(dst, src *Tensor) {
 		// compressing DDP hooks do it to whole flat buffers every step.
 		d, s := u16s(dst.Bytes()), src.Float32s()
 		if dst.dtype == BFloat16 {
-			for i := range d {
-				d[i] = BFloat16FromFloat32(s[i])
-			}
+			narrow(d, s)
 		} else {
 			for i := simd.F32ToF16(d, s); i < len(d); i++ {
 				d[i] = Float16FromFloat32(s[i])
@@ -256,9 +254,7 @@ func convert(dst, src *Tensor) {
 	case dst.dtype == Float32 && (src.dtype == BFloat16 || src.dtype == Float16) && dst.IsContiguous() && src.IsContiguous():
 		d, s := dst.Float32s(), u16s(src.Bytes())
 		if src.dtype == BFloat16 {
-			for i := range d {
-				d[i] = BFloat16ToFloat32(s[i])
-			}
+			widen(d, s)
 		} else {
 			for i := simd.F16ToF32(d, s); i < len(d); i++ {
 				d[i] = Float16ToFloat32(s[i])

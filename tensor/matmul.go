@@ -2,8 +2,10 @@ package tensor
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/godist/godist/internal/blas"
+	"github.com/godist/godist/internal/simd"
 )
 
 // BLAS names the GEMM kernel that MatMul and the layers built on it use
@@ -112,6 +114,12 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64, bias *Tensor) *Tensor {
 			}
 			blas.Sgemm(ta, tb, m, n, k, 1, f32s(ai.buf)[ai.off:], lda, f32s(bi.buf)[bi.off:], ldb,
 				float32(beta), f32s(dst.buf)[off:off+m*n], n)
+		case BFloat16:
+			var bs []uint16
+			if bias != nil {
+				bs = u16s(bias.buf)[bias.off : bias.off+n]
+			}
+			gemmBF16(ta, tb, m, n, k, u16s(ai.buf)[ai.off:], lda, u16s(bi.buf)[bi.off:], ldb, float32(beta), bs, u16s(dst.buf)[off:off+m*n])
 		case Float64:
 			c, be := f64s(dst.buf)[off:off+m*n], beta
 			if bias != nil {
@@ -153,3 +161,81 @@ func gemmOperand(x *Tensor) (*Tensor, bool, int) {
 	x = x.Clone()
 	return x, false, max(c, 1)
 }
+
+// gemmBF16 is the bfloat16 product c = op(a)·op(b) + beta·c (+ bias), as
+// PyTorch's on CPUs computes it: the operands widened to float32
+// exactly, the products summed in float32, the result rounded to
+// bfloat16 once (to nearest even). This machine's CPUs have no bfloat16
+// dot product (AVX512_BF16's vdpbf16ps), so the operands are widened into
+// float32 scratch and the float32 GEMM runs on them: the same arithmetic,
+// an extra pass over a and b (small beside the product's m·n·k).
+func gemmBF16(ta, tb bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, beta float32, bias, c []uint16) {
+	rowsA, colsA := m, k
+	if ta {
+		rowsA, colsA = k, m
+	}
+	rowsB, colsB := k, n
+	if tb {
+		rowsB, colsB = n, k
+	}
+	span := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	af := widenScratch(a[:span(rowsA, colsA, lda)])
+	defer putScratch(af)
+	bf := widenScratch(b[:span(rowsB, colsB, ldb)])
+	defer putScratch(bf)
+	cf := scratch(len(c)) // with beta 0 (and a bias) the GEMM only stores
+	if beta != 0 {
+		widen(*cf, c)
+	}
+	defer putScratch(cf)
+	if bias != nil {
+		bfl := widenScratch(bias)
+		defer putScratch(bfl)
+		blas.SgemmBias(ta, tb, m, n, k, 1, *af, lda, *bf, ldb, *bfl, *cf, n)
+	} else {
+		blas.Sgemm(ta, tb, m, n, k, 1, *af, lda, *bf, ldb, beta, *cf, n)
+	}
+	narrow(c, *cf)
+}
+
+// bf16Scratch recycles gemmBF16's float32 copies.
+var bf16Scratch sync.Pool
+
+// scratch returns a recycled float32 buffer of n elements.
+func scratch(n int) *[]float32 {
+	p, _ := bf16Scratch.Get().(*[]float32)
+	if p == nil || cap(*p) < n {
+		s := make([]float32, n)
+		p = &s
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// widenScratch returns src widened to float32 in a recycled buffer.
+func widenScratch(src []uint16) *[]float32 {
+	p := scratch(len(src))
+	widen(*p, src)
+	return p
+}
+
+// widen sets dst[i] to src[i] widened to float32 (exactly).
+func widen(dst []float32, src []uint16) {
+	for i := simd.BF16ToF32(dst, src); i < len(src); i++ {
+		dst[i] = BFloat16ToFloat32(src[i])
+	}
+}
+
+// narrow sets dst[i] to src[i] rounded to bfloat16.
+func narrow(dst []uint16, src []float32) {
+	for i := simd.F32ToBF16(dst, src); i < len(src); i++ {
+		dst[i] = BFloat16FromFloat32(src[i])
+	}
+}
+
+func putScratch(p *[]float32) { bf16Scratch.Put(p) }

@@ -7,11 +7,12 @@ import torch
 
 
 def save(path, tensors, metadata):
-    dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+    dt = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.bfloat16: "BF16"}
     header, blobs, off = {}, [], 0
     for k in sorted(tensors):
         t = tensors[k]
-        b = t.numpy().tobytes()
+        # numpy has no bfloat16: its bits travel as int16.
+        b = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
         header[k] = {"dtype": dt[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)

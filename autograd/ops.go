@@ -262,8 +262,16 @@ func LogSoftmax(a *Var, dim int) *Var {
 
 // products
 
-// MatMul returns a·b (see tensor.MatMul for the shapes).
+// MatMul returns a·b (see tensor.MatMul for the shapes). Under Autocast
+// the product of float32 operands runs in bfloat16.
 func MatMul(a, b *Var) *Var {
+	if d, ok := autocastTo(a, b); ok {
+		return Cast(matMul(Cast(a, d), Cast(b, d)), tensor.Float32)
+	}
+	return matMul(a, b)
+}
+
+func matMul(a, b *Var) *Var {
 	return maskable(record("MatMul", nt().MatMul(a.value, b.value), func(g *tensor.Tensor) []*tensor.Tensor {
 		var ga, gb *tensor.Tensor
 		if a.wants() {
@@ -283,8 +291,16 @@ func MatMul(a, b *Var) *Var {
 }
 
 // Linear returns x·wᵀ + b for x (..., in), w (out, in) and b (out) or nil,
-// as torch.nn.functional.linear.
+// as torch.nn.functional.linear. Under Autocast the layer of float32
+// operands runs in bfloat16.
 func Linear(x, w, b *Var) *Var {
+	if d, ok := autocastTo(x, w, b); ok && (b == nil || b.value.Dim() == 1) && x.value.Dim() >= 2 {
+		return Cast(linear(Cast(x, d), Cast(w, d), Cast(b, d)), tensor.Float32)
+	}
+	return linear(x, w, b)
+}
+
+func linear(x, w, b *Var) *Var {
 	var out *tensor.Tensor
 	if b != nil && b.value.Dim() == 1 && x.value.Dim() >= 2 {
 		// The GEMM adds the bias as it stores the product: one pass over
@@ -306,7 +322,7 @@ func Linear(x, w, b *Var) *Var {
 			gw = w.gradOut().MatMul(g2.T(), x.value.Reshape(-1, x.value.Size(-1)))
 		}
 		if b != nil && b.wants() {
-			gb = b.gradOut().Sum(g2, 0, false)
+			gb = sumRows(b.gradOut(), g2)
 		}
 		return []*tensor.Tensor{gx, gw, gb}
 	}, x, w, b))

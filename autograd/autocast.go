@@ -1,0 +1,86 @@
+package autograd
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/godist/godist/tensor"
+)
+
+// Mixed precision, as torch.autocast("cpu", dtype=torch.bfloat16): inside
+// Autocast the matrix products (MatMul, Linear) of float32 operands run in
+// bfloat16 (operands rounded to bfloat16, float32 sums, the result
+// rounded once) and every other operation stays in float32, as PyTorch's
+// CPU policy keeps reductions, softmax, normalisation and losses there.
+// A product's result is handed on as float32 holding its bfloat16 value:
+// the next operation computes in float32 from it, as PyTorch's
+// float32-list operations do from a bfloat16 input, and the next product
+// rounds it to bfloat16 again exactly. Gradients flow back through the
+// casts: a product's output gradient is rounded to bfloat16, its operand
+// gradients come back to float32, so float32 parameters are the master
+// weights and get float32 gradients.
+//
+// Activations are kept in float32 storage: on CPUs without a bfloat16
+// dot product (AVX512_BF16) the products widen their operands to float32
+// anyway, so bfloat16 storage would only add conversions.
+
+// autocast is the dtype of Autocast's products (0: off).
+var autocast atomic.Int32
+
+// Autocast runs fn with the matrix products in dtype (tensor.BFloat16).
+// Like NoGrad the switch is process-wide, not per goroutine. Nested
+// calls take the innermost dtype.
+func Autocast(dtype tensor.DType, fn func()) {
+	if dtype != tensor.BFloat16 {
+		panic(fmt.Sprintf("autograd: Autocast to %v: only bfloat16 is supported", dtype))
+	}
+	prev := autocast.Swap(int32(dtype))
+	defer autocast.Store(prev)
+	fn()
+}
+
+// AutocastDType returns the dtype of the products under Autocast, and
+// whether it is on.
+func AutocastDType() (tensor.DType, bool) {
+	d := tensor.DType(autocast.Load())
+	return d, d != 0
+}
+
+// Cast returns x converted to dtype; its gradient is converted back to
+// x's. It is x itself when x already has dtype.
+func Cast(x *Var, dtype tensor.DType) *Var {
+	if x == nil || x.value.DType() == dtype {
+		return x
+	}
+	from := x.value.DType()
+	return record("Cast", x.value.To(dtype), func(g *tensor.Tensor) []*tensor.Tensor {
+		if !x.wants() {
+			return []*tensor.Tensor{nil}
+		}
+		return []*tensor.Tensor{g.To(from)}
+	}, x)
+}
+
+// autocastTo returns the dtype to run a product of float32 operands in,
+// and whether Autocast asks for one.
+func autocastTo(vs ...*Var) (tensor.DType, bool) {
+	d, on := AutocastDType()
+	if !on {
+		return 0, false
+	}
+	for _, v := range vs {
+		if v != nil && v.value.DType() != tensor.Float32 {
+			return 0, false
+		}
+	}
+	return d, true
+}
+
+// sumRows returns the sum of g's rows (dim 0) in g's dtype: through
+// float32 for bfloat16, as PyTorch's bfloat16 sum accumulates.
+func sumRows(dst, g *tensor.Tensor) *tensor.Tensor {
+	if g.DType() != tensor.BFloat16 {
+		return dst.Sum(g, 0, false)
+	}
+	return nt().Sum(g.To(tensor.Float32), 0, false).To(tensor.BFloat16)
+}

@@ -8,8 +8,8 @@ import (
 )
 
 // Mixed precision, as torch.autocast("cpu", dtype=torch.bfloat16): inside
-// Autocast the matrix products (MatMul, Linear) of float32 operands run in
-// bfloat16 (operands rounded to bfloat16, float32 sums, the result
+// Autocast the matrix products (MatMul, Linear, Attention) of float32
+// operands run in bfloat16 (operands rounded to bfloat16, float32 sums, the result
 // rounded once) and every other operation stays in float32, as PyTorch's
 // CPU policy keeps reductions, softmax, normalisation and losses there.
 // A product's result is handed on as float32 holding its bfloat16 value:
@@ -83,4 +83,10 @@ func sumRows(dst, g *tensor.Tensor) *tensor.Tensor {
 		return dst.Sum(g, 0, false)
 	}
 	return nt().Sum(g.To(tensor.Float32), 0, false).To(tensor.BFloat16)
+}
+
+// roundTo returns x (float32) rounded to dtype's values, kept in float32;
+// its gradient is rounded likewise.
+func roundTo(x *Var, dtype tensor.DType) *Var {
+	return Cast(Cast(x, dtype), x.value.DType())
 }

@@ -72,3 +72,27 @@ func TestAutocastParity(t *testing.T) {
 		t.Error("the first layer in float32 gives PyTorch's bfloat16 output: the test cannot tell them apart")
 	}
 }
+
+// TestAutocastAttention checks that attention under Autocast is the
+// float32 attention of its input rounded to bfloat16, with its output
+// rounded to bfloat16, and that its gradient reaches the float32 input.
+func TestAutocastAttention(t *testing.T) {
+	rng := tensor.NewRNG(3)
+	x := tensor.Randn(rng, 2, 5, 3*8)
+	in := autograd.Param(x.Clone())
+	var out *autograd.Var
+	autograd.Autocast(tensor.BFloat16, func() { out = autograd.Attention(in, 2, true) })
+	rounded := x.To(tensor.BFloat16).To(tensor.Float32)
+	want := autograd.Attention(autograd.Const(rounded), 2, true).Value().To(tensor.BFloat16).To(tensor.Float32).Values()
+	for i, v := range out.Value().Values() {
+		if v != want[i] {
+			t.Fatalf("output[%d] = %v, want %v", i, v, want[i])
+		}
+	}
+	if err := autograd.SumAll(out).Backward(nil); err != nil {
+		t.Fatal(err)
+	}
+	if g := in.Grad(); g == nil || g.DType() != tensor.Float32 || !tensor.SameShape(g, x) {
+		t.Fatalf("input gradient %v", g)
+	}
+}

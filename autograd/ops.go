@@ -552,7 +552,17 @@ func Chunk(a *Var, dim, n int) []*Var {
 // packed projections qkv (B, T, 3C) with the given number of heads,
 // causal or not: (B, T, C), heads side by side (see tensor.Attention).
 // The probabilities it keeps for backward take B·heads·T² elements.
+// Under Autocast it runs on qkv rounded to bfloat16 (its products of
+// bfloat16 values exact in float32, its softmax in float32) and rounds
+// its output to bfloat16, as a bfloat16 attention hands it on.
 func Attention(qkv *Var, heads int, causal bool) *Var {
+	if d, ok := autocastTo(qkv); ok {
+		return roundTo(attention(roundTo(qkv, d), heads, causal), d)
+	}
+	return attention(qkv, heads, causal)
+}
+
+func attention(qkv *Var, heads int, causal bool) *Var {
 	x := qkv.value.Contiguous()
 	out := nt()
 	probs := out.Attention(x, heads, causal)

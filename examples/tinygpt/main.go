@@ -76,6 +76,9 @@ type config struct {
 	BucketCapMB      float64 `json:"bucket_cap_mb,omitempty"`
 	FirstBucketCapMB float64 `json:"first_bucket_cap_mb,omitempty"`
 	AutoBucketCaps   bool    `json:"auto_bucket_caps,omitempty"`
+	// Autocast is "bf16" to run the training steps' forward passes under
+	// autograd.Autocast(bfloat16) (evaluation stays float32).
+	Autocast string `json:"autocast,omitempty"`
 
 	data, ckpt, ckptDir, plotPath, dump string
 	resume                              bool
@@ -166,6 +169,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	fs.Float64Var(&c.BucketCapMB, "bucket-cap-mb", 0, "DDP: the gradient buckets' size in MiB (default 25, as PyTorch's); smaller ones start their all-reduces earlier in backward")
 	fs.Float64Var(&c.FirstBucketCapMB, "first-bucket-mb", 0, "DDP: the first bucket's size in MiB (default 1, as PyTorch's)")
+	fs.StringVar(&c.Autocast, "autocast", "", "bf16: train with the matrix products in bfloat16 (autograd.Autocast, as torch.autocast(\"cpu\", dtype=torch.bfloat16)); float32 master weights, float32 evaluation")
 	fs.BoolVar(&c.AutoBucketCaps, "auto-bucket-caps", false, "DDP across hosts: choose the bucket caps after the second step from the measured backward and the links' cost model (ddp.Options.AutoBucketCaps)")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
 	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for tools/peers/gpt_twin.py to this directory, then train")
@@ -243,6 +247,8 @@ func (c config) check() error {
 		return fmt.Errorf("--batch %d --block %d: want both at least 1", c.Batch, c.Block)
 	case c.sample > 0 && c.temperature <= 0:
 		return fmt.Errorf("--temperature %v: want > 0", c.temperature)
+	case c.Autocast != "" && c.Autocast != "bf16":
+		return fmt.Errorf("--autocast %q: want bf16 (or nothing, for float32)", c.Autocast)
 	case c.BucketCapMB < 0 || c.FirstBucketCapMB < 0:
 		return fmt.Errorf("--bucket-cap-mb %g --first-bucket-mb %g: want both >= 0 (0: the defaults)", c.BucketCapMB, c.FirstBucketCapMB)
 	}
@@ -361,7 +367,13 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		x, y = windows.BatchInto(x, y, step)
 		nn.Train(gpt)
 		opt.ZeroGrad(true)
-		loss := models.Loss(nn.Call(model, autograd.Const(x)), y)
+		var loss *autograd.Var
+		forward := func() { loss = models.Loss(nn.Call(model, autograd.Const(x)), y) }
+		if c.Autocast != "" {
+			autograd.Autocast(tensor.BFloat16, forward)
+		} else {
+			forward()
+		}
 		t1 := time.Now()
 		if err := rep.backward(ctx, loss); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)

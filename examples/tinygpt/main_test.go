@@ -444,6 +444,12 @@ func TestBucketFlags(t *testing.T) {
 	if err != nil || cfg.BucketCapMB != 1 || cfg.FirstBucketCapMB != 0.5 || cfg.check() != nil {
 		t.Errorf("got %v, %v, check %v", cfg.BucketCapMB, cfg.FirstBucketCapMB, cfg.check())
 	}
+	if cfg, err := parseFlags([]string{"--autocast", "fp8"}); err != nil || cfg.check() == nil {
+		t.Errorf("--autocast fp8: parsed %v, check accepted it", err)
+	}
+	if cfg, err := parseFlags([]string{"--autocast", "bf16"}); err != nil || cfg.Autocast != "bf16" || cfg.check() != nil {
+		t.Errorf("--autocast bf16: %q, %v, check %v", cfg.Autocast, err, cfg.check())
+	}
 	if cfg, err := parseFlags([]string{"--auto-bucket-caps"}); err != nil || !cfg.AutoBucketCaps {
 		t.Errorf("--auto-bucket-caps: %v, %v", cfg.AutoBucketCaps, err)
 	}

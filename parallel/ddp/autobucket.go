@@ -10,21 +10,31 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// readyTimesLocked returns when each gradient became ready in the
-// iteration just waited for, from the first of them, or nil when some
-// gradient has no time (a Join shadow's iteration, say).
-func (d *DDP) readyTimesLocked() []time.Duration {
-	if len(d.mu.readyAt) != len(d.params) {
-		return nil
+// firstReadyLocked returns when the iteration's first gradient became
+// ready; ok is false when some gradient has no time (a Join shadow's
+// iteration, say): not a measured iteration.
+func (d *DDP) firstReadyLocked() (first time.Time, ok bool) {
+	if len(d.params) == 0 || len(d.mu.readyAt) != len(d.params) {
+		return first, false
 	}
-	var first time.Time
 	for _, at := range d.mu.readyAt {
 		if at.IsZero() {
-			return nil
+			return first, false
 		}
 		if first.IsZero() || at.Before(first) {
 			first = at
 		}
+	}
+	return first, true
+}
+
+// readyTimesLocked returns when each gradient became ready in the
+// iteration just waited for, from the first of them, or nil when it was
+// not measured.
+func (d *DDP) readyTimesLocked() []time.Duration {
+	first, ok := d.firstReadyLocked()
+	if !ok {
+		return nil
 	}
 	out := make([]time.Duration, len(d.params))
 	for i, at := range d.mu.readyAt {
@@ -144,16 +154,7 @@ func (d *DDP) recordTrialLocked() {
 	if d.mu.tuned || len(t.cands) == 0 || d.group.Rank() != 0 {
 		return
 	}
-	var first time.Time
-	for _, at := range d.mu.readyAt {
-		if at.IsZero() {
-			return // a gradient with no time: not a measured iteration
-		}
-		if first.IsZero() || at.Before(first) {
-			first = at
-		}
-	}
-	if !first.IsZero() {
+	if first, ok := d.firstReadyLocked(); ok {
 		t.times[t.cur] = append(t.times[t.cur], time.Since(first))
 	}
 }

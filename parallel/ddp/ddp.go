@@ -249,7 +249,7 @@ func (d *DDP) plan(order []int) {
 	d.layout(PlanBuckets(order, d.sizes(), d.mu.caps.First, d.mu.caps.Rest))
 }
 
-// order returns the current plan's parameters in bucket order.
+// orderLocked returns the current plan's parameters in bucket order.
 func (d *DDP) orderLocked() []int {
 	var order []int
 	for _, bk := range d.mu.buckets {

@@ -164,7 +164,13 @@ def worker(rank, world, init_method, args, q):
         t0 = time.perf_counter()
         x, y = windows(train, starts[step][rank * b:(rank + 1) * b])
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
+        if args.autocast:
+            # tinygpt --autocast bf16's twin: the forward pass and the loss
+            # under CPU autocast, backward outside it (PyTorch's recipe).
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
+        else:
+            loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, 256), y.reshape(-1))
         loss.backward()
         if cfg["clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
@@ -179,7 +185,7 @@ def worker(rank, world, init_method, args, q):
                       f"({val_loss / math.log(2):.3f} bits per byte)", file=sys.stderr, flush=True)
     res = {"world": world, "steps": steps, "val_loss": val_loss, "val_bits_per_byte": val_loss / math.log(2),
            "ms_per_step": elapsed * 1e3 / steps, "tokens_per_s": steps * b * block * world / elapsed,
-           "losses": losses[:50], "torch": torch.__version__}
+           "losses": losses[:50], "torch": torch.__version__, "autocast": args.autocast}
     if world > 1 and init_method == "env://":
         # Under torchrun the process leaves through os._exit after a
         # barrier (main): in hostcmp's runs across hosts a rank three times
@@ -199,6 +205,8 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (default: the config's)")
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--bucket-cap-mb", type=float, default=0, help="DDP's bucket cap (default: PyTorch's, 25)")
+    ap.add_argument("--autocast", choices=["bf16"], default=None,
+                    help="train with torch.autocast('cpu', dtype=torch.bfloat16) around the forward pass and the loss")
     args = ap.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         # Under torchrun: this process is one rank.

@@ -9,8 +9,9 @@ import (
 
 // Mixed precision, as torch.autocast("cpu", dtype=torch.bfloat16): inside
 // Autocast the matrix products (MatMul, Linear, Attention) of float32
-// operands run in bfloat16 (operands rounded to bfloat16, float32 sums, the result
-// rounded once) and every other operation stays in float32, as PyTorch's
+// operands run in bfloat16 (operands rounded to bfloat16, float32 sums,
+// the result rounded once) and every other operation stays in float32, as
+// PyTorch's
 // CPU policy keeps reductions, softmax, normalisation and losses there.
 // A product's result is handed on as float32 holding its bfloat16 value:
 // the next operation computes in float32 from it, as PyTorch's

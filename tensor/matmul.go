@@ -163,7 +163,7 @@ func gemmOperand(x *Tensor) (*Tensor, bool, int) {
 }
 
 // gemmBF16 is the bfloat16 product c = op(a)·op(b) + beta·c (+ bias), as
-// PyTorch's on CPUs computes it: the operands widened to float32
+// PyTorch's linear computes it on CPUs: the operands widened to float32
 // exactly, the products summed in float32, the result rounded to
 // bfloat16 once (to nearest even). This machine's CPUs have no bfloat16
 // dot product (AVX512_BF16's vdpbf16ps), so the operands are widened into

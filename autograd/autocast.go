@@ -11,8 +11,8 @@ import (
 // Autocast the matrix products (MatMul, Linear, Attention) of float32
 // operands run in bfloat16 (operands rounded to bfloat16, float32 sums,
 // the result rounded once) and every other operation stays in float32, as
-// PyTorch's
-// CPU policy keeps reductions, softmax, normalisation and losses there.
+// PyTorch's CPU policy keeps reductions, softmax, normalisation and losses
+// there.
 // A product's result is handed on as float32 holding its bfloat16 value:
 // the next operation computes in float32 from it, as PyTorch's
 // float32-list operations do from a bfloat16 input, and the next product

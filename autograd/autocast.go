@@ -7,7 +7,8 @@ import (
 	"github.com/godist/godist/tensor"
 )
 
-// Mixed precision, as torch.autocast("cpu", dtype=torch.bfloat16): inside
+// Mixed precision, as torch.autocast("cpu", dtype=torch.bfloat16) (or
+// float16, as torch.autocast("cuda", dtype=torch.float16)): inside
 // Autocast the matrix products (MatMul, Linear, Attention) of float32
 // operands run in bfloat16 (operands rounded to bfloat16, float32 sums,
 // the result rounded once) and every other operation stays in float32, as
@@ -28,12 +29,17 @@ import (
 // autocast is the dtype of Autocast's products (0: off).
 var autocast atomic.Int32
 
-// Autocast runs fn with the matrix products in dtype (tensor.BFloat16).
-// Like NoGrad the switch is process-wide, not per goroutine. Nested
-// calls take the innermost dtype.
+// Autocast runs fn with the matrix products in dtype (tensor.BFloat16
+// or tensor.Float16). Like NoGrad the switch is process-wide, not per
+// goroutine. Nested calls take the innermost dtype.
+//
+// float16 has bfloat16's precision and more, but a range that ends at
+// 65,504 and gradients below 6e-8 vanish in it: train in float16 with
+// an optim.GradScaler, which scales the loss so that the gradients keep
+// their bits and skips the steps whose gradients overflowed.
 func Autocast(dtype tensor.DType, fn func()) {
-	if dtype != tensor.BFloat16 {
-		panic(fmt.Sprintf("autograd: Autocast to %v: only bfloat16 is supported", dtype))
+	if dtype != tensor.BFloat16 && dtype != tensor.Float16 {
+		panic(fmt.Sprintf("autograd: Autocast to %v: want bfloat16 or float16", dtype))
 	}
 	prev := autocast.Swap(int32(dtype))
 	defer autocast.Store(prev)
@@ -78,12 +84,13 @@ func autocastTo(vs ...*Var) (tensor.DType, bool) {
 }
 
 // sumRows returns the sum of g's rows (dim 0) in g's dtype: through
-// float32 for bfloat16, as PyTorch's bfloat16 sum accumulates.
+// float32 for bfloat16 and float16, as PyTorch's half-precision sums
+// accumulate.
 func sumRows(dst, g *tensor.Tensor) *tensor.Tensor {
-	if g.DType() != tensor.BFloat16 {
-		return dst.Sum(g, 0, false)
+	if d := g.DType(); d == tensor.BFloat16 || d == tensor.Float16 {
+		return nt().Sum(g.To(tensor.Float32), 0, false).To(d)
 	}
-	return nt().Sum(g.To(tensor.Float32), 0, false).To(tensor.BFloat16)
+	return dst.Sum(g, 0, false)
 }
 
 // roundTo returns x (float32) rounded to dtype's values, kept in float32;

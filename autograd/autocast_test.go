@@ -74,25 +74,28 @@ func TestAutocastParity(t *testing.T) {
 }
 
 // TestAutocastAttention checks that attention under Autocast is the
-// float32 attention of its input rounded to bfloat16, with its output
-// rounded to bfloat16, and that its gradient reaches the float32 input.
+// float32 attention of its input rounded to bfloat16 (float16), with its
+// output rounded likewise, and that its gradient reaches the float32
+// input.
 func TestAutocastAttention(t *testing.T) {
-	rng := tensor.NewRNG(3)
-	x := tensor.Randn(rng, 2, 5, 3*8)
-	in := autograd.Param(x.Clone())
-	var out *autograd.Var
-	autograd.Autocast(tensor.BFloat16, func() { out = autograd.Attention(in, 2, true) })
-	rounded := x.To(tensor.BFloat16).To(tensor.Float32)
-	want := autograd.Attention(autograd.Const(rounded), 2, true).Value().To(tensor.BFloat16).To(tensor.Float32).Values()
-	for i, v := range out.Value().Values() {
-		if v != want[i] {
-			t.Fatalf("output[%d] = %v, want %v", i, v, want[i])
+	for _, d := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+		rng := tensor.NewRNG(3)
+		x := tensor.Randn(rng, 2, 5, 3*8)
+		in := autograd.Param(x.Clone())
+		var out *autograd.Var
+		autograd.Autocast(d, func() { out = autograd.Attention(in, 2, true) })
+		rounded := x.To(d).To(tensor.Float32)
+		want := autograd.Attention(autograd.Const(rounded), 2, true).Value().To(d).To(tensor.Float32).Values()
+		for i, v := range out.Value().Values() {
+			if v != want[i] {
+				t.Fatalf("%v: output[%d] = %v, want %v", d, i, v, want[i])
+			}
 		}
-	}
-	if err := autograd.SumAll(out).Backward(nil); err != nil {
-		t.Fatal(err)
-	}
-	if g := in.Grad(); g == nil || g.DType() != tensor.Float32 || !tensor.SameShape(g, x) {
-		t.Fatalf("input gradient %v", g)
+		if err := autograd.SumAll(out).Backward(nil); err != nil {
+			t.Fatal(err)
+		}
+		if g := in.Grad(); g == nil || g.DType() != tensor.Float32 || !tensor.SameShape(g, x) {
+			t.Fatalf("%v: input gradient %v", d, g)
+		}
 	}
 }

@@ -96,35 +96,51 @@ func bf16Step(x float64) float64 {
 	return math.Ldexp(1, e-8)
 }
 
-// TestBF16MatMulIsFloat32Rounded checks that every bfloat16 product
-// (plain, accumulating, transposed operands, with a bias) is bit for bit
-// the float32 product of the widened operands, rounded once.
-func TestBF16MatMulIsFloat32Rounded(t *testing.T) {
-	rng := tensor.NewRNG(7)
-	bf := func(shape ...int) *tensor.Tensor { return tensor.Randn(rng, shape...).To(tensor.BFloat16) }
-	f32 := func(x *tensor.Tensor) *tensor.Tensor { return x.To(tensor.Float32) }
-	same := func(what string, got, want32 *tensor.Tensor) {
-		t.Helper()
-		want := want32.To(tensor.BFloat16)
-		g, w := got.Values(), want.Values()
-		for i := range g {
-			if g[i] != w[i] {
-				t.Fatalf("%s[%d]: %v, want %v", what, i, g[i], w[i])
+// TestHalfMatMulIsFloat32Rounded checks that every bfloat16 and float16
+// product (plain, accumulating, transposed operands, with a bias) is bit
+// for bit the float32 product of the widened operands, rounded once, and
+// that a float16 product beyond float16's range is infinite.
+func TestHalfMatMulIsFloat32Rounded(t *testing.T) {
+	for _, d := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+		t.Run(d.String(), func(t *testing.T) {
+			rng := tensor.NewRNG(7)
+			bf := func(shape ...int) *tensor.Tensor { return tensor.Randn(rng, shape...).To(d) }
+			f32 := func(x *tensor.Tensor) *tensor.Tensor { return x.To(tensor.Float32) }
+			same := func(what string, got, want32 *tensor.Tensor) {
+				t.Helper()
+				if got.DType() != d {
+					t.Fatalf("%s: %v, want %v", what, got.DType(), d)
+				}
+				want := want32.To(d)
+				g, w := got.Values(), want.Values()
+				for i := range g {
+					if g[i] != w[i] {
+						t.Fatalf("%s[%d]: %v, want %v", what, i, g[i], w[i])
+					}
+				}
 			}
-		}
+			a, b := bf(13, 37), bf(37, 21)
+			same("MatMul", new(tensor.Tensor).MatMul(a, b), new(tensor.Tensor).MatMul(f32(a), f32(b)))
+			at, bt := bf(37, 13), bf(21, 37)
+			same("MatMul of transposes", new(tensor.Tensor).MatMul(at.T(), bt.T()), new(tensor.Tensor).MatMul(f32(at).T(), f32(bt).T()))
+			c := bf(13, 21)
+			got := c.Clone().AddMatMul(a, b)
+			want := f32(c).AddMatMul(f32(a), f32(b))
+			same("AddMatMul", got, want)
+			bias := bf(21)
+			same("MatMulBias", new(tensor.Tensor).MatMulBias(a, b, bias), new(tensor.Tensor).MatMulBias(f32(a), f32(b), f32(bias)))
+			x, y := bf(2, 3, 9, 37), bf(2, 3, 37, 5)
+			same("batched", new(tensor.Tensor).MatMul(x, y), new(tensor.Tensor).MatMul(f32(x), f32(y)))
+			if d != tensor.Float16 {
+				return
+			}
+			// 300 × 300 · 1 = 90,000: beyond float16's 65,504.
+			big := tensor.Full(d, 300, 1, 1)
+			if v := new(tensor.Tensor).MatMul(big, big).Values()[0]; !math.IsInf(v, 1) {
+				t.Fatalf("float16 300·300 = %v, want +Inf", v)
+			}
+		})
 	}
-	a, b := bf(13, 37), bf(37, 21)
-	same("MatMul", new(tensor.Tensor).MatMul(a, b), new(tensor.Tensor).MatMul(f32(a), f32(b)))
-	at, bt := bf(37, 13), bf(21, 37)
-	same("MatMul of transposes", new(tensor.Tensor).MatMul(at.T(), bt.T()), new(tensor.Tensor).MatMul(f32(at).T(), f32(bt).T()))
-	c := bf(13, 21)
-	got := c.Clone().AddMatMul(a, b)
-	want := f32(c).AddMatMul(f32(a), f32(b))
-	same("AddMatMul", got, want)
-	bias := bf(21)
-	same("MatMulBias", new(tensor.Tensor).MatMulBias(a, b, bias), new(tensor.Tensor).MatMulBias(f32(a), f32(b), f32(bias)))
-	x, y := bf(2, 3, 9, 37), bf(2, 3, 37, 5)
-	same("batched", new(tensor.Tensor).MatMul(x, y), new(tensor.Tensor).MatMul(f32(x), f32(y)))
 }
 
 // BenchmarkMatMulBF16 times a GPT-sized product (2,048 tokens of width

@@ -3,8 +3,6 @@ package tensor
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/godist/godist/internal/simd"
 )
 
 // view returns a tensor sharing t's buffer with a new shape, strides and
@@ -243,23 +241,9 @@ func convert(dst, src *Tensor) {
 	case (dst.dtype == BFloat16 || dst.dtype == Float16) && src.dtype == Float32 && dst.IsContiguous() && src.IsContiguous():
 		// Rounding to half precision: FSDP's mixed precision and the
 		// compressing DDP hooks do it to whole flat buffers every step.
-		d, s := u16s(dst.Bytes()), src.Float32s()
-		if dst.dtype == BFloat16 {
-			narrow(d, s)
-		} else {
-			for i := simd.F32ToF16(d, s); i < len(d); i++ {
-				d[i] = Float16FromFloat32(s[i])
-			}
-		}
+		narrowHalf(dst.dtype, u16s(dst.Bytes()), src.Float32s())
 	case dst.dtype == Float32 && (src.dtype == BFloat16 || src.dtype == Float16) && dst.IsContiguous() && src.IsContiguous():
-		d, s := dst.Float32s(), u16s(src.Bytes())
-		if src.dtype == BFloat16 {
-			widen(d, s)
-		} else {
-			for i := simd.F16ToF32(d, s); i < len(d); i++ {
-				d[i] = Float16ToFloat32(s[i])
-			}
-		}
+		widenHalf(src.dtype, dst.Float32s(), u16s(src.Bytes()))
 	case dst.dtype == Float32 && src.dtype == Uint8 && dst.IsContiguous() && src.IsContiguous():
 		d, s := dst.Float32s(), src.Uint8s()
 		for i := range d {

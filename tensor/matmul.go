@@ -114,12 +114,12 @@ func (t *Tensor) matmul(a, b *Tensor, beta float64, bias *Tensor) *Tensor {
 			}
 			blas.Sgemm(ta, tb, m, n, k, 1, f32s(ai.buf)[ai.off:], lda, f32s(bi.buf)[bi.off:], ldb,
 				float32(beta), f32s(dst.buf)[off:off+m*n], n)
-		case BFloat16:
+		case BFloat16, Float16:
 			var bs []uint16
 			if bias != nil {
 				bs = u16s(bias.buf)[bias.off : bias.off+n]
 			}
-			gemmBF16(ta, tb, m, n, k, u16s(ai.buf)[ai.off:], lda, u16s(bi.buf)[bi.off:], ldb, float32(beta), bs, u16s(dst.buf)[off:off+m*n])
+			gemmHalf(a.dtype, ta, tb, m, n, k, u16s(ai.buf)[ai.off:], lda, u16s(bi.buf)[bi.off:], ldb, float32(beta), bs, u16s(dst.buf)[off:off+m*n])
 		case Float64:
 			c, be := f64s(dst.buf)[off:off+m*n], beta
 			if bias != nil {
@@ -162,14 +162,16 @@ func gemmOperand(x *Tensor) (*Tensor, bool, int) {
 	return x, false, max(c, 1)
 }
 
-// gemmBF16 is the bfloat16 product c = op(a)·op(b) + beta·c (+ bias), as
-// PyTorch's linear computes it on CPUs: the operands widened to float32
-// exactly, the products summed in float32, the result rounded to
-// bfloat16 once (to nearest even). This machine's CPUs have no bfloat16
-// dot product (AVX512_BF16's vdpbf16ps), so the operands are widened into
-// float32 scratch and the float32 GEMM runs on them: the same arithmetic,
-// an extra pass over a and b (small beside the product's m·n·k).
-func gemmBF16(ta, tb bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, beta float32, bias, c []uint16) {
+// gemmHalf is the bfloat16 or float16 (d) product c = op(a)·op(b) +
+// beta·c (+ bias), as PyTorch's linear computes it on CPUs: the operands
+// widened to float32 exactly, the products summed in float32, the result
+// rounded to d once (to nearest even; beyond float16's range, to
+// infinity, which is what a GradScaler looks for). This machine's CPUs
+// have no bfloat16 dot product (AVX512_BF16's vdpbf16ps) nor float16
+// arithmetic, so the operands are widened into float32 scratch and the
+// float32 GEMM runs on them: the same arithmetic, an extra pass over a
+// and b (small beside the product's m·n·k).
+func gemmHalf(d DType, ta, tb bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int, beta float32, bias, c []uint16) {
 	rowsA, colsA := m, k
 	if ta {
 		rowsA, colsA = k, m
@@ -184,26 +186,26 @@ func gemmBF16(ta, tb bool, m, n, k int, a []uint16, lda int, b []uint16, ldb int
 		}
 		return (rows-1)*ld + cols
 	}
-	af := widenScratch(a[:span(rowsA, colsA, lda)])
+	af := widenScratch(d, a[:span(rowsA, colsA, lda)])
 	defer putScratch(af)
-	bf := widenScratch(b[:span(rowsB, colsB, ldb)])
+	bf := widenScratch(d, b[:span(rowsB, colsB, ldb)])
 	defer putScratch(bf)
 	cf := scratch(len(c)) // with beta 0 (and a bias) the GEMM only stores
 	if beta != 0 {
-		widen(*cf, c)
+		widenHalf(d, *cf, c)
 	}
 	defer putScratch(cf)
 	if bias != nil {
-		bfl := widenScratch(bias)
+		bfl := widenScratch(d, bias)
 		defer putScratch(bfl)
 		blas.SgemmBias(ta, tb, m, n, k, 1, *af, lda, *bf, ldb, *bfl, *cf, n)
 	} else {
 		blas.Sgemm(ta, tb, m, n, k, 1, *af, lda, *bf, ldb, beta, *cf, n)
 	}
-	narrow(c, *cf)
+	narrowHalf(d, c, *cf)
 }
 
-// bf16Scratch recycles gemmBF16's float32 copies.
+// bf16Scratch recycles gemmHalf's float32 copies.
 var bf16Scratch sync.Pool
 
 // scratch returns a recycled float32 buffer of n elements.
@@ -217,11 +219,35 @@ func scratch(n int) *[]float32 {
 	return p
 }
 
-// widenScratch returns src widened to float32 in a recycled buffer.
-func widenScratch(src []uint16) *[]float32 {
+// widenScratch returns src, of dtype d, widened to float32 in a
+// recycled buffer.
+func widenScratch(d DType, src []uint16) *[]float32 {
 	p := scratch(len(src))
-	widen(*p, src)
+	widenHalf(d, *p, src)
 	return p
+}
+
+// widenHalf sets dst[i] to src[i], of dtype d (BFloat16 or Float16),
+// widened to float32 (exactly).
+func widenHalf(d DType, dst []float32, src []uint16) {
+	if d == BFloat16 {
+		widen(dst, src)
+		return
+	}
+	for i := simd.F16ToF32(dst, src); i < len(src); i++ {
+		dst[i] = Float16ToFloat32(src[i])
+	}
+}
+
+// narrowHalf sets dst[i] to src[i] rounded to d (BFloat16 or Float16).
+func narrowHalf(d DType, dst []uint16, src []float32) {
+	if d == BFloat16 {
+		narrow(dst, src)
+		return
+	}
+	for i := simd.F32ToF16(dst, src); i < len(src); i++ {
+		dst[i] = Float16FromFloat32(src[i])
+	}
 }
 
 // widen sets dst[i] to src[i] widened to float32 (exactly).

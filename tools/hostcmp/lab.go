@@ -65,6 +65,10 @@ type tools struct {
 	PipelineGPT string
 	Corpus      string // tinygpt's and pipeline-gpt's --data: $(go env GOROOT)/src
 	Tmp         string // a directory for the run's files, removed at the end
+	// GodistEnv is added to every godist run's environment after the
+	// lab's own (--godist-env: GODIST_YIELD=0, GODIST_ALGO=..., for
+	// comparisons).
+	GodistEnv []string
 }
 
 // hostCmd is one command of a benchmark's run: argv on host Host, with
@@ -172,6 +176,7 @@ func godistOnHosts(t tools, l *lab, port int, program ...string) []hostCmd {
 	if l.oversubscribed() {
 		env = append(env, "GODIST_YIELD=1")
 	}
+	env = append(env, t.GodistEnv...)
 	var cmds []hostCmd
 	for i := range l.cfg.Hosts {
 		argv := []string{t.Godist, "run",

@@ -86,6 +86,7 @@ func main() {
 	overlap := flag.Bool("overlap", false, "with --train, also run godist without overlap (--no-overlap) and both sides unsynced (compute alone) on the labs of several hosts, and print how much communication overlap hides")
 	bucketMB := flag.Float64("bucket-cap-mb", 0, "with --train, DDP's bucket cap in MiB on both sides (godist's first bucket too; PyTorch 1.13 keeps its first at 1 MiB); 0 leaves each its default (25, the first 1)")
 	hooks := flag.String("hooks", "allreduce", "with --train, DDP's communication hooks to run each model with (comma-separated: allreduce, fp16, bf16, powersgd:R); one-host labs run only allreduce")
+	godistEnv := flag.String("godist-env", "", "variables added to every godist run's environment after the lab's own, space-separated (\"GODIST_YIELD=0 GODIST_ALGO=all_reduce=ring\"): to compare settings in the lab")
 	flag.Parse()
 	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "hostcmp: %v\n", err)
@@ -152,6 +153,12 @@ func main() {
 		fail(err)
 	}
 	t := tools{Godist: *godistBin, Python: *python, Tmp: tmp}
+	for _, kv := range strings.Fields(*godistEnv) {
+		if !strings.Contains(kv, "=") {
+			fail(fmt.Errorf("--godist-env: %q is not NAME=VALUE", kv))
+		}
+		t.GodistEnv = append(t.GodistEnv, kv)
+	}
 	t.Mpirun, _ = exec.LookPath("mpirun")
 	if t.Scripts, err = peers.Write(filepath.Join(tmp, "peers")); err != nil {
 		fail(err)

@@ -74,6 +74,9 @@ func saveFile(ctx context.Context, g *dist.Group, c config, rep *replica, opt op
 		}
 		hs := h.tensors(step)
 		ts["history.loss"], ts["history.val"] = hs["history.loss"], hs["history.val"]
+		for k, v := range rep.scaler.StateDict() { // none unless --autocast fp16
+			ts["scaler."+k] = v
+		}
 		cfg, _ := json.Marshal(c)
 		meta := map[string]string{"step": strconv.Itoa(step), "config": string(cfg)}
 		if rep.ddp != nil {
@@ -106,6 +109,9 @@ func saveDistributed(ctx context.Context, g *dist.Group, dir string, rep *replic
 	for k, t := range h.tensors(step) {
 		st[k] = dcp.Whole(t)
 	}
+	for k, t := range rep.scaler.StateDict() { // none unless --autocast fp16
+		st["scaler."+k] = dcp.Whole(t)
+	}
 	return dcp.Save(ctx, dir, st, g)
 }
 
@@ -135,10 +141,33 @@ func loadDistributed(ctx context.Context, g *dist.Group, dir string, m *models.G
 		ts[k] = tensor.New(e.DType, e.Shape...)
 		st[k] = dcp.Whole(ts[k])
 	}
+	scaler := map[string]*tensor.Tensor{}
+	if rep.scaler.Enabled() {
+		for k, e := range entries {
+			if name, ok := strings.CutPrefix(k, "scaler."); ok {
+				scaler[name] = tensor.New(e.DType, e.Shape...)
+				st[k] = dcp.Whole(scaler[name])
+			}
+		}
+	}
 	if err := dcp.Load(ctx, dir, st, g); err != nil {
 		return 0, history{}, err
 	}
+	if err := loadScaler(rep.scaler, scaler); err != nil {
+		return 0, history{}, err
+	}
 	return int(ts["meta.step"].Item()), historyOf(ts), nil
+}
+
+// loadScaler restores the GradScaler of --autocast fp16 from sd, its
+// state in a checkpoint. A checkpoint of a run without it (float32,
+// bfloat16) has none: the scaler then starts afresh, as a run that turns
+// float16 on at a resume must.
+func loadScaler(s *optim.GradScaler, sd map[string]*tensor.Tensor) error {
+	if !s.Enabled() || len(sd) == 0 {
+		return nil
+	}
+	return s.LoadStateDict(sd)
 }
 
 // tensors is h as checkpoint tensors, with the step.
@@ -173,18 +202,20 @@ func historyOf(ts map[string]*tensor.Tensor) history {
 // checkpoint and returns its step. A tensor whose shape differs from the
 // model's (a checkpoint of another configuration) is an error naming it
 // and both shapes.
-func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, string, error) {
+func load(path string, m *models.GPT, opt optim.Optimizer, scaler *optim.GradScaler) (int, history, string, error) {
 	ts, meta, err := checkpoint.LoadFile(path)
 	if err != nil {
 		return 0, history{}, "", err
 	}
 	want := nn.StateDict(m)
-	ms, os := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
+	ms, os, ss := map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}, map[string]*tensor.Tensor{}
 	for _, k := range slices.Sorted(maps.Keys(ts)) { // the same tensor named every time
 		v := ts[k]
 		switch {
 		case strings.HasPrefix(k, "optim."):
 			os[strings.TrimPrefix(k, "optim.")] = v
+		case strings.HasPrefix(k, "scaler."):
+			ss[strings.TrimPrefix(k, "scaler.")] = v
 		case strings.HasPrefix(k, "history."):
 		default:
 			if w, ok := want[k]; ok && !tensor.SameShape(w, v) {
@@ -197,6 +228,9 @@ func load(path string, m *models.GPT, opt optim.Optimizer) (int, history, string
 		return 0, history{}, "", err
 	}
 	if err := opt.LoadStateDict(os); err != nil {
+		return 0, history{}, "", err
+	}
+	if err := loadScaler(scaler, ss); err != nil {
 		return 0, history{}, "", err
 	}
 	step, err := strconv.Atoi(meta["step"])

@@ -77,8 +77,12 @@ type config struct {
 	FirstBucketCapMB float64 `json:"first_bucket_cap_mb,omitempty"`
 	AutoBucketCaps   bool    `json:"auto_bucket_caps,omitempty"`
 	// Autocast is "bf16" to run the training steps' forward passes under
-	// autograd.Autocast(bfloat16) (evaluation stays float32).
+	// autograd.Autocast(bfloat16), "fp16" under Autocast(float16) with an
+	// optim.GradScaler (evaluation stays float32).
 	Autocast string `json:"autocast,omitempty"`
+	// InitScale is --autocast fp16's first loss scale (0: the
+	// GradScaler's 65,536).
+	InitScale float64 `json:"init_scale,omitempty"`
 
 	data, ckpt, ckptDir, plotPath, dump string
 	resume                              bool
@@ -127,6 +131,10 @@ type result struct {
 	// BucketTrials are the caps --auto-bucket-caps tried, with rank 0's
 	// median ns from the first ready gradient to the end of DDP's Wait.
 	BucketTrials []ddp.BucketTrial `json:"bucket_trials,omitempty"`
+	// SkippedSteps are the steps --autocast fp16's GradScaler skipped
+	// (their gradients overflowed float16); LossScale is its last scale.
+	SkippedSteps int     `json:"skipped_steps,omitempty"`
+	LossScale    float64 `json:"loss_scale,omitempty"`
 
 	losses []float64 // every step's training loss (rank 0's batch), resumed ones too
 }
@@ -169,7 +177,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.NoBackwardPrefetch, "no-backward-prefetch", false, "FSDP: do not gather the next block of backward while one runs backward")
 	fs.Float64Var(&c.BucketCapMB, "bucket-cap-mb", 0, "DDP: the gradient buckets' size in MiB (default 25, as PyTorch's); smaller ones start their all-reduces earlier in backward")
 	fs.Float64Var(&c.FirstBucketCapMB, "first-bucket-mb", 0, "DDP: the first bucket's size in MiB (default 1, as PyTorch's)")
-	fs.StringVar(&c.Autocast, "autocast", "", "bf16: train with the matrix products in bfloat16 (autograd.Autocast, as torch.autocast(\"cpu\", dtype=torch.bfloat16)); float32 master weights, float32 evaluation")
+	fs.Float64Var(&c.InitScale, "init-scale", 0, "with --autocast fp16, the GradScaler's first loss scale (0: 65536, PyTorch's)")
+	fs.StringVar(&c.Autocast, "autocast", "", "bf16: train with the matrix products in bfloat16 (autograd.Autocast, as torch.autocast(\"cpu\", dtype=torch.bfloat16)); fp16: in float16, the loss scaled by an optim.GradScaler; float32 master weights, float32 evaluation")
 	fs.BoolVar(&c.AutoBucketCaps, "auto-bucket-caps", false, "DDP across hosts: choose the bucket caps after the second step from the measured backward and the links' cost model (ddp.Options.AutoBucketCaps)")
 	fs.IntVar(&c.ShardSize, "shard-size", 0, "ranks a hybrid run shards over (default: the ranks of each host, from the group's topology; hosts replicate)")
 	fs.StringVar(&c.dump, "dump", "", "write the data, initial weights, batches and config for tools/peers/gpt_twin.py to this directory, then train")
@@ -247,8 +256,10 @@ func (c config) check() error {
 		return fmt.Errorf("--batch %d --block %d: want both at least 1", c.Batch, c.Block)
 	case c.sample > 0 && c.temperature <= 0:
 		return fmt.Errorf("--temperature %v: want > 0", c.temperature)
-	case c.Autocast != "" && c.Autocast != "bf16":
-		return fmt.Errorf("--autocast %q: want bf16 (or nothing, for float32)", c.Autocast)
+	case c.Autocast != "" && c.Autocast != "bf16" && c.Autocast != "fp16":
+		return fmt.Errorf("--autocast %q: want bf16 or fp16 (or nothing, for float32)", c.Autocast)
+	case c.InitScale < 0 || math.IsInf(c.InitScale, 0) || c.InitScale > 0 && c.Autocast != "fp16":
+		return fmt.Errorf("--init-scale %g: want a positive finite scale, with --autocast fp16", c.InitScale)
 	case c.BucketCapMB < 0 || c.FirstBucketCapMB < 0:
 		return fmt.Errorf("--bucket-cap-mb %g --first-bucket-mb %g: want both >= 0 (0: the defaults)", c.BucketCapMB, c.FirstBucketCapMB)
 	}
@@ -331,7 +342,7 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 			return nil, fmt.Errorf("--resume with --strategy %s: the checkpoint holds the whole optimizer state, FSDP's is sharded; resume with --strategy ddp", c.Strategy)
 		}
 		var order string
-		if start, hist, order, err = load(c.ckpt, gpt, opt); err != nil {
+		if start, hist, order, err = load(c.ckpt, gpt, opt, rep.scaler); err != nil {
 			return nil, fmt.Errorf("resume from %s: %w", c.ckpt, err)
 		}
 		if rep.ddp != nil && order != "" {
@@ -369,25 +380,40 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 		opt.ZeroGrad(true)
 		var loss *autograd.Var
 		forward := func() { loss = models.Loss(nn.Call(model, autograd.Const(x)), y) }
-		if c.Autocast != "" {
+		switch c.Autocast {
+		case "bf16":
 			autograd.Autocast(tensor.BFloat16, forward)
-		} else {
+		case "fp16":
+			autograd.Autocast(tensor.Float16, forward)
+		default:
 			forward()
 		}
 		t1 := time.Now()
-		if err := rep.backward(ctx, loss); err != nil {
+		if err := rep.backward(ctx, rep.scaler.Scale(loss)); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		t2 := time.Now()
 		if c.Clip > 0 {
+			// The norm of the true gradients, not the scaled ones.
+			if err := rep.scaler.Unscale(ctx, opt); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
 			if err := rep.clip(ctx, c.Clip); err != nil {
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
 		t3 := time.Now()
-		// ZeRO's step broadcasts, and can meet a dead peer: optim.Step
-		// returns its error, which opt.Step() could only keep.
-		if err := optim.Step(ctx, opt); err != nil {
+		// ZeRO's step broadcasts, and can meet a dead peer: the scaler's
+		// Step (optim.Step) returns its error, which opt.Step() could
+		// only keep. With fp16 it skips a step whose gradients overflowed.
+		stepped, err := rep.scaler.Step(ctx, opt)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		if !stepped {
+			res.SkippedSteps++
+		}
+		if err := rep.scaler.Update(); err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		sched.Step()
@@ -431,6 +457,9 @@ func train(ctx context.Context, g *dist.Group, c config, log io.Writer) (*result
 	res.Steps = start + steps
 	res.losses = hist.Loss
 	res.Memory = rep.memory(opt)
+	if rep.scaler.Enabled() {
+		res.LossScale = rep.scaler.GetScale()
+	}
 	if rep.ddp != nil {
 		res.Buckets, res.BucketCaps, res.BucketTrials = len(rep.ddp.Buckets()), rep.ddp.BucketCaps(), rep.ddp.BucketTrials()
 	}

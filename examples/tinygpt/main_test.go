@@ -461,3 +461,83 @@ func TestBucketFlags(t *testing.T) {
 		t.Errorf("check() = %v, want an error naming --bucket-cap-mb -1", err)
 	}
 }
+
+// TestFloat16 (issue 33): --autocast fp16 trains under a GradScaler to
+// within 2% of float32's validation loss, at world 1 and under FSDP at
+// world 2 (whose ranks agree on every skip); a run stopped and resumed
+// from its checkpoint ends where the whole run does, the scaler's state
+// (scale, growth count) included; and a scale so large that the first
+// steps' gradients overflow float16 makes the scaler skip them and back
+// off, and training goes on.
+func TestFloat16(t *testing.T) {
+	base := parityConfig(t)
+	base.Steps, base.EvalEvery = 14, 100
+	f32, err := train(context.Background(), solo(t), base, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := base
+	c.Autocast = "fp16"
+	whole, err := train(context.Background(), solo(t), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("validation loss float32 %.5f, float16 %.5f; scale %v, %d steps skipped", f32.ValLoss, whole.ValLoss, whole.LossScale, whole.SkippedSteps)
+	if d := math.Abs(whole.ValLoss - f32.ValLoss); d > 0.02*f32.ValLoss || whole.LossScale == 0 {
+		t.Fatalf("float16: validation loss %.5f against float32's %.5f, scale %v", whole.ValLoss, f32.ValLoss, whole.LossScale)
+	}
+
+	stopped := c
+	stopped.ckpt = filepath.Join(t.TempDir(), "stopped.safetensors")
+	stopped.stopAt = 7
+	if _, err := train(context.Background(), solo(t), stopped, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	stopped.stopAt, stopped.resume = 0, true
+	if _, err := train(context.Background(), solo(t), stopped, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := checkpoint.LoadFile(c.ckpt)
+	b, _, _ := checkpoint.LoadFile(stopped.ckpt)
+	if a["scaler.scale"] == nil || a["scaler._growth_tracker"].Item() != 14 {
+		t.Fatalf("the checkpoint's scaler: %v", a["scaler._growth_tracker"])
+	}
+	for k, w := range a {
+		if k != "history.val" && !tensor.Equal(b[k], w) {
+			t.Errorf("%s differs after resuming", k)
+		}
+	}
+
+	var fs *result
+	fc := c
+	fc.Strategy, fc.Batch, fc.ckpt = "fsdp", c.Batch/2, ""
+	disttest.SpawnWith(t, 2, disttest.Options{Timeout: time.Minute}, func(_ *disttest.Job, g *dist.Group) error {
+		r, err := train(context.Background(), g, fc, io.Discard)
+		if g.Rank() == 0 {
+			fs = r
+		}
+		return err
+	})
+	if fs == nil {
+		t.FailNow()
+	}
+	if d := math.Abs(fs.ValLoss - whole.ValLoss); d > 1e-3*whole.ValLoss {
+		t.Errorf("FSDP at world 2 in float16: validation loss %.6f, one process %.6f", fs.ValLoss, whole.ValLoss)
+	}
+
+	big := c
+	big.InitScale, big.ckpt = 1<<26, ""
+	over, err := train(context.Background(), solo(t), big, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("from a scale of 2^26: %d steps skipped, scale %v, validation loss %.5f", over.SkippedSteps, over.LossScale, over.ValLoss)
+	if over.SkippedSteps == 0 || over.SkippedSteps >= big.Steps || over.LossScale >= 1<<26 || math.IsNaN(over.ValLoss) {
+		t.Errorf("from a scale of 2^26: %d of %d steps skipped, scale %v, validation loss %v", over.SkippedSteps, big.Steps, over.LossScale, over.ValLoss)
+	}
+	if _, err := parseFlags([]string{"--init-scale", "1024"}); err == nil {
+		if cfg, _ := parseFlags([]string{"--init-scale", "1024"}); cfg.check() == nil {
+			t.Error("--init-scale without --autocast fp16 accepted")
+		}
+	}
+}

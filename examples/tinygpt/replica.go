@@ -37,6 +37,8 @@ type replica struct {
 	full func(ctx context.Context, fn func() error) error
 	// stateDict returns the whole model's weights (a collective).
 	stateDict func(ctx context.Context) (map[string]*tensor.Tensor, error)
+	// scaler scales the loss with --autocast fp16 (disabled otherwise).
+	scaler *optim.GradScaler
 }
 
 // memory is rank 0's training memory in bytes, after the last step.
@@ -74,6 +76,7 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	r := &replica{gpt: gpt, model: gpt, eval: gpt,
 		full:      func(_ context.Context, fn func() error) error { return fn() },
 		stateDict: func(context.Context) (map[string]*tensor.Tensor, error) { return nn.StateDict(gpt), nil },
+		scaler:    optim.NewGradScaler(optim.GradScalerOptions{Disabled: c.Autocast != "fp16", InitScale: c.InitScale}),
 	}
 	isBlock := func(_ string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok }
 	var strategy fsdp.Strategy
@@ -133,6 +136,17 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	}
 	groups := f.ParamGroups()
 	copy(r.groups[:], groups)
+	// Each rank holds a shard of the gradients: every rank must skip the
+	// steps where any shard overflowed.
+	r.scaler = optim.NewGradScaler(optim.GradScalerOptions{Disabled: c.Autocast != "fp16", InitScale: c.InitScale,
+		AgreeFoundInf: func(ctx context.Context, found bool) (bool, error) {
+			t := tensor.FromFloat32([]float32{0})
+			if found {
+				t.Float32s()[0] = 1
+			}
+			err := g.AllReduce(ctx, t, dist.Max)
+			return t.Float32s()[0] != 0, err
+		}})
 	r.model, r.eval, r.fsdp, r.backward = f, f, f, f.Backward
 	r.clip = func(ctx context.Context, max float64) error { _, err := f.ClipGradNorm(ctx, max); return err }
 	r.full = f.SummonFullParams

@@ -535,6 +535,23 @@ func TestFloat16(t *testing.T) {
 	if over.SkippedSteps == 0 || over.SkippedSteps >= big.Steps || over.LossScale >= 1<<26 || math.IsNaN(over.ValLoss) {
 		t.Errorf("from a scale of 2^26: %d of %d steps skipped, scale %v, validation loss %v", over.SkippedSteps, big.Steps, over.LossScale, over.ValLoss)
 	}
+	// Stopped during the skips and resumed from a distributed
+	// checkpoint: the scaler goes on from its backed-off scale (from
+	// 2^26 again, it would skip four more steps).
+	part := big
+	part.ckptDir, part.stopAt = filepath.Join(t.TempDir(), "dcp"), 4
+	if _, err := train(context.Background(), solo(t), part, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	part.stopAt, part.resume = 0, true
+	rest, err := train(context.Background(), solo(t), part, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.ResumedFromStep != 4 || rest.ValLoss != over.ValLoss || rest.SkippedSteps != over.SkippedSteps-4 {
+		t.Errorf("resumed at step %d from a distributed checkpoint: %d steps skipped, validation loss %v; the whole run %d after step 4, %v",
+			rest.ResumedFromStep, rest.SkippedSteps, rest.ValLoss, over.SkippedSteps-4, over.ValLoss)
+	}
 	if _, err := parseFlags([]string{"--init-scale", "1024"}); err == nil {
 		if cfg, _ := parseFlags([]string{"--init-scale", "1024"}); cfg.check() == nil {
 			t.Error("--init-scale without --autocast fp16 accepted")

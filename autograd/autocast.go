@@ -2,6 +2,8 @@ package autograd
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/godist/godist/tensor"
@@ -26,12 +28,30 @@ import (
 // dot product (AVX512_BF16) the products widen their operands to float32
 // anyway, so bfloat16 storage would only add conversions.
 
-// autocast is the dtype of Autocast's products (0: off).
+// autocast is the dtype of Autocast's products (0: off): that of the
+// latest entry in regions that is still open.
 var autocast atomic.Int32
+
+// regions are the open Autocast calls, oldest first, under regionsMu.
+// Goroutine ranks of one process (the tests' and disttest's jobs) each
+// open their own region around the same forward pass, and their regions
+// end in any order: a region that ends removes its own entry, so the
+// others' products stay in the dtype until the last one ends (restoring
+// the value seen at entry would turn it off under a rank still in its
+// forward pass).
+var (
+	regionsMu sync.Mutex
+	regions   []*region
+)
+
+type region struct{ dtype tensor.DType }
 
 // Autocast runs fn with the matrix products in dtype (tensor.BFloat16
 // or tensor.Float16). Like NoGrad the switch is process-wide, not per
-// goroutine. Nested calls take the innermost dtype.
+// goroutine: while any goroutine is inside Autocast, every product of
+// the process runs in the dtype of the latest call still running.
+// Nested calls take the innermost dtype; goroutines inside it at once
+// (ranks of one process) must ask for the same one.
 //
 // float16 has bfloat16's precision and more, but a range that ends at
 // 65,504 and gradients below 6e-8 vanish in it: train in float16 with
@@ -41,8 +61,21 @@ func Autocast(dtype tensor.DType, fn func()) {
 	if dtype != tensor.BFloat16 && dtype != tensor.Float16 {
 		panic(fmt.Sprintf("autograd: Autocast to %v: want bfloat16 or float16", dtype))
 	}
-	prev := autocast.Swap(int32(dtype))
-	defer autocast.Store(prev)
+	r := &region{dtype}
+	regionsMu.Lock()
+	regions = append(regions, r)
+	autocast.Store(int32(dtype))
+	regionsMu.Unlock()
+	defer func() {
+		regionsMu.Lock()
+		defer regionsMu.Unlock()
+		regions = slices.DeleteFunc(regions, func(o *region) bool { return o == r })
+		d := tensor.DType(0)
+		if len(regions) > 0 {
+			d = regions[len(regions)-1].dtype
+		}
+		autocast.Store(int32(d))
+	}()
 	fn()
 }
 

@@ -99,3 +99,42 @@ func TestAutocastAttention(t *testing.T) {
 		}
 	}
 }
+
+// TestAutocastOverlapping: two goroutines' Autocast regions that end in
+// the order they began (ranks of one process, each around its own
+// forward pass) leave the products in bfloat16 until the last one ends;
+// nested regions take the innermost dtype and give the outer one back.
+func TestAutocastOverlapping(t *testing.T) {
+	entered, firstDone, secondDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var during tensor.DType
+	var on bool
+	go func() {
+		autograd.Autocast(tensor.BFloat16, func() {
+			close(entered)
+			<-secondDone // the other has entered: end first
+		})
+		close(firstDone)
+	}()
+	<-entered
+	autograd.Autocast(tensor.BFloat16, func() {
+		close(secondDone)
+		<-firstDone
+		during, on = autograd.AutocastDType()
+	})
+	if !on || during != tensor.BFloat16 {
+		t.Fatalf("after the first region ended, inside the second: %v %v, want bfloat16", during, on)
+	}
+	if _, on := autograd.AutocastDType(); on {
+		t.Fatal("Autocast on after both regions ended")
+	}
+	autograd.Autocast(tensor.BFloat16, func() {
+		autograd.Autocast(tensor.Float16, func() {
+			if d, _ := autograd.AutocastDType(); d != tensor.Float16 {
+				t.Errorf("inner region: %v, want float16", d)
+			}
+		})
+		if d, _ := autograd.AutocastDType(); d != tensor.BFloat16 {
+			t.Errorf("outer region after the inner: %v, want bfloat16", d)
+		}
+	})
+}

@@ -31,8 +31,9 @@
 // optimizer's state whole by parameter name; CheckpointState is the
 // sharded form, for checkpoint/dcp.
 //
-// Options.MixedPrecision gathers and reduces in bfloat16 or float16 over
-// float32 master shards, Options.LimitAllGathers bounds how many
+// Options.MixedPrecision gathers, computes (the forward pass under
+// autograd.Autocast) and reduces in bfloat16 or float16 over float32
+// master shards, Options.LimitAllGathers bounds how many
 // modules prefetching may hold gathered ahead of computation, and
 // Options.BackwardPrefetch chooses when backward gathers the next unit
 // (BackwardPre, BackwardPost or BackwardNone, as PyTorch's).

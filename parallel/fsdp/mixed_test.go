@@ -101,7 +101,8 @@ func representable(t *tensor.Tensor, d tensor.DType) bool {
 // computedOn checks, from a pre-hook on every block that runs after
 // FSDP's own (it is registered later), that the parameters a block's
 // forward sees (the block's and the root's) are values of d, and that
-// some are not zero.
+// some are not zero; and, from a hook on every Linear, that its output
+// is too (its product computed in d).
 func computedOn(d tensor.DType) func(net *models.GPT) func() error {
 	return func(net *models.GPT) func() error {
 		var bad []string
@@ -125,6 +126,25 @@ func computedOn(d tensor.DType) func(net *models.GPT) func() error {
 				}
 				return nil
 			})
+		}
+		// The products compute in d: a Linear's output is d's values
+		// (a float32 product of d's values would not be).
+		linears := 0
+		for _, mod := range nn.NamedModules(net) {
+			l, ok := mod.Value.(*nn.Linear)
+			if !ok {
+				continue
+			}
+			linears++
+			l.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
+				if !representable(y.Value(), d) {
+					bad = append(bad, mod.Name+"'s output")
+				}
+				return nil
+			})
+		}
+		if linears == 0 {
+			bad = append(bad, "no Linear to watch")
 		}
 		return func() error {
 			if len(bad) > 0 {

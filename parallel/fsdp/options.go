@@ -164,13 +164,14 @@ func (o Options) backwardPrefetch() (BackwardPrefetch, error) {
 // float32: they are the master copy. Before a unit runs, each rank rounds
 // its shard to ParamDType and the all-gather moves the rounded values, so
 // a 2-byte ParamDType halves the gather traffic and the gathered memory
-// (Memory.Gathered counts it at that precision). godist's kernels are
-// float32, so the unit then computes in float32 on the gathered values
-// widened back exactly (counted apart, in Memory.Upcast): its parameters
-// are exactly those of a bfloat16 computation, its arithmetic is not
-// (activations and sums are not rounded). The gradients, computed in
-// float32, are rounded to ReduceDType, reduce-scattered (averaged) in it,
-// and widened into the float32 shard gradients, to which they are added.
+// (Memory.Gathered counts it at that precision). The gathered values are
+// widened back exactly into float32 storage (counted apart, in
+// Memory.Upcast), and the forward pass runs under
+// autograd.Autocast(ParamDType): its matrix products (and theirs in
+// backward) compute in ParamDType, every other operation in float32 on
+// ParamDType's values, as under torch.autocast. The gradients are
+// rounded to ReduceDType, reduce-scattered (averaged) in it, and widened
+// into the float32 shard gradients, to which they are added.
 // SummonFullParams, the state dicts and checkpoints always see the
 // float32 shards. Buffers are not cast (there is no buffer_dtype).
 type MixedPrecision struct {

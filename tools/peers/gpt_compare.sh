@@ -10,8 +10,11 @@
 # OpenBLAS (the BLAS Debian's PyTorch is linked to here, through
 # libblas.so.3) on one thread. Then world 1 with two threads on each side
 # (GOMAXPROCS=2, godist's large products spread over both; the twin's
-# set_num_threads(2) with OpenBLAS at two threads). The summary takes the ratios within each round, then the median
-# over rounds; the machine is shared and noisy.
+# set_num_threads(2) with OpenBLAS at two threads). Then world 1 in
+# bfloat16 on each side (tinygpt --autocast bf16; the twin under
+# torch.autocast("cpu", dtype=torch.bfloat16)), set against both PyTorch's
+# bfloat16 and its float32. The summary takes the ratios within each
+# round, then the median over rounds; the machine is shared and noisy.
 #
 #   tools/peers/gpt_compare.sh [rounds] [steps]
 set -euo pipefail
@@ -44,6 +47,8 @@ for r in $(seq "$rounds"); do
 		echo "w2-torch $(/usr/bin/python3 tools/peers/gpt_twin.py "$out/w2" --world 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
 		echo "t2-go $(GOMAXPROCS=2 bin/tinygpt "${flags[@]}" 2>/dev/null | tail -1 | tps)"
 		echo "t2-torch $(OPENBLAS_NUM_THREADS=2 /usr/bin/python3 tools/peers/gpt_twin.py "$out/w1" --threads 2 --steps "$steps" 2>/dev/null | tail -1 | tps)"
+		echo "b1-go $(GOMAXPROCS=1 bin/tinygpt "${flags[@]}" --autocast bf16 2>/dev/null | tail -1 | tps)"
+		echo "b1-torch $(/usr/bin/python3 tools/peers/gpt_twin.py "$out/w1" --autocast bf16 --steps "$steps" 2>/dev/null | tail -1 | tps)"
 	} | tee "$out/round$r"
 done
 python3 - "$out" "$rounds" "${builds[@]}" <<'PY'
@@ -59,5 +64,8 @@ for w in ("w1", "w2"):
         print(f"| world {w[1]} godist {b} | {st.median(r[k] for r in runs):,.0f} | {st.median(r[k] / r[w + '-torch'] for r in runs):.2f}× |")
 print(f"| world 1, 2 threads: PyTorch 1.13 (OpenBLAS, 2 threads) | {st.median(r['t2-torch'] for r in runs):,.0f} | 1.00× |")
 print(f"| world 1, 2 threads: godist go | {st.median(r['t2-go'] for r in runs):,.0f} | {st.median(r['t2-go'] / r['t2-torch'] for r in runs):.2f}× |")
+print(f"| world 1 bfloat16: PyTorch 1.13 autocast | {st.median(r['b1-torch'] for r in runs):,.0f} | 1.00× |")
+print(f"| world 1 bfloat16: godist go | {st.median(r['b1-go'] for r in runs):,.0f} | "
+      f"{st.median(r['b1-go'] / r['b1-torch'] for r in runs):.2f}× (× PyTorch's float32: {st.median(r['b1-go'] / r['w1-torch'] for r in runs):.2f}×) |")
 PY
 rm -rf "$out"

@@ -266,7 +266,7 @@ func LogSoftmax(a *Var, dim int) *Var {
 // the product of float32 operands runs in bfloat16.
 func MatMul(a, b *Var) *Var {
 	if d, ok := autocastTo(a, b); ok {
-		return Cast(matMul(Cast(a, d), Cast(b, d)), tensor.Float32)
+		return rounded(matMul(rounded(a, d), rounded(b, d)), d)
 	}
 	return matMul(a, b)
 }
@@ -295,7 +295,7 @@ func matMul(a, b *Var) *Var {
 // operands runs in bfloat16.
 func Linear(x, w, b *Var) *Var {
 	if d, ok := autocastTo(x, w, b); ok && (b == nil || b.value.Dim() == 1) && x.value.Dim() >= 2 {
-		return Cast(linear(Cast(x, d), Cast(w, d), Cast(b, d)), tensor.Float32)
+		return rounded(linear(rounded(x, d), rounded(w, d), rounded(b, d)), d)
 	}
 	return linear(x, w, b)
 }
@@ -557,7 +557,7 @@ func Chunk(a *Var, dim, n int) []*Var {
 // its output to bfloat16, as a bfloat16 attention hands it on.
 func Attention(qkv *Var, heads int, causal bool) *Var {
 	if d, ok := autocastTo(qkv); ok {
-		return roundTo(attention(roundTo(qkv, d), heads, causal), d)
+		return rounded(attention(rounded(qkv, d), heads, causal), d)
 	}
 	return attention(qkv, heads, causal)
 }

@@ -157,3 +157,24 @@ func BenchmarkMatMulBF16(b *testing.B) {
 		})
 	}
 }
+
+// TestRoundTo: RoundTo is To(d) then To(float32) bit for bit, for a
+// contiguous tensor (long enough for the vector kernels, with a tail), a
+// transposed view, and in place.
+func TestRoundTo(t *testing.T) {
+	rng := tensor.NewRNG(11)
+	for _, d := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+		x := tensor.Randn(rng, 37, 23).MulScalar(tensor.Randn(rng, 37, 23), 300) // some beyond float16's range
+		for _, a := range []*tensor.Tensor{x, x.T()} {
+			want := a.To(d).To(tensor.Float32).Values()
+			got := new(tensor.Tensor).RoundTo(a, d).Values()
+			in := a.Clone()
+			in.RoundTo(in, d)
+			for i, w := range want {
+				if got[i] != w || in.Values()[i] != w {
+					t.Fatalf("%v [%d]: %v (in place %v), want %v", d, i, got[i], in.Values()[i], w)
+				}
+			}
+		}
+	}
+}

@@ -265,3 +265,39 @@ func narrow(dst []uint16, src []float32) {
 }
 
 func putScratch(p *[]float32) { bf16Scratch.Put(p) }
+
+// RoundTo sets t to a's float32 values rounded to d (BFloat16 or
+// Float16) and kept in float32, float32(d(a)), and returns t; t may be
+// a. Autocast's products take their operands and hand on their results
+// so: the float32 GEMM of values that are d's values exactly is the
+// product in d with float32 sums, without converting to d's storage and
+// back.
+func (t *Tensor) RoundTo(a *Tensor, d DType) *Tensor {
+	if a.dtype != Float32 || (d != BFloat16 && d != Float16) {
+		panic(fmt.Sprintf("tensor: RoundTo %v of a %v tensor: want float32 rounded to bfloat16 or float16", d, a.dtype))
+	}
+	if t != a {
+		t.prepareAll(Float32, a.shape, "RoundTo")
+		checkAlias(t, a, "RoundTo")
+	}
+	dst := t
+	if !t.IsContiguous() {
+		dst = Empty(Float32, t.shape...)
+	}
+	src := a.Contiguous()
+	out, in := dst.Float32s(), src.Float32s()
+	if d == BFloat16 {
+		for i := simd.RoundBF16(out, in); i < len(in); i++ {
+			out[i] = BFloat16ToFloat32(BFloat16FromFloat32(in[i]))
+		}
+	} else {
+		for i := simd.RoundF16(out, in); i < len(in); i++ {
+			out[i] = Float16ToFloat32(Float16FromFloat32(in[i]))
+		}
+	}
+	if dst != t {
+		copyStrided(t, dst)
+		dst.Recycle()
+	}
+	return t
+}

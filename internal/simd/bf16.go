@@ -13,3 +13,10 @@ func BF16ToF32(dst []float32, src []uint16) int { return bf16ToF32(dst[:len(src)
 // F32ToBF16 rounds the longest prefix of src it can vectorise into dst
 // (len(dst) >= len(src)) and returns its length.
 func F32ToBF16(dst []uint16, src []float32) int { return f32ToBF16(dst[:len(src)], src) }
+
+// RoundBF16 sets dst[i] to src[i] rounded to bfloat16 and widened back
+// (float32(bfloat16(src[i])), in one pass: autocast's operands and
+// results, kept in float32 storage) on the longest prefix of src it can
+// vectorise (len(dst) >= len(src); dst may be src) and returns its
+// length.
+func RoundBF16(dst, src []float32) int { return roundBF16(dst[:len(src)], src) }

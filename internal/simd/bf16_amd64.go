@@ -27,3 +27,17 @@ func f32ToBF16(dst []uint16, src []float32) int {
 	f32ToBF16AVX2(&dst[0], &src[0], n)
 	return n
 }
+
+// roundBF16AVX2 rounds n floats to bfloat16 in float32, n a multiple of 16.
+//
+//go:noescape
+func roundBF16AVX2(dst, src *float32, n int)
+
+func roundBF16(dst, src []float32) int {
+	n := len(src) &^ 15
+	if !hasAVX2 || n == 0 {
+		return 0
+	}
+	roundBF16AVX2(&dst[0], &src[0], n)
+	return n
+}

@@ -71,4 +71,17 @@ func TestF32ToBF16(t *testing.T) {
 			t.Fatalf("seed %d: %#08x: %#04x, want %#04x", seed, math.Float32bits(src[i]), dst[i], want)
 		}
 	}
+	// RoundBF16: the same rounding widened back, into another slice and
+	// in place.
+	rounded := make([]float32, len(src))
+	inPlace := append([]float32(nil), src...)
+	if m, m2 := simd.RoundBF16(rounded, src), simd.RoundBF16(inPlace, inPlace); m != n || m2 != n {
+		t.Fatalf("rounded %d and %d in place of %d, want %d", m, m2, len(src), n)
+	}
+	for i := range n {
+		want := math.Float32bits(tensor.BFloat16ToFloat32(tensor.BFloat16FromFloat32(src[i])))
+		if got := math.Float32bits(rounded[i]); got != want || math.Float32bits(inPlace[i]) != want {
+			t.Fatalf("seed %d: RoundBF16(%#08x) = %#08x (in place %#08x), want %#08x", seed, math.Float32bits(src[i]), got, math.Float32bits(inPlace[i]), want)
+		}
+	}
 }

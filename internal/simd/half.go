@@ -21,3 +21,8 @@ func F16ToF32(dst []float32, src []uint16) int { return f16ToF32(dst[:len(src)],
 // (len(src) >= len(dst)) on the longest prefix it can vectorise and
 // returns its length.
 func AddF16(dst, src []uint16) int { return addF16(dst, src[:len(dst)]) }
+
+// RoundF16 sets dst[i] to src[i] rounded to half and widened back, as
+// RoundBF16 does to bfloat16 (dst may be src), on the longest prefix it
+// can vectorise, and returns its length.
+func RoundF16(dst, src []float32) int { return roundF16(dst[:len(src)], src) }

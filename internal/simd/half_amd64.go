@@ -45,3 +45,17 @@ func addF16(dst, src []uint16) int {
 	addF16F16C(&dst[0], &src[0], n)
 	return n
 }
+
+// roundF16F16C rounds n floats to half in float32, n a multiple of 16.
+//
+//go:noescape
+func roundF16F16C(dst, src *float32, n int)
+
+func roundF16(dst, src []float32) int {
+	n := len(src) &^ 15
+	if !hasF16C || n == 0 {
+		return 0
+	}
+	roundF16F16C(&dst[0], &src[0], n)
+	return n
+}

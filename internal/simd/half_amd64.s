@@ -67,3 +67,27 @@ loop:
 	VZEROUPPER
 done:
 	RET
+
+// func roundF16F16C(dst, src *float32, n int)
+TEXT ·roundF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   done
+loop:
+	VMOVUPS   (SI), Y0
+	VMOVUPS   32(SI), Y1
+	VCVTPS2PH $0, Y0, X0 // imm 0: round to nearest even
+	VCVTPS2PH $0, Y1, X1
+	VCVTPH2PS X0, Y0
+	VCVTPH2PS X1, Y1
+	VMOVUPS   Y0, (DI)
+	VMOVUPS   Y1, 32(DI)
+	ADDQ      $64, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       loop
+	VZEROUPPER
+done:
+	RET

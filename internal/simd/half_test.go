@@ -79,6 +79,26 @@ func TestF32ToF16(t *testing.T) {
 			t.Fatalf("%g (%#08x): %#04x, want %#04x", f, math.Float32bits(f), dst[i], want)
 		}
 	}
+	// RoundF16: the same rounding widened back, into another slice and
+	// in place.
+	rounded := make([]float32, len(src))
+	inPlace := append([]float32(nil), src...)
+	if m, m2 := simd.RoundF16(rounded, src), simd.RoundF16(inPlace, inPlace); m != n || m2 != n {
+		t.Fatalf("rounded %d and %d in place of %d, want %d", m, m2, len(src), n)
+	}
+	for i := range n {
+		f := src[i]
+		if math.IsNaN(float64(f)) {
+			if !math.IsNaN(float64(rounded[i])) || !math.IsNaN(float64(inPlace[i])) {
+				t.Fatalf("RoundF16 of NaN %#08x: %v, %v", math.Float32bits(f), rounded[i], inPlace[i])
+			}
+			continue
+		}
+		want := math.Float32bits(tensor.Float16ToFloat32(tensor.Float16FromFloat32(f)))
+		if got := math.Float32bits(rounded[i]); got != want || math.Float32bits(inPlace[i]) != want {
+			t.Fatalf("RoundF16(%g) = %#08x (in place %#08x), want %#08x", f, got, math.Float32bits(inPlace[i]), want)
+		}
+	}
 }
 
 // TestAddF16 adds random halves (and the ones that overflow) as widening,

@@ -82,6 +82,43 @@ type Options struct {
 	// An iteration that departs from the first fails with a
 	// *StaticGraphError. FindUnusedParameters is not needed with it.
 	StaticGraph bool
+	// MixedPrecision computes the forward pass (and the products of its
+	// backward) in ParamDType and reduces the gradients in ReduceDType,
+	// over float32 parameters and gradients, as PyTorch 2's DDP
+	// mixed_precision and FSDP's MixedPrecision: see MixedPrecision.
+	MixedPrecision MixedPrecision
+}
+
+// MixedPrecision is DDP's mixed precision. ParamDType (tensor.BFloat16
+// or tensor.Float16; the zero value, or tensor.Float32, is off) runs the
+// wrapped module's forward pass under autograd.Autocast(ParamDType): its
+// matrix products compute in ParamDType, the rest in float32, and
+// backward follows. ReduceDType (default ParamDType) is the dtype the
+// buckets are all-reduced in: the gradients are rounded to it, averaged
+// in it and widened back, as FP16CompressHook and BF16CompressHook do
+// (a CommHook given in Options takes precedence). The parameters, their
+// gradients and the optimizer stay float32: the master copy. For
+// float16, scale the loss with an optim.GradScaler.
+type MixedPrecision struct {
+	ParamDType, ReduceDType tensor.DType
+}
+
+// resolve returns the forward and reduction dtypes, or an error naming
+// a dtype DDP cannot use.
+func (mp MixedPrecision) resolve() (param, reduce tensor.DType, err error) {
+	param, reduce = mp.ParamDType, mp.ReduceDType
+	if param == tensor.Invalid {
+		param = tensor.Float32
+	}
+	if reduce == tensor.Invalid {
+		reduce = param
+	}
+	for _, d := range []tensor.DType{param, reduce} {
+		if d != tensor.Float32 && d != tensor.BFloat16 && d != tensor.Float16 {
+			return 0, 0, fmt.Errorf("ddp: MixedPrecision with %v: use tensor.BFloat16, tensor.Float16 or tensor.Float32", d)
+		}
+	}
+	return param, reduce, nil
 }
 
 // DDP is DistributedDataParallel: it wraps a module so that, after every
@@ -107,6 +144,8 @@ type DDP struct {
 	index  map[*autograd.Var]int
 	names  []string
 	arena  *tensor.Tensor // the buckets' memory, one float32 per parameter element
+	// paramDT is MixedPrecision's forward dtype (float32: off).
+	paramDT tensor.DType
 
 	mu struct {
 		sync.Mutex
@@ -167,10 +206,21 @@ func New(ctx context.Context, module nn.Layer, group *dist.Group, opt Options) (
 	if opt.FirstBucketCapMB == 0 {
 		opt.FirstBucketCapMB = 1
 	}
-	if opt.CommHook == nil {
-		opt.CommHook = AllReduceHook
+	paramDT, reduceDT, err := opt.MixedPrecision.resolve()
+	if err != nil {
+		return nil, err
 	}
-	d := &DDP{Module: module, group: group, opt: opt, index: map[*autograd.Var]int{}}
+	if opt.CommHook == nil {
+		switch reduceDT {
+		case tensor.BFloat16:
+			opt.CommHook = BF16CompressHook
+		case tensor.Float16:
+			opt.CommHook = FP16CompressHook
+		default:
+			opt.CommHook = AllReduceHook
+		}
+	}
+	d := &DDP{Module: module, group: group, opt: opt, index: map[*autograd.Var]int{}, paramDT: paramDT}
 	d.mu.caps = BucketCaps{First: int64(opt.FirstBucketCapMB * (1 << 20)), Rest: int64(opt.BucketCapMB * (1 << 20))}
 	d.RegisterModule("module", module)
 	for _, p := range nn.NamedParameters(module) {
@@ -339,7 +389,12 @@ func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
 		d.setErr(err)
 		return nn.Call(d.Module, x)
 	}
-	y := nn.Call(d.Module, x)
+	var y *autograd.Var
+	if d.paramDT != tensor.Float32 {
+		autograd.Autocast(d.paramDT, func() { y = nn.Call(d.Module, x) })
+	} else {
+		y = nn.Call(d.Module, x)
+	}
 	d.mu.Lock()
 	sync, find := d.mu.requireSync, d.opt.FindUnusedParameters
 	d.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -366,4 +367,80 @@ func checkLeft(err error, rank, step int, start time.Time) error {
 		return fmt.Errorf("the error took %v", d)
 	}
 	return nil
+}
+
+// TestMixedPrecision: with MixedPrecision every Linear's output is a
+// value of ParamDType (its product computed in it), the averaged
+// gradients are values of ReduceDType (reduced in it) and within 2% of
+// float32's average, and float32 reductions give gradients that are not;
+// a dtype DDP cannot use is New's error.
+func TestMixedPrecision(t *testing.T) {
+	representable := func(x *tensor.Tensor, d tensor.DType) bool {
+		for _, v := range x.Values() {
+			if v != new(tensor.Tensor).RoundTo(tensor.FromFloat32([]float32{float32(v)}), d).Values()[0] {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range []struct {
+		mp         ddp.MixedPrecision
+		reducedIn  tensor.DType // 0: float32
+		computedIn tensor.DType
+	}{
+		{ddp.MixedPrecision{ParamDType: tensor.BFloat16}, tensor.BFloat16, tensor.BFloat16},
+		{ddp.MixedPrecision{ParamDType: tensor.Float16}, tensor.Float16, tensor.Float16},
+		{ddp.MixedPrecision{ParamDType: tensor.BFloat16, ReduceDType: tensor.Float32}, 0, tensor.BFloat16},
+	} {
+		t.Run(fmt.Sprintf("%v/%v", c.mp.ParamDType, c.mp.ReduceDType), func(t *testing.T) {
+			disttest.Spawn(t, 2, func(g *dist.Group) error {
+				ctx := context.Background()
+				net := mlp(uint64(g.Rank()))
+				var bad []string
+				for _, mod := range nn.NamedModules(net) {
+					if l, ok := mod.Value.(*nn.Linear); ok {
+						l.RegisterForwardHook(func(_ nn.Module, _, y *autograd.Var) *autograd.Var {
+							if !representable(y.Value(), c.computedIn) {
+								bad = append(bad, mod.Name)
+							}
+							return nil
+						})
+					}
+				}
+				m, err := ddp.New(ctx, net, g, ddp.Options{MixedPrecision: c.mp})
+				if err != nil {
+					return err
+				}
+				x, y := batch(g.Rank(), 0, 8)
+				if err := m.Backward(ctx, nn.CrossEntropy(nn.Call(m, autograd.Const(x)), y)); err != nil {
+					return err
+				}
+				if len(bad) > 0 {
+					return fmt.Errorf("outputs of %v not computed in %v", bad, c.computedIn)
+				}
+				want := reference(2, 0, 8)
+				allIn := true
+				for _, p := range nn.NamedParameters(m.Module) {
+					if err := close(p.Value.Grad(), want[p.Name], 2e-2); err != nil {
+						return fmt.Errorf("%s: %w", p.Name, err)
+					}
+					if c.reducedIn != 0 && !representable(p.Value.Grad(), c.reducedIn) {
+						return fmt.Errorf("%s's gradient is not %v values: not reduced in it", p.Name, c.reducedIn)
+					}
+					allIn = allIn && representable(p.Value.Grad(), tensor.BFloat16)
+				}
+				if c.reducedIn == 0 && allIn {
+					return fmt.Errorf("float32 reductions gave bfloat16 values only")
+				}
+				return nil
+			})
+		})
+	}
+	disttest.Spawn(t, 2, func(g *dist.Group) error {
+		_, err := ddp.New(context.Background(), mlp(0), g, ddp.Options{MixedPrecision: ddp.MixedPrecision{ParamDType: tensor.Int64}})
+		if err == nil || !strings.Contains(err.Error(), "int64") {
+			return fmt.Errorf("New with an int64 ParamDType: %v, want an error naming it", err)
+		}
+		return nil
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/nn"
+	"github.com/godist/godist/parallel/internal/precision"
 	"github.com/godist/godist/parallel/join"
 	"github.com/godist/godist/tensor"
 )
@@ -103,22 +104,10 @@ type MixedPrecision struct {
 	ParamDType, ReduceDType tensor.DType
 }
 
-// resolve returns the forward and reduction dtypes, or an error naming
-// a dtype DDP cannot use.
+// resolve returns the parameter and reduction dtypes, or an error
+// naming a dtype DDP cannot use.
 func (mp MixedPrecision) resolve() (param, reduce tensor.DType, err error) {
-	param, reduce = mp.ParamDType, mp.ReduceDType
-	if param == tensor.Invalid {
-		param = tensor.Float32
-	}
-	if reduce == tensor.Invalid {
-		reduce = param
-	}
-	for _, d := range []tensor.DType{param, reduce} {
-		if d != tensor.Float32 && d != tensor.BFloat16 && d != tensor.Float16 {
-			return 0, 0, fmt.Errorf("ddp: MixedPrecision with %v: use tensor.BFloat16, tensor.Float16 or tensor.Float32", d)
-		}
-	}
-	return param, reduce, nil
+	return precision.Resolve("ddp", mp.ParamDType, mp.ReduceDType)
 }
 
 // DDP is DistributedDataParallel: it wraps a module so that, after every

@@ -6,6 +6,7 @@ import (
 
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/nn"
+	"github.com/godist/godist/parallel/internal/precision"
 	"github.com/godist/godist/tensor"
 )
 
@@ -178,20 +179,8 @@ type MixedPrecision struct {
 	ParamDType, ReduceDType tensor.DType
 }
 
-// resolve returns the gather and reduction dtypes, or an error naming a
-// dtype FSDP cannot use.
+// resolve returns the parameter and reduction dtypes, or an error
+// naming a dtype FSDP cannot use.
 func (mp MixedPrecision) resolve() (param, reduce tensor.DType, err error) {
-	param, reduce = mp.ParamDType, mp.ReduceDType
-	if param == tensor.Invalid {
-		param = tensor.Float32
-	}
-	if reduce == tensor.Invalid {
-		reduce = param
-	}
-	for _, d := range []tensor.DType{param, reduce} {
-		if d != tensor.Float32 && d != tensor.BFloat16 && d != tensor.Float16 {
-			return 0, 0, fmt.Errorf("fsdp: MixedPrecision with %v: use tensor.BFloat16, tensor.Float16 or tensor.Float32", d)
-		}
-	}
-	return param, reduce, nil
+	return precision.Resolve("fsdp", mp.ParamDType, mp.ReduceDType)
 }

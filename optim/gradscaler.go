@@ -159,6 +159,11 @@ func (s *GradScaler) Unscale(ctx context.Context, opt Optimizer) error {
 	case st.stepped:
 		return ErrSteppedTwice
 	}
+	for _, p := range opt.Params() {
+		if g := p.Grad(); g != nil && g.DType() == tensor.Float16 {
+			return ErrHalfGradients // before any gradient is touched
+		}
+	}
 	// PyTorch: the reciprocal in float64, rounded to float32.
 	inv := float32(1 / float64(s.scale))
 	found := false
@@ -168,8 +173,6 @@ func (s *GradScaler) Unscale(ctx context.Context, opt Optimizer) error {
 			continue
 		}
 		switch {
-		case g.DType() == tensor.Float16:
-			return ErrHalfGradients
 		case g.DType() == tensor.Float32 && g.IsContiguous():
 			found = unscale32(g.Float32s(), inv) || found
 		default:

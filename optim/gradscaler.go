@@ -182,6 +182,9 @@ func (s *GradScaler) Unscale(ctx context.Context, opt Optimizer) error {
 	if s.opt.AgreeFoundInf != nil {
 		var err error
 		if found, err = s.opt.AgreeFoundInf(ctx, found); err != nil {
+			// The gradients are unscaled, and the ranks did not agree:
+			// a Step after this skips.
+			st.unscaled, st.foundInf = true, true
 			return fmt.Errorf("optim: GradScaler: agreeing on overflowed gradients: %w", err)
 		}
 	}

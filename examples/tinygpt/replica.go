@@ -76,8 +76,9 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	r := &replica{gpt: gpt, model: gpt, eval: gpt,
 		full:      func(_ context.Context, fn func() error) error { return fn() },
 		stateDict: func(context.Context) (map[string]*tensor.Tensor, error) { return nn.StateDict(gpt), nil },
-		scaler:    optim.NewGradScaler(optim.GradScalerOptions{Disabled: c.Autocast != "fp16", InitScale: c.InitScale}),
 	}
+	scaling := optim.GradScalerOptions{Disabled: c.Autocast != "fp16", InitScale: c.InitScale}
+	r.scaler = optim.NewGradScaler(scaling)
 	isBlock := func(_ string, m nn.Module) bool { _, ok := m.(*nn.TransformerBlock); return ok }
 	var strategy fsdp.Strategy
 	switch c.Strategy {
@@ -138,15 +139,15 @@ func replicate(ctx context.Context, gpt *models.GPT, g *dist.Group, c config) (*
 	copy(r.groups[:], groups)
 	// Each rank holds a shard of the gradients: every rank must skip the
 	// steps where any shard overflowed.
-	r.scaler = optim.NewGradScaler(optim.GradScalerOptions{Disabled: c.Autocast != "fp16", InitScale: c.InitScale,
-		AgreeFoundInf: func(ctx context.Context, found bool) (bool, error) {
-			t := tensor.FromFloat32([]float32{0})
-			if found {
-				t.Float32s()[0] = 1
-			}
-			err := g.AllReduce(ctx, t, dist.Max)
-			return t.Float32s()[0] != 0, err
-		}})
+	scaling.AgreeFoundInf = func(ctx context.Context, found bool) (bool, error) {
+		t := tensor.FromFloat32([]float32{0})
+		if found {
+			t.Float32s()[0] = 1
+		}
+		err := g.AllReduce(ctx, t, dist.Max)
+		return t.Float32s()[0] != 0, err
+	}
+	r.scaler = optim.NewGradScaler(scaling)
 	r.model, r.eval, r.fsdp, r.backward = f, f, f, f.Backward
 	r.clip = func(ctx context.Context, max float64) error { _, err := f.ClipGradNorm(ctx, max); return err }
 	r.full = f.SummonFullParams

@@ -376,14 +376,9 @@ func (d *DDP) Group() *dist.Group { return d.group }
 func (d *DDP) Forward(x *autograd.Var) *autograd.Var {
 	if err := d.prepare(context.Background()); err != nil {
 		d.setErr(err)
-		return nn.Call(d.Module, x)
+		return precision.Call(d.paramDT, d.Module, x)
 	}
-	var y *autograd.Var
-	if d.paramDT != tensor.Float32 {
-		autograd.Autocast(d.paramDT, func() { y = nn.Call(d.Module, x) })
-	} else {
-		y = nn.Call(d.Module, x)
-	}
+	y := precision.Call(d.paramDT, d.Module, x)
 	d.mu.Lock()
 	sync, find := d.mu.requireSync, d.opt.FindUnusedParameters
 	d.mu.Unlock()

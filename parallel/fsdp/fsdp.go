@@ -11,6 +11,7 @@ import (
 	"github.com/godist/godist/autograd"
 	"github.com/godist/godist/dist"
 	"github.com/godist/godist/nn"
+	"github.com/godist/godist/parallel/internal/precision"
 	"github.com/godist/godist/tensor"
 )
 
@@ -321,15 +322,14 @@ func (f *FSDP) Forward(x *autograd.Var) *autograd.Var {
 	if f.opt.ForwardPrefetch && len(f.order) > 0 {
 		f.request(f.order[0])
 	}
-	var y *autograd.Var
-	if f.paramDT != tensor.Float32 && !f.exact {
-		// MixedPrecision computes in ParamDType: the products under
-		// Autocast, the rest in float32 (the parameters they read are
-		// ParamDType's values all the same).
-		autograd.Autocast(f.paramDT, func() { y = nn.Call(f.Module, x) })
-	} else {
-		y = nn.Call(f.Module, x)
+	// MixedPrecision computes in ParamDType: the products under
+	// Autocast, the rest in float32 (the parameters they read are
+	// ParamDType's values all the same).
+	compute := f.paramDT
+	if f.exact {
+		compute = tensor.Float32
 	}
+	y := precision.Call(compute, f.Module, x)
 	f.order = append(f.order[:0], f.next...)
 	for _, u := range f.units {
 		if !u.called {

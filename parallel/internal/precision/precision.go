@@ -6,6 +6,8 @@ package precision
 import (
 	"fmt"
 
+	"github.com/godist/godist/autograd"
+	"github.com/godist/godist/nn"
 	"github.com/godist/godist/tensor"
 )
 
@@ -27,4 +29,16 @@ func Resolve(pkg string, param, reduce tensor.DType) (tensor.DType, tensor.DType
 		}
 	}
 	return param, reduce, nil
+}
+
+// Call returns layer's output for x, computed under
+// autograd.Autocast(d) when d is bfloat16 or float16 and as it is when d
+// is float32: a mixed-precision forward pass.
+func Call(d tensor.DType, layer nn.Layer, x *autograd.Var) *autograd.Var {
+	if d == tensor.Float32 {
+		return nn.Call(layer, x)
+	}
+	var y *autograd.Var
+	autograd.Autocast(d, func() { y = nn.Call(layer, x) })
+	return y
 }

@@ -128,7 +128,8 @@ func BenchmarkAllReduceInProc(b *testing.B) {
 }
 
 // BenchmarkSmallCollectives measures the control block's path (samehost.go):
-// barriers and 8-byte all-reduces of goroutine ranks over loopback TCP
+// barriers, 8-byte all-reduces and broadcasts (back to back, as a loop
+// of small broadcasts runs) of goroutine ranks over loopback TCP
 // with shared memory; allocs/op is the group's cost per call, summed over
 // the ranks.
 func BenchmarkSmallCollectives(b *testing.B) {
@@ -148,7 +149,7 @@ func BenchmarkSmallCollectives(b *testing.B) {
 			g.Destroy()
 		}
 	}()
-	for _, op := range []string{"barrier", "all_reduce_8B"} {
+	for _, op := range []string{"barrier", "all_reduce_8B", "broadcast_8B"} {
 		b.Run(op, func(b *testing.B) {
 			b.ReportAllocs()
 			var wg sync.WaitGroup
@@ -157,10 +158,13 @@ func BenchmarkSmallCollectives(b *testing.B) {
 				wg.Go(func() {
 					for range b.N {
 						var err error
-						if op == "barrier" {
+						switch op {
+						case "barrier":
 							err = gs[r].Barrier(context.Background())
-						} else {
+						case "all_reduce_8B":
 							err = gs[r].AllReduce(context.Background(), x, dist.Sum)
+						default:
+							err = gs[r].Broadcast(context.Background(), x, 0)
 						}
 						if err != nil {
 							panic(err)

@@ -152,6 +152,26 @@ func TestSmallCollectivesFailures(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("two roots", func(t *testing.T) {
+		// A broadcast whose members each think themselves its root: the
+		// roots read nobody's header in it, so the call after finds it.
+		disttest.SpawnWith(t, 2, opt, func(_ *disttest.Job, g *dist.Group) error {
+			ctx := context.Background()
+			err := g.Broadcast(ctx, tensor.Zeros(2), g.Rank())
+			if err == nil {
+				err = g.Barrier(ctx)
+			}
+			var de *dist.DesyncError
+			var ae *dist.AbortError
+			if !errors.As(err, &de) && !errors.As(err, &ae) {
+				return fmt.Errorf("rank %d: got %v, want a DesyncError (or the peer's abort)", g.Rank(), err)
+			}
+			if de != nil && !strings.Contains(de.Mine+de.Theirs, "root") {
+				return fmt.Errorf("rank %d: %v does not name the roots", g.Rank(), err)
+			}
+			return nil
+		})
+	})
 	t.Run("timeout", func(t *testing.T) {
 		o := opt
 		o.Timeout = 1500 * time.Millisecond

@@ -41,6 +41,11 @@ type Block struct {
 	mine    []byte  // this member's block
 	regions Regions // the others'
 	ids     []uint8 // the region id of each member's block, by group rank
+	// Written and read by the calls in turn only: the last call in which
+	// this member saw every other member's header, and the last call
+	// that published its header (its sequence number and fingerprint).
+	sawAll          uint64
+	lastSeq, lastFP uint64
 
 	turn struct {
 		sync.Mutex
@@ -115,9 +120,17 @@ func slotOf(block []byte, ord uint64) []byte {
 // collect runs the first half of call c through the block: this
 // member's input is in (at most MaxInput bytes, may be nil), and every
 // member's but root's must be n bytes long (root's, when root >= 0, is
-// rootN bytes). It fills slots with every member's input (this member's
-// copy in its slot included), in rank order, which stay valid until
-// done(ord), which the caller must call whatever the error.
+// rootN bytes). It fills slots with the inputs this member reads, in
+// rank order: every member's (this member's copy in its slot included),
+// or for a broadcast (root >= 0) root's alone, and the root waits on
+// nobody. They stay valid until done(ord), which the caller must call
+// whatever the error.
+//
+// Before it writes its slot, a member waits until every other member
+// has published the call before (ordinal ord-1), unless it has seen
+// every member's header of that call already: each then ended call
+// ord-2, the slot's last use, and reads it no more (see the package
+// doc's Ordering).
 func (b *Block) collect(ctx context.Context, c Call, in []byte, n, root, rootN int, slots [][]byte) (uint64, error) {
 	ord, err := b.start(ctx, c.Seq)
 	if err != nil {
@@ -125,6 +138,31 @@ func (b *Block) collect(ctx context.Context, c Call, in []byte, n, root, rootN i
 	}
 	e := b.e
 	e.calls.Add(1)
+	b.regions.LockPeerRegions()
+	var waited bool
+	if ord > 1 && b.sawAll != ord-1 {
+		for q := range len(e.ranks) {
+			if q == e.rank {
+				continue
+			}
+			mem, err := b.peer(q)
+			if err != nil {
+				return ord, err
+			}
+			s := slotOf(mem, ord-1)
+			if seqWord(s).Load() < ord-1 {
+				if err := b.wait(ctx, c.Seq, ord-1, q, mem, s, &waited); err != nil {
+					return ord, err
+				}
+			}
+			// q writes that slot again only after this member publishes
+			// call ord: its header is q's of call ord-1, still. A
+			// broadcast's root finds here that it was out of step.
+			if theirs := binary.LittleEndian.Uint64(s[8:]); seqWord(s).Load() == ord-1 && theirs != b.lastFP {
+				return ord, &transport.FingerprintError{Src: e.ranks[q], Key: transport.Key{Group: e.id, Seq: b.lastSeq}, Got: theirs, Want: b.lastFP}
+			}
+		}
+	}
 	mine := slotOf(b.mine, ord)
 	copy(mine[headBytes:], in)
 	binary.LittleEndian.PutUint64(mine[8:], c.FP)
@@ -133,17 +171,19 @@ func (b *Block) collect(ctx context.Context, c Call, in []byte, n, root, rootN i
 	if waiters(b.mine).Load() != 0 {
 		futex.Wake(seqLow(mine), 1<<30)
 	}
-	b.regions.LockPeerRegions()
-	var waited bool
+	b.lastSeq, b.lastFP = c.Seq, c.FP
 	for q := range len(e.ranks) {
+		if root >= 0 && q != root && q != e.rank {
+			continue // a broadcast's members read the root's input alone
+		}
 		s := mine
 		if q != e.rank {
-			mem := b.regions.PeerRegion(e.ranks[q], b.ids[q])
-			if len(mem) < BlockBytes {
-				return ord, &transport.PeerError{Rank: e.ranks[q], Err: errBlockUnmapped}
+			mem, err := b.peer(q)
+			if err != nil {
+				return ord, err
 			}
 			s = slotOf(mem, ord)
-			if seqWord(s).Load() != ord {
+			if seqWord(s).Load() < ord {
 				if err := b.wait(ctx, c.Seq, ord, q, mem, s, &waited); err != nil {
 					return ord, err
 				}
@@ -161,10 +201,22 @@ func (b *Block) collect(ctx context.Context, c Call, in []byte, n, root, rootN i
 		}
 		slots[q] = s[headBytes : headBytes+want]
 	}
+	if root < 0 || (e.rank != root && len(e.ranks) == 2) {
+		b.sawAll = ord
+	}
 	if waited {
 		e.g.Waited(c.Seq)
 	}
 	return ord, nil
+}
+
+// peer returns member q's block, mapped here until done.
+func (b *Block) peer(q int) ([]byte, error) {
+	mem := b.regions.PeerRegion(b.e.ranks[q], b.ids[q])
+	if len(mem) < BlockBytes {
+		return nil, &transport.PeerError{Rank: b.e.ranks[q], Err: errBlockUnmapped}
+	}
+	return mem, nil
 }
 
 // done ends a call that collect began (ord 0: it never started).
@@ -186,7 +238,7 @@ func slotsFor(buf *[8][]byte, size int) [][]byte {
 }
 
 // wait waits until member q publishes call ord (seq) in slot s of its
-// block mem: polling, then asleep on the sequence word; the group hears
+// block mem, or a later call there: polling, then asleep on the sequence word; the group hears
 // of the wait (its timeouts and probes), once per call.
 func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte, waited *bool) error {
 	word := seqWord(s)
@@ -199,7 +251,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 	// or two, and a pass through the scheduler (Gosched) or the group's
 	// state machine costs a fraction of that each.
 	for range tight {
-		if word.Load() == ord {
+		if word.Load() >= ord {
 			return nil
 		}
 	}
@@ -214,7 +266,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 	}
 	for polls := 0; ; polls++ {
 		for range max(tight/8, 1) {
-			if word.Load() == ord {
+			if word.Load() >= ord {
 				return nil
 			}
 		}
@@ -238,7 +290,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 		low := seqLow(s)
 		old := low.Load()
 		sleepers.Add(1)
-		if word.Load() != ord {
+		if word.Load() < ord {
 			// Naps growing to maxNap: a thread asleep in a futex keeps its
 			// P until the runtime's monitor takes it back, and the
 			// process's other goroutines may need it.
@@ -246,7 +298,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 		}
 		sleepers.Add(^uint32(0))
 		runtime.Gosched()
-		if word.Load() == ord {
+		if word.Load() >= ord {
 			return nil
 		}
 		if err := b.gone(ctx, q, word, ord); err != nil {
@@ -264,7 +316,7 @@ func (b *Block) gone(ctx context.Context, q int, word *atomic.Uint64, ord uint64
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if err := b.e.g.PeerErr(q); err != nil && word.Load() != ord {
+	if err := b.e.g.PeerErr(q); err != nil && word.Load() < ord {
 		return err
 	}
 	return nil

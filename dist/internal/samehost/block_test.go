@@ -118,7 +118,7 @@ func TestBlockCollectives(t *testing.T) {
 // TestBlockCallsInFlight: members issue many calls in order and run
 // each on a goroutine of its own, as async calls do; they run in issue
 // order on every member, reusing the two slots, and give the right
-// results (run it with -race).
+// results, broadcasts among them (run it with -race).
 func TestBlockCallsInFlight(t *testing.T) {
 	const world, calls = 3, 300
 	j := newJob(t, world, true, false)
@@ -126,6 +126,21 @@ func TestBlockCallsInFlight(t *testing.T) {
 		errs := make(chan error, calls)
 		var wg sync.WaitGroup
 		for it := range calls {
+			if it%4 == 3 { // a run of broadcasts, whose roots wait on nobody
+				root := it % world
+				c := m.issue(fpBroadcast + uint64(root)*100)
+				wg.Go(func() {
+					b := bytes.Repeat([]byte{byte(m.q + it)}, 1+it%7)
+					if err := m.e.Block().Broadcast(j.ctx, c, b, root); err != nil {
+						errs <- err
+						return
+					}
+					if want := bytes.Repeat([]byte{byte(root + it)}, len(b)); !bytes.Equal(b, want) {
+						errs <- fmt.Errorf("call %d, broadcast from %d: % x", it, root, b)
+					}
+				})
+				continue
+			}
 			c := m.issue(fpAllReduce + uint64(it%3)*100)
 			wg.Go(func() {
 				x := make([]byte, 8*(1+it%5))
@@ -206,15 +221,78 @@ func TestBlockDesync(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Src != globalRank(1-m.q) || fe.Key != (transport.Key{Group: testGroupID, Seq: c.Seq}) || fe.Got != other || fe.Want != fp {
 			return fmt.Errorf("got %#v, want a FingerprintError from rank %d", err, globalRank(1-m.q))
 		}
-		// The next call runs: the failed one ended.
-		c = m.issue(fpAllReduce)
+		// The next call runs (the failed one ended) and finds the
+		// mismatch again, before it writes its slot.
+		first := c
+		err = m.e.Block().Barrier(j.ctx, m.issue(fpBarrier))
+		if !errors.As(err, &fe) || fe.Src != globalRank(1-m.q) || fe.Key.Seq != first.Seq {
+			return fmt.Errorf("the call after: got %#v, want a FingerprintError from rank %d on call %d", err, globalRank(1-m.q), first.Seq)
+		}
+		return nil
+	})
+	j = newJob(t, 2, true, false)
+	j.run(t, func(m *testMember) error {
+		c := m.issue(fpAllReduce)
 		x := make([]byte, 8*(1+m.q))
-		err = m.e.Block().AllReduce(j.ctx, c, x, sum)
+		err := m.e.Block().AllReduce(j.ctx, c, x, sum)
 		var le *transport.LengthError
 		if !errors.As(err, &le) || le.Src != globalRank(1-m.q) || le.Got != int64(8*(2-m.q)) || le.Want != int64(len(x)) {
 			return fmt.Errorf("got %#v, want a LengthError from rank %d", err, globalRank(1-m.q))
 		}
 		return nil
+	})
+	// A broadcast whose members each think themselves its root: neither
+	// reads the other's header in it, so the next call finds it.
+	j = newJob(t, 2, true, false)
+	j.run(t, func(m *testMember) error {
+		bc := m.issue(fpBroadcast + uint64(m.q)*100)
+		if err := m.e.Block().Broadcast(j.ctx, bc, []byte{1, 2, 3}, m.q); err != nil {
+			return fmt.Errorf("the broadcast: %v", err)
+		}
+		err := m.e.Block().Barrier(j.ctx, m.issue(fpBarrier))
+		var fe *transport.FingerprintError
+		other := fpBroadcast + uint64(1-m.q)*100
+		if !errors.As(err, &fe) || fe.Src != globalRank(1-m.q) || fe.Key != (transport.Key{Group: testGroupID, Seq: bc.Seq}) || fe.Got != other || fe.Want != bc.FP {
+			return fmt.Errorf("got %#v, want a FingerprintError from rank %d on the broadcast", err, globalRank(1-m.q))
+		}
+		return nil
+	})
+}
+
+// TestBlockBroadcastRoot: a broadcast's root returns before the other
+// members come (it waits on nobody), and they get its input; its next
+// call waits for them to have entered the broadcast.
+func TestBlockBroadcastRoot(t *testing.T) {
+	const world = 3
+	j := newJob(t, world, true, false)
+	rootDone := make(chan struct{})
+	j.run(t, func(m *testMember) error {
+		c := m.issue(fpBroadcast)
+		b := []byte{byte(m.q), 0, 0}
+		if m.q == 1 {
+			if err := m.e.Block().Broadcast(j.ctx, c, b, 1); err != nil {
+				return err
+			}
+			close(rootDone)
+		} else {
+			select {
+			case <-rootDone:
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("member %d: the root did not return before the others came", m.q)
+			}
+			if err := m.e.Block().Broadcast(j.ctx, c, b, 1); err != nil {
+				return err
+			}
+			if !bytes.Equal(b, []byte{1, 0, 0}) {
+				return fmt.Errorf("member %d got % x", m.q, b)
+			}
+		}
+		x := make([]byte, 8)
+		fill(x, func(int) int64 { return int64(m.q) })
+		if err := m.e.Block().AllReduce(j.ctx, m.issue(fpAllReduce), x, sum); err != nil {
+			return err
+		}
+		return check("the all_reduce after", x, func(int) int64 { return world * (world - 1) / 2 })
 	})
 }
 

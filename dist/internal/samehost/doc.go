@@ -64,23 +64,35 @@
 //
 // In call k (its ordinal, from Turns) a member writes its input (if any)
 // into its slot Slot(k), then the header's fingerprint and length, then
-// stores k in the sequence word, and waits until every other member has
-// stored k in its own slot Slot(k); then it reads what it needs of
-// theirs (all of them, in rank order, for an all-reduce, so that every
-// member reduces in the same order and all get the same bits). A frame
-// through the transport is a copy into a ring, a header, a reader that
-// polls, a handoff to the waiting call; here it is a store and a load of
-// one cache line each way.
+// stores k in the sequence word, and waits until the members whose
+// inputs it needs have stored k (or later) in their own slot Slot(k):
+// every other member, or for a broadcast the root (and the root waits on
+// nobody); then it reads their inputs (all of them, in rank order, for
+// an all-reduce, so that every member reduces in the same order and all
+// get the same bits). A frame through the transport is a copy into a
+// ring, a header, a reader that polls, a handoff to the waiting call;
+// here it is a store and a load of one cache line each way.
 //
 // # Ordering
 //
 // Calls through the block run one at a time on each member, in the order
-// they were issued (Turns); every call waits on every member's header,
-// broadcasts too. Two slots are then enough: a member writes slot p
-// again in call k+2 only after it has seen every other member's header
-// of call k+1, which each wrote after it had finished reading everyone's
-// slots of call k (TestModel checks this over every interleaving of a
-// few members and calls, and that one slot would not do).
+// they were issued (Turns). Before a member writes its slot in call k, it
+// waits until every other member has stored k-1 (or later) in its slot
+// Slot(k-1), unless it saw all their headers of call k-1 already (every
+// call but a broadcast, where only the root's is read). Two slots are
+// then enough: a member writes slot p again in call k+2 only after every
+// other member has published call k+1, which each did after it had
+// finished reading everyone's slots of call k; and a member waiting on
+// another's header of call k never finds it overwritten, since that one
+// writes call k+2 only after the waiting member has published k+1. So a
+// broadcast's root goes on at once, and its members wait for the root
+// alone; the cost, one call later, is a wait for the members to have
+// entered the broadcast, which they usually have. (TestModel checks all
+// this over every interleaving of a few members and calls, broadcasts
+// among them, and that one slot, or broadcasts without the wait for the
+// call before, would not do.) A member out of step finds it from the
+// fingerprint of the header it reads; a broadcast's root, which reads
+// none, learns it when the group fails.
 //
 // The sequence words and the sleepers' count are sync/atomic operations
 // on the mapped memory, which order two processes as they order two

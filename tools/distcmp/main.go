@@ -11,6 +11,14 @@
 //
 //	go run ./tools/distcmp                     # worlds 2 and 4, every peer
 //	go run ./tools/distcmp --worlds 2 --target 0.3s --peers godist,vader
+//	go run ./tools/distcmp --peers godist,vader --rounds 5   # interleaved
+//
+// With --rounds N every benchmark runs N times per world, in an order
+// that rotates from round to round; each table entry is then the median
+// of the rounds' medians with their spread (the slowest round's median
+// over the fastest's) in parentheses, and a summary under the tables
+// counts the cells where godist's median is at or below each peer's and
+// names godist's cells whose spread exceeds 1.5×.
 //
 // All use the same method (barrier; t0; op; t1, the max over ranks, the
 // median over iterations), sizes and iteration policy; the flags below are
@@ -51,8 +59,12 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch) and mpi4py (python3-mpi4py)")
 	anchors := flag.String("anchors", "", "directory holding bench_gloo.py and bench_mpi.py (default: the copies in tools/peers, which this binary carries)")
 	keep := flag.String("keep", "", "directory to keep every benchmark's JSON in")
+	rounds := flag.Int("rounds", 1, "rounds: each runs every benchmark once per world, in an order that rotates from round to round; the tables give the median of the rounds' medians and, in parentheses, their spread (slowest over fastest)")
 	flag.Parse()
 
+	if *rounds < 1 {
+		check(errors.New("want --rounds >= 1"))
+	}
 	sel, err := selectPeers(*peerList)
 	check(err)
 	dir, err := os.MkdirTemp("", "distcmp")
@@ -77,8 +89,8 @@ func main() {
 		check(build.Run())
 	}
 
-	fmt.Printf("distcmp: %s, target %v, iterations %d..%d, warm-up %d\n\n",
-		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup)
+	fmt.Printf("distcmp: %s, target %v, iterations %d..%d, warm-up %d, %d round(s)\n\n",
+		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *rounds)
 	var run []peer
 	for _, p := range sel {
 		versions, missing := p.Probe(s)
@@ -98,33 +110,50 @@ func main() {
 		check(err)
 		base := column{Label: "godist"}
 		var cols []column
-		var took, notes []string
-		for _, p := range run {
-			pops := opsFor(p, opList)
-			if len(pops) == 0 {
+		var notes []string
+		took := make([]float64, len(run))
+		results := make([][][]cell, len(run)) // by peer, by round
+		for r := range *rounds {
+			for _, i := range roundOrder(len(run), r) {
+				p := run[i]
+				pops := opsFor(p, opList)
+				if len(pops) == 0 {
+					continue
+				}
+				out := filepath.Join(dir, fmt.Sprintf("%s_w%d_r%d.json", p.Label, w, r+1))
+				fmt.Fprintf(os.Stderr, "distcmp: %s, world %d, round %d\n", p.Label, w, r+1)
+				t0 := time.Now()
+				cells, err := measure(p, s, w, pops, out, *timeout)
+				if err != nil {
+					failed = true
+					notes = append(notes, fmt.Sprintf("- %s failed at world %d, round %d: %v", p.Label, w, r+1, err))
+					continue
+				}
+				took[i] += time.Since(t0).Seconds()
+				results[i] = append(results[i], cells)
+			}
+		}
+		var tooks []string
+		for i, p := range run {
+			if len(results[i]) == 0 {
 				continue
 			}
-			out := filepath.Join(dir, fmt.Sprintf("%s_w%d.json", p.Label, w))
-			fmt.Fprintf(os.Stderr, "distcmp: %s, world %d\n", p.Label, w)
-			t0 := time.Now()
-			cells, err := measure(p, s, w, pops, out, *timeout)
-			if err != nil {
-				failed = true
-				notes = append(notes, fmt.Sprintf("- %s failed at world %d: %v", p.Label, w, err))
-				continue
-			}
-			took = append(took, fmt.Sprintf("%s %.0f s", p.Label, time.Since(t0).Seconds()))
+			tooks = append(tooks, fmt.Sprintf("%s %.0f s", p.Label, took[i]))
+			cells := mergeRounds(results[i])
 			if p.Name == "godist" {
 				base.Cells = cells
 			} else {
 				cols = append(cols, column{Label: p.Label, Cells: cells})
 			}
 		}
-		fmt.Printf("\n### world %d (%s)\n", w, strings.Join(took, ", "))
+		fmt.Printf("\n### world %d (%s)\n", w, strings.Join(tooks, ", "))
 		if len(notes) > 0 {
 			fmt.Printf("\n%s\n", strings.Join(notes, "\n"))
 		}
 		fmt.Print(renderTables(opList, base, cols))
+		if v := verdict(opList, base, cols); v != "" && len(base.Cells) > 0 {
+			fmt.Printf("\n%s", v)
+		}
 	}
 	if failed {
 		os.Exit(1)

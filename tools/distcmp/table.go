@@ -22,6 +22,11 @@ type cell struct {
 	LatUsMedian float64 `json:"lat_us_median"`
 	BusbwGBps   float64 `json:"busbw_GBps"`
 	Algo        string  `json:"algo"`
+
+	// Set by mergeRounds: how many rounds measured the cell, and their
+	// largest median over their smallest.
+	Rounds int     `json:"-"`
+	Spread float64 `json:"-"`
 }
 
 // ok reports whether c holds a measured latency.
@@ -147,7 +152,8 @@ func tableRow(op string, size int, base column, peers []column) []string {
 	return append(row, algo)
 }
 
-// latency is c's median at (op, size) as a table entry.
+// latency is c's median at (op, size) as a table entry, with the
+// rounds' spread when several rounds measured it.
 func latency(c column, op string, size int) string {
 	x, ok := c.find(op, size)
 	switch {
@@ -157,10 +163,23 @@ func latency(c column, op string, size int) string {
 		return "unsupported"
 	case x.Error != "":
 		return "error"
-	case x.LatUsMedian >= 1000:
-		return fmt.Sprintf("%.0f", x.LatUsMedian)
 	}
-	return fmt.Sprintf("%.1f", x.LatUsMedian)
+	s := fmt.Sprintf("%.1f", x.LatUsMedian)
+	if x.LatUsMedian >= 1000 {
+		s = fmt.Sprintf("%.0f", x.LatUsMedian)
+	}
+	if x.Rounds > 1 {
+		s += fmt.Sprintf(" (%.2f×)", x.Spread)
+	}
+	return s
+}
+
+// cellName names op at size (a barrier has no size).
+func cellName(op string, size int) string {
+	if op == "barrier" {
+		return op
+	}
+	return op + " " + benchfmt.Size(size)
 }
 
 // sizesOf returns the sizes at which any column measured op, ascending.

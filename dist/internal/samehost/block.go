@@ -23,8 +23,19 @@ const (
 	// BlockBytes is the size of a member's block.
 	BlockBytes = offWaiters + 64
 
-	spinFor    = 50 * time.Microsecond // polling before sleeping
-	tightLoads = 2000                  // loads of a header before anything else (about 1-2 µs)
+	tightLoads = 2000 // loads of a header before anything else (about 1-2 µs)
+	// A member with a CPU of its own polls for spinFor before it sleeps,
+	// or for longSpin while the members it waited for lately came
+	// within longSpin (Block.late): then a sleep costs more than the
+	// wait it saves. On a VM a sleeping vCPU halts, and waking it takes
+	// 100-150 µs here; with a 50 µs poll two ranks fell into turns of
+	// sleeping on each other (each call waiting out the other's wakeup)
+	// in about half of the short runs of a benchmark, every call then
+	// taking 150 µs instead of 1. A poll that loses its thread's CPU
+	// for preemptGap (other work wants the CPU) sleeps at once.
+	spinFor    = 50 * time.Microsecond
+	longSpin   = time.Millisecond
+	preemptGap = 200 * time.Microsecond
 	// yieldSpinFor is the polling of a member that yields its CPU
 	// between polls (Config.Yield): sleeping costs a wakeup through the
 	// scheduler, tens of µs, where the others arrive within a few
@@ -46,6 +57,8 @@ type Block struct {
 	// that published its header (its sequence number and fingerprint).
 	sawAll          uint64
 	lastSeq, lastFP uint64
+	// late is how long this member's last wait for another lasted.
+	late time.Duration
 
 	turn struct {
 		sync.Mutex
@@ -238,8 +251,9 @@ func slotsFor(buf *[8][]byte, size int) [][]byte {
 }
 
 // wait waits until member q publishes call ord (seq) in slot s of its
-// block mem, or a later call there: polling, then asleep on the sequence word; the group hears
-// of the wait (its timeouts and probes), once per call.
+// block mem, or a later call there: polling, then asleep on the
+// sequence word; the group hears of the wait (its timeouts and probes),
+// once per call.
 func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte, waited *bool) error {
 	word := seqWord(s)
 	yield := b.e.yield
@@ -252,6 +266,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 	// state machine costs a fraction of that each.
 	for range tight {
 		if word.Load() >= ord {
+			b.late = 0
 			return nil
 		}
 	}
@@ -260,10 +275,15 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 		b.e.g.Waiting(seq, q)
 	}
 	start := time.Now()
+	defer func() { b.late = time.Since(start) }()
 	spin := spinFor
-	if yield {
+	switch {
+	case yield:
 		spin = yieldSpinFor
+	case b.late < longSpin:
+		spin = longSpin
 	}
+	last := start
 	for polls := 0; ; polls++ {
 		for range max(tight/8, 1) {
 			if word.Load() >= ord {
@@ -274,9 +294,11 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 			if err := b.gone(ctx, q, word, ord); err != nil {
 				return err
 			}
-			if time.Since(start) > spin {
+			now := time.Now()
+			if now.Sub(start) > spin || !yield && now.Sub(last) > preemptGap {
 				break
 			}
+			last = now
 		}
 		runtime.Gosched()
 		if yield {

@@ -276,13 +276,7 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 	}
 	start := time.Now()
 	defer func() { b.late = time.Since(start) }()
-	spin := spinFor
-	switch {
-	case yield:
-		spin = yieldSpinFor
-	case b.late < longSpin:
-		spin = longSpin
-	}
+	spin := spinBudget(yield, b.late)
 	last := start
 	for polls := 0; ; polls++ {
 		for range max(tight/8, 1) {
@@ -327,6 +321,19 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 			return err
 		}
 	}
+}
+
+// spinBudget is how long a wait polls before it sleeps, given whether
+// the member yields its CPU between polls and how long its last wait
+// lasted.
+func spinBudget(yield bool, late time.Duration) time.Duration {
+	switch {
+	case yield:
+		return yieldSpinFor
+	case late < longSpin:
+		return longSpin
+	}
+	return spinFor
 }
 
 // gone returns why a wait for member q's call ord must end: the call's

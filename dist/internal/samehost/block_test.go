@@ -390,3 +390,27 @@ func TestLayout(t *testing.T) {
 		t.Fatal("call 3 is not in slot 1")
 	}
 }
+
+// TestSpinBudget: a member with a CPU of its own polls long while the
+// others came within the long poll lately (a sleep would cost a halted
+// vCPU's wakeup, more than the wait), and briefly after a long wait;
+// one that yields its CPU polls for yieldSpinFor whatever came before.
+func TestSpinBudget(t *testing.T) {
+	for _, c := range []struct {
+		yield bool
+		late  time.Duration
+		want  time.Duration
+	}{
+		{false, 0, longSpin},
+		{false, 150 * time.Microsecond, longSpin},
+		{false, longSpin - 1, longSpin},
+		{false, longSpin, spinFor},
+		{false, 20 * time.Millisecond, spinFor},
+		{true, 0, yieldSpinFor},
+		{true, 20 * time.Millisecond, yieldSpinFor},
+	} {
+		if got := spinBudget(c.yield, c.late); got != c.want {
+			t.Errorf("spinBudget(yield %v, late %v) = %v, want %v", c.yield, c.late, got, c.want)
+		}
+	}
+}

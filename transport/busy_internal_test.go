@@ -5,20 +5,46 @@ import (
 	"time"
 )
 
-// TestHostBusyHold: a reader that marks the host busy makes the others
-// sleep at once for busyHold, and poll again after it.
+// TestHostBusyHold: one starved spell does not mark the host busy, nor
+// one more within confirmGap of it (a job starting up); a second one
+// from confirmGap to confirmWithin after the first does, and the readers
+// then sleep at once for busyHold and poll again after it; within
+// confirmWithin of the hold's end one starved spell marks it busy again;
+// a spell long after the last starts over.
 func TestHostBusyHold(t *testing.T) {
-	defer busyUntil.Store(0)
+	reset := func() { busyUntil.Store(0); starvedSince.Store(0) }
+	reset()
+	defer reset()
 	now := time.Now()
 	if hostBusy(now) {
 		t.Fatal("busy before anything marked it")
 	}
 	markBusy(now)
-	if !hostBusy(now.Add(busyHold - time.Millisecond)) {
-		t.Error("not busy within busyHold of the mark")
+	markBusy(now.Add(confirmGap / 2))
+	if hostBusy(now.Add(confirmGap / 2)) {
+		t.Fatal("busy after one starved spell (and another within confirmGap)")
 	}
-	if hostBusy(now.Add(busyHold + time.Millisecond)) {
+	second := now.Add(confirmGap)
+	markBusy(second)
+	if !hostBusy(second.Add(busyHold - time.Millisecond)) {
+		t.Error("not busy within busyHold of the confirming spell")
+	}
+	if hostBusy(second.Add(busyHold + time.Millisecond)) {
 		t.Error("still busy after busyHold")
+	}
+	again := second.Add(busyHold + confirmWithin/2)
+	markBusy(again)
+	if !hostBusy(again.Add(time.Millisecond)) {
+		t.Error("one starved spell soon after a hold did not mark the host busy again")
+	}
+	late := again.Add(busyHold + 2*confirmWithin)
+	markBusy(late)
+	if hostBusy(late.Add(time.Millisecond)) {
+		t.Error("one starved spell long after the last hold marked the host busy")
+	}
+	markBusy(late.Add(2 * confirmWithin))
+	if hostBusy(late.Add(2*confirmWithin + time.Millisecond)) {
+		t.Error("two starved spells more than confirmWithin apart marked the host busy")
 	}
 }
 

@@ -301,11 +301,44 @@ const preempted = 500 * time.Microsecond
 // frame and preempts them: DDP's MLP at world 2 beside two hogs ran at
 // 23-36k samples/s polling and 43-44k without. The first idle spell after
 // busyHold polls again, and measures again.
-const busyHold = 500 * time.Millisecond
+//
+// One starved spell does not mark the host busy: a second one must come
+// at least confirmGap after it and within confirmWithin. The processes
+// of a job starting up, or two ranks the scheduler put on one CPU for a
+// moment, starve a poller once; a reader that parked on that one spell
+// kept the job's ranks asleep on each other, and sleeping ranks the
+// scheduler packs onto one CPU (each wakes the other where it runs), so
+// the next spell starved too: in about a third of the short runs of a
+// quiet benchmark every 64 KiB broadcast took 25-60 µs instead of 9.
+// CPU hogs starve every spell, and are confirmed in the next; once the
+// host was busy, within confirmWithin of the hold's end one starved
+// spell marks it busy again.
+const (
+	busyHold      = 500 * time.Millisecond
+	confirmGap    = 50 * time.Millisecond
+	confirmWithin = time.Second
+)
 
-var busyUntil atomic.Int64 // UnixNano
+var (
+	busyUntil    atomic.Int64 // UnixNano
+	starvedSince atomic.Int64 // UnixNano of the first starved spell not yet confirmed
+)
 
-func markBusy(now time.Time) { busyUntil.Store(now.Add(busyHold).UnixNano()) }
+// markBusy records a starved spell at now, and marks the host busy when
+// it confirms an earlier one.
+func markBusy(now time.Time) {
+	t := now.UnixNano()
+	first := starvedSince.Load()
+	switch {
+	case t-busyUntil.Load() <= int64(confirmWithin):
+		busyUntil.Store(now.Add(busyHold).UnixNano()) // busy lately: still
+	case first == 0 || t-first > int64(confirmWithin):
+		starvedSince.Store(t)
+	case t-first >= int64(confirmGap):
+		starvedSince.Store(0)
+		busyUntil.Store(now.Add(busyHold).UnixNano())
+	}
+}
 
 // cpuStarved reports whether the process ran for less than three
 // quarters of the time since since (when its CPU time was cpu): its

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,4 +147,32 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestOthersRun: a sender waiting for a slot sees whether goroutines of
+// its process wait for the P (then it sleeps through the runtime rather
+// than hold the P in a futex); with none waiting it says so.
+func TestOthersRun(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var o shmOut
+	done := make(chan struct{})
+	go func() { // runnable, and busy for 200 µs once it runs
+		start := time.Now()
+		for time.Since(start) < 200*time.Microsecond {
+		}
+		close(done)
+	}()
+	if !o.othersRun() {
+		t.Error("a goroutine waited for the only P, and othersRun did not see it")
+	}
+	<-done
+	quiet := 0
+	for range 20 {
+		if !o.othersRun() {
+			quiet++
+		}
+	}
+	if quiet == 0 {
+		t.Error("nothing else to run, and othersRun said there was, 20 times in 20")
+	}
 }

@@ -59,6 +59,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "Python with torch (python3-torch) and mpi4py (python3-mpi4py)")
 	anchors := flag.String("anchors", "", "directory holding bench_gloo.py and bench_mpi.py (default: the copies in tools/peers, which this binary carries)")
 	keep := flag.String("keep", "", "directory to keep every benchmark's JSON in")
+	corelat := flag.Bool("corelat", true, "record the CPUs' cache-line round trip (tools/corelat) before and after every benchmark, and with several rounds give godist's spread over the rounds run with the vCPUs near each other too")
 	rounds := flag.Int("rounds", 1, "rounds: each runs every benchmark once per world, in an order that rotates from round to round; the tables give the median of the rounds' medians and, in parentheses, their spread (slowest over fastest)")
 	flag.Parse()
 
@@ -88,6 +89,16 @@ func main() {
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		check(build.Run())
 	}
+	var lat string // the corelat binary
+	if *corelat {
+		lat = filepath.Join(dir, "corelat")
+		build := exec.Command("go", "build", "-o", lat, "github.com/godist/godist/tools/corelat")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "distcmp: no corelat (%v): placements not recorded\n", err)
+			lat = ""
+		}
+	}
 
 	fmt.Printf("distcmp: %s, target %v, iterations %d..%d, warm-up %d, %d round(s)\n\n",
 		time.Now().UTC().Format(time.RFC3339), *target, *minIters, *maxIters, *warmup, *rounds)
@@ -113,6 +124,7 @@ func main() {
 		var notes []string
 		took := make([]float64, len(run))
 		results := make([][][]cell, len(run)) // by peer, by round
+		places := make([][]placement, len(run))
 		for r := range *rounds {
 			for _, i := range roundOrder(len(run), r) {
 				p := run[i]
@@ -122,6 +134,7 @@ func main() {
 				}
 				out := filepath.Join(dir, fmt.Sprintf("%s_w%d_r%d.json", p.Label, w, r+1))
 				fmt.Fprintf(os.Stderr, "distcmp: %s, world %d, round %d\n", p.Label, w, r+1)
+				before := roundTrip(lat)
 				t0 := time.Now()
 				cells, err := measure(p, s, w, pops, out, *timeout)
 				if err != nil {
@@ -130,7 +143,9 @@ func main() {
 					continue
 				}
 				took[i] += time.Since(t0).Seconds()
+				pl := placement{before, roundTrip(lat)}
 				results[i] = append(results[i], cells)
+				places[i] = append(places[i], pl)
 			}
 		}
 		var tooks []string
@@ -153,6 +168,11 @@ func main() {
 		fmt.Print(renderTables(opList, base, cols))
 		if v := verdict(opList, base, cols); v != "" && len(base.Cells) > 0 {
 			fmt.Printf("\n%s", v)
+		}
+		for i, p := range run {
+			if p.Name == "godist" && lat != "" && len(results[i]) > 1 {
+				fmt.Print(placementNote(results[i], places[i]))
+			}
 		}
 	}
 	if failed {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -124,4 +126,87 @@ func verdict(ops []string, base column, peers []column) string {
 		sb.WriteString("\n")
 	}
 	return sb.String()
+}
+
+// placement is where the host had put the VM's two vCPUs while a
+// benchmark ran, from the cache-line round trip between them before and
+// after it (tools/corelat): near (a cache in common), far, or moved
+// between the two; unknown without corelat.
+type placement struct {
+	Before, After float64 // ns
+}
+
+// farFrom is the round trip from which two vCPUs are far apart: about
+// 60-120 ns near, 300-500 far on these VMs.
+const farFrom = 150
+
+// near reports whether both looks found the vCPUs near each other.
+func (p placement) near() bool {
+	return p.Before > 0 && p.After > 0 && p.Before < farFrom && p.After < farFrom
+}
+
+func (p placement) String() string {
+	switch {
+	case p.Before <= 0 || p.After <= 0:
+		return "unknown"
+	case p.near():
+		return fmt.Sprintf("near (%.0f/%.0f ns)", p.Before, p.After)
+	case p.Before >= farFrom && p.After >= farFrom:
+		return fmt.Sprintf("far (%.0f/%.0f ns)", p.Before, p.After)
+	}
+	return fmt.Sprintf("moved (%.0f/%.0f ns)", p.Before, p.After)
+}
+
+// placementNote lists where godist's rounds ran and, when at least two
+// ran with the vCPUs near each other, its worst spread over those: how
+// much of the spread the host's placement of the vCPUs explains.
+func placementNote(rounds [][]cell, places []placement) string {
+	var sb strings.Builder
+	var near [][]cell
+	sb.WriteString("- where godist's rounds ran:")
+	for r, p := range places {
+		if r > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, " %d %s", r+1, p)
+		if p.near() {
+			near = append(near, rounds[r])
+		}
+	}
+	sb.WriteString("\n")
+	if len(near) < 2 {
+		return sb.String()
+	}
+	worst, where := 0.0, ""
+	over := 0
+	for _, c := range mergeRounds(near) {
+		if !c.ok() {
+			continue
+		}
+		if c.Spread > worst {
+			worst, where = c.Spread, cellName(c.Op, c.Size)
+		}
+		if c.Spread > 1.5 {
+			over++
+		}
+	}
+	fmt.Fprintf(&sb, "- godist's spread over its %d rounds with the vCPUs near: worst %.2f× (%s); over 1.5×: %d cells\n", len(near), worst, where, over)
+	return sb.String()
+}
+
+// roundTrip runs corelat (its path; "" for none) and returns its round
+// trip in ns, or 0 when it could not be measured.
+func roundTrip(corelat string) float64 {
+	if corelat == "" {
+		return 0
+	}
+	out, err := exec.Command(corelat).Output()
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil {
+		return 0
+	}
+	return v
 }

@@ -83,3 +83,24 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestPlacementNote(t *testing.T) {
+	round := func(lat float64) []cell { return []cell{{Op: "broadcast", Size: 65536, LatUsMedian: lat}} }
+	rounds := [][]cell{round(10), round(40), round(12), round(11)}
+	places := []placement{{90, 100}, {480, 500}, {95, 110}, {100, 300}}
+	got := placementNote(rounds, places)
+	for _, want := range []string{
+		"1 near (90/100 ns), 2 far (480/500 ns), 3 near (95/110 ns), 4 moved (100/300 ns)",
+		"spread over its 2 rounds with the vCPUs near: worst 1.20× (broadcast 64 KiB); over 1.5×: 0 cells",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("placementNote lacks %q:\n%s", want, got)
+		}
+	}
+	if got := placementNote(rounds[:2], places[:2]); strings.Contains(got, "spread") {
+		t.Errorf("one near round gave a spread:\n%s", got)
+	}
+	if s := (placement{}).String(); s != "unknown" {
+		t.Errorf("no measurement: %q", s)
+	}
+}

@@ -128,7 +128,9 @@ bench:
 # gloo (tools/peers/bench_gloo.py) one after the other, as one table
 # per world and op with each peer's median over godist's. A peer not
 # installed is skipped. DISTCMP_FLAGS narrows it, e.g.
-# DISTCMP_FLAGS='--target 0.3s'.
+# DISTCMP_FLAGS='--target 0.3s'; with '--rounds 5' every benchmark runs
+# five times, interleaved, and the tables give the rounds' spread and
+# where the host had put the vCPUs (tools/corelat).
 bench-dist:
 	$(GO) run ./tools/distcmp --worlds 2,4 --python $(PYTHON) $(DISTCMP_FLAGS)
 

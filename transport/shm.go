@@ -110,11 +110,13 @@ type shmOut struct {
 }
 
 // acquire waits until the next slot is free and returns its index. It
-// yields for slotSpin, then sleeps on the slot's state word until the
-// receiver frees it (shmSeg.free), in naps that grow to slotNap, to look
-// at the connection and ctx and to let this process's goroutines run: a
-// sleep through the runtime's timers would last a millisecond here,
-// whatever it asks for, where a slot frees in tens of microseconds.
+// yields for slotSpin; then, while other goroutines of this process wait
+// for the P, it sleeps through the runtime's timers (which hands them
+// the P), else on the slot's state word until the receiver frees it
+// (shmSeg.free), in naps that grow to slotNap, to look at the connection
+// and ctx and to let this process's goroutines run: with nothing else
+// to run, a sleep through the runtime's timers would last a millisecond
+// here, whatever it asks for, where a slot frees in tens of microseconds.
 func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	i := o.next
 	st := o.seg.state(i)
@@ -134,7 +136,7 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 			runtime.Gosched()
 			continue
 		}
-		if o.othersRun() {
+		if othersRun() {
 			// This process has other goroutines to run (its reader among
 			// them, which frees the peer's slots, and the peer may be
 			// waiting for that to free this one): sleep through the
@@ -142,7 +144,7 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 			// hold the P, and the runtime's monitor takes it back only
 			// after up to 10 ms: RPC's 64 echoes of 1 MiB in flight,
 			// whose senders and readers share one P a process, took
-			// 55-95 ms a round that way, 17-36 ms this way.
+			// 55-107 ms a round that way, 25-53 ms this way.
 			time.Sleep(20 * time.Microsecond)
 			continue
 		}
@@ -165,7 +167,7 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 // othersRun reports whether other goroutines of this process were
 // waiting for a P: a runtime.Gosched that lasts more than othersRan
 // ran some (one that finds none returns in well under a microsecond).
-func (o *shmOut) othersRun() bool {
+func othersRun() bool {
 	t := time.Now()
 	runtime.Gosched()
 	return time.Since(t) > othersRan

@@ -154,7 +154,6 @@ func (b *syncBuffer) String() string {
 // than hold the P in a futex); with none waiting it says so.
 func TestOthersRun(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var o shmOut
 	done := make(chan struct{})
 	go func() { // runnable, and busy for 200 µs once it runs
 		start := time.Now()
@@ -162,13 +161,13 @@ func TestOthersRun(t *testing.T) {
 		}
 		close(done)
 	}()
-	if !o.othersRun() {
+	if !othersRun() {
 		t.Error("a goroutine waited for the only P, and othersRun did not see it")
 	}
 	<-done
 	quiet := 0
 	for range 20 {
-		if !o.othersRun() {
+		if !othersRun() {
 			quiet++
 		}
 	}

@@ -164,6 +164,17 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 	return i, nil
 }
 
+// idle reports whether the receiver has freed every slot: no message is
+// in flight through them.
+func (o *shmOut) idle() bool {
+	for i := range shmSlots {
+		if o.seg.state(i).Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // othersRun reports whether other goroutines of this process were
 // waiting for a P: a runtime.Gosched that lasts more than othersRan
 // ran some (one that finds none returns in well under a microsecond).

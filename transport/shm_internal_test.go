@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"runtime"
@@ -173,5 +174,61 @@ func TestOthersRun(t *testing.T) {
 	}
 	if quiet == 0 {
 		t.Error("nothing else to run, and othersRun said there was, 20 times in 20")
+	}
+}
+
+// TestShmMessageWholeWhileInFlight: a message of fragMin bytes or more
+// goes through the slots in fragments when the receiver holds none (its
+// copies in and out overlap), and whole, in one slot, while messages are
+// in flight (theirs overlap already, and one message does not take every
+// slot).
+func TestShmMessageWholeWhileInFlight(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		a, b := net.Pipe()
+		frames := make(chan Header, 8)
+		go func() { // the peer: reads each frame's header (slot frames have no body)
+			for {
+				buf := make([]byte, HeaderSize)
+				if _, err := io.ReadFull(b, buf); err != nil {
+					close(frames)
+					return
+				}
+				h, err := decodeHeader(buf)
+				if err != nil {
+					t.Errorf("a header: %v", err)
+				}
+				frames <- h
+			}
+		}()
+		l := newTCPLink(a)
+		l.shm = &shmOut{seg: &shmSeg{mem: make([]byte, shmSegment)}, down: new(atomic.Bool)}
+		if busy {
+			l.shm.seg.state(shmSlots - 1).Store(1) // a message in flight, not yet copied out
+		}
+		// Bounded: fragments would wait for the slot in flight forever.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.send(ctx, &Header{Kind: KindMessage, Len: 1 << 20}, [][]byte{make([]byte, 1<<20)})
+		cancel()
+		if err != nil {
+			t.Fatalf("busy %v: %v", busy, err)
+		}
+		a.Close()
+		var got []Header
+		for h := range frames {
+			got = append(got, h)
+		}
+		b.Close()
+		taken := 0
+		for i := range shmSlots {
+			if l.shm.seg.state(i).Load() != 0 {
+				taken++
+			}
+		}
+		if !busy && (len(got) != shmSlots || got[0].Frag&FragFirst == 0 || taken != shmSlots) {
+			t.Errorf("idle slots: %d frames %+v, %d slots taken; want %d fragments in every slot", len(got), got, taken, shmSlots)
+		}
+		if busy && (len(got) != 1 || got[0].Kind != KindShmMessage || got[0].Frag != 0 || got[0].Len != 1<<20 || taken != 2) {
+			t.Errorf("a message in flight: %d frames %+v, %d slots taken; want the message whole in one slot", len(got), got, taken)
+		}
 	}
 }

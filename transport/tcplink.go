@@ -58,7 +58,11 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	if err := ctx.Err(); err != nil {
 		return notSent{err}
 	}
-	if l.shm != nil && h.Kind == KindMessage && totalLen(payload) >= fragMin {
+	if n := totalLen(payload); l.shm != nil && h.Kind == KindMessage && n >= fragMin && (n > shmSlotSize || l.shm.idle()) {
+		// In fragments, a message's copies in and out overlap; but while
+		// the receiver still holds slots (messages in flight) a message
+		// that fits one goes whole: the copies of successive messages
+		// overlap as well, and one message does not take every slot.
 		return l.sendFragments(ctx, h, payload)
 	}
 	if l.shm != nil && (h.Kind == KindData || h.Kind == KindMessage) {

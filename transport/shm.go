@@ -144,7 +144,7 @@ func (o *shmOut) acquire(ctx context.Context) (int, error) {
 			// hold the P, and the runtime's monitor takes it back only
 			// after up to 10 ms: RPC's 64 echoes of 1 MiB in flight,
 			// whose senders and readers share one P a process, took
-			// 55-107 ms a round that way, 25-53 ms this way.
+			// 56-107 ms a round that way, 25-53 ms this way.
 			time.Sleep(20 * time.Microsecond)
 			continue
 		}

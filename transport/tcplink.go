@@ -58,7 +58,8 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 	if err := ctx.Err(); err != nil {
 		return notSent{err}
 	}
-	if n := totalLen(payload); l.shm != nil && h.Kind == KindMessage && n >= fragMin && (n > shmSlotSize || l.shm.idle()) {
+	n := totalLen(payload)
+	if l.shm != nil && h.Kind == KindMessage && n >= fragMin && (n > shmSlotSize || l.shm.idle()) {
 		// In fragments, a message's copies in and out overlap; but while
 		// the receiver still holds slots (messages in flight) a message
 		// that fits one goes whole: the copies of successive messages
@@ -66,10 +67,6 @@ func (l *tcpLink) send(ctx context.Context, h *Header, payload [][]byte) (err er
 		return l.sendFragments(ctx, h, payload)
 	}
 	if l.shm != nil && (h.Kind == KindData || h.Kind == KindMessage) {
-		var n int
-		for _, p := range payload {
-			n += len(p)
-		}
 		if n >= shmMinFrame && n <= shmSlotSize {
 			// The payload goes through the next shared-memory slot; the
 			// header, naming the slot, goes over TCP.

@@ -85,16 +85,12 @@ func main() {
 	if s.Godist == "" {
 		s.Godist = filepath.Join(dir, "godist")
 		fmt.Fprintln(os.Stderr, "distcmp: go build ./cmd/godist")
-		build := exec.Command("go", "build", "-o", s.Godist, "github.com/godist/godist/cmd/godist")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		check(build.Run())
+		check(goBuild(s.Godist, "github.com/godist/godist/cmd/godist"))
 	}
 	var lat string // the corelat binary
 	if *corelat {
 		lat = filepath.Join(dir, "corelat")
-		build := exec.Command("go", "build", "-o", lat, "github.com/godist/godist/tools/corelat")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if err := goBuild(lat, "github.com/godist/godist/tools/corelat"); err != nil {
 			fmt.Fprintf(os.Stderr, "distcmp: no corelat (%v): placements not recorded\n", err)
 			lat = ""
 		}
@@ -215,6 +211,13 @@ func measure(p peer, s spec, w int, ops []string, out string, timeout time.Durat
 		err = errors.New("no results in " + out)
 	}
 	return cells, err
+}
+
+// goBuild builds package pkg into out, its output on stderr.
+func goBuild(out, pkg string) error {
+	build := exec.Command("go", "build", "-o", out, pkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	return build.Run()
 }
 
 func tail(b []byte, n int) []byte {

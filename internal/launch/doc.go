@@ -22,8 +22,11 @@
 // A worker started with OwnGroup is in a process group of its own, which
 // Start hands to the launcher's watchdog (Linux): a process that stops
 // the group, SIGTERM then SIGKILL, when the launcher dies without doing
-// so, even by SIGKILL. The watchdog, and the gate through which such a
-// worker starts, are the launcher's own binary re-executed: this
-// package's init runs them, so any program that links it can launch,
+// so, even by SIGKILL. Such a worker starts through a gate that holds it
+// until the watchdog has its group: /bin/sh with a one-line script when
+// that changes nothing the program sees (about a millisecond a worker),
+// else the launcher's own binary re-executed (package gate, early in its
+// initialisation). The watchdog is the launcher's binary re-executed too:
+// this package's init runs it, so any program that links it can launch,
 // and only such a program should link it: package dist does not.
 package launch

@@ -30,12 +30,12 @@ import (
 // after its number has been reused.
 
 // A worker that the watchdog is to guard does not run its program until
-// the watchdog has its group. Start runs it through a gate: this binary
-// again (see gated), which waits for one byte on a pipe from the launcher
-// and then executes the program in its place (the same process, so the
-// same pid and group, with the program's own argv and environment); or,
-// should the pipe end first (the launcher died before the watchdog had
-// the group), exits without running it.
+// the watchdog has its group. Start runs it through a gate: /bin/sh or
+// this binary again (see gated), which waits for a newline on a pipe from
+// the launcher and then executes the program in its place (the same
+// process, so the same pid and group, with the program's own argv and
+// environment); or, should the pipe end first (the launcher died before
+// the watchdog had the group), exits without running it.
 
 // gate is the launcher's end of a gated worker's pipe.
 type gate struct {
@@ -52,7 +52,7 @@ func (g *gate) started() {
 // open lets the worker run its program.
 func (g *gate) open() {
 	if g != nil {
-		g.w.Write([]byte{1})
+		g.w.Write([]byte{'\n'}) // a line for the shell's gate, a byte for this binary's
 		g.w.Close()
 	}
 }

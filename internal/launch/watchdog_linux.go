@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	gatebin "github.com/godist/godist/internal/launch/gate"
 	"github.com/godist/godist/internal/shmfile"
 )
 
@@ -25,43 +26,29 @@ import (
 // spawn.Run's program, a test binary, a user's elastic.Agent), becomes
 // the watchdog in this package's init, before its main runs.
 //
-// A gate (see gate) is this binary too, with argv[0] gateArg0 and
-// gateEnv set, then the program's path and its argv; fd 3 is the pipe
-// from the launcher.
+// A gate (see gated) is this binary too, run by package gate (imported
+// here, so that every launcher's binary has it) early in its
+// initialisation.
 const (
 	watchdogArg0 = "godist-watchdog"
 	watchdogEnv  = "GODIST_WATCHDOG"
-	gateArg0     = "godist-gate"
-	gateEnv      = "GODIST_GATE"
+	gateArg0     = gatebin.Arg0
+	gateEnv      = gatebin.Env
 )
 
 func init() {
-	switch {
-	case len(os.Args) == 1 && os.Args[0] == watchdogArg0 && os.Getenv(watchdogEnv) != "":
+	if len(os.Args) == 1 && os.Args[0] == watchdogArg0 && os.Getenv(watchdogEnv) != "" {
 		os.Exit(runWatchdog(os.Stdin))
-	case len(os.Args) >= 3 && os.Args[0] == gateArg0 && os.Getenv(gateEnv) == "1":
-		os.Exit(runGate(os.NewFile(3, "gate"), os.Args[1], os.Args[2:]))
 	}
 }
 
-// runGate waits for the launcher's go-ahead on f, then executes path
-// with argv in its place. It returns only when it cannot.
-func runGate(f *os.File, path string, argv []string) int {
-	var b [1]byte
-	n, _ := f.Read(b[:])
-	f.Close()
-	if n != 1 {
-		return 1 // the launcher died before the watchdog had this group
-	}
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, gateEnv+"=") })
-	err := syscall.Exec(path, argv, env)
-	fmt.Fprintf(os.Stderr, "godist: cannot execute %s: %v\n", path, err)
-	return 127
-}
-
-// gated turns cmd, not yet started, into its gate: this binary, which
-// runs cmd's program once the gate opens. When this binary cannot be
-// found again (no /proc), it returns no gate and cmd unchanged.
+// gated turns cmd, not yet started, into its gate: a process that runs
+// cmd's program once the gate opens. When cmd names its program by a path
+// (no search of PATH) and every name in its environment is a shell's
+// variable name, the gate is /bin/sh running shGate, which costs a worker
+// about a millisecond; otherwise, or without /bin/sh, it is this binary
+// again (package gate: 6-10 ms for godist's own, a large Go binary
+// starting), and without /proc no gate at all (cmd is left unchanged).
 func gated(cmd *exec.Cmd) (*gate, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err
@@ -70,23 +57,81 @@ func gated(cmd *exec.Cmd) (*gate, error) {
 	if _, err := exec.LookPath(cmd.Path); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat("/proc/self/exe"); err != nil {
-		return nil, nil
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	pwd, byShell := shellGateFits(cmd, env)
+	if !byShell {
+		if _, err := os.Stat("/proc/self/exe"); err != nil {
+			return nil, nil
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	env := cmd.Env
-	if env == nil {
-		env = os.Environ()
+	cmd.ExtraFiles = []*os.File{r}
+	if byShell {
+		// sh -c script $0 $1 $2...: $1 is the environment's PWD, "$@"
+		// after it the program's argv, its name first, as exec gives it.
+		cmd.Args = append([]string{gateArg0, "-c", shGate, gateArg0, pwd}, cmd.Args...)
+		cmd.Path = "/bin/sh"
+		cmd.Env = env
+		return &gate{r: r, w: w}, nil
 	}
 	cmd.Env = append(slices.Clip(env), gateEnv+"=1")
 	cmd.Args = append([]string{gateArg0, cmd.Path}, cmd.Args...)
 	cmd.Path = "/proc/self/exe"
-	cmd.ExtraFiles = []*os.File{r}
 	return &gate{r: r, w: w}, nil
 }
+
+// shGate is the gate as a shell script. It reads a line from fd 3 (the
+// launcher writes one newline to open the gate; a pipe that ends without
+// it fails the read, and the shell exits with status 1), then executes the
+// program in its place without fd 3. The shell changes one variable of
+// the environment it passes on, PWD (it sets it to its working directory,
+// and the read writes it), so the script puts back the one it was given:
+// $1 is "-" for none, else "=" and its value.
+const shGate = `read -r PWD <&3 || exit 1; case $1 in -) unset PWD;; *) PWD=${1#?}; export PWD;; esac; shift; exec "$@" 3<&-`
+
+// shellGateFits reports whether cmd, to run with env, can pass through
+// the shell's gate unchanged, and if so, shGate's first argument. The
+// shell would search PATH for a name without a slash (perhaps another
+// PATH than exec's), and drops from the environment the names that are
+// not its variables' ("A.B", "1X").
+func shellGateFits(cmd *exec.Cmd, env []string) (pwd string, ok bool) {
+	if len(cmd.Args) == 0 || cmd.Args[0] != cmd.Path || !strings.Contains(cmd.Path, "/") || !shellThere() {
+		return "", false
+	}
+	pwd = "-"
+	for _, kv := range env {
+		name, value, found := strings.Cut(kv, "=")
+		if !found || !shellName(name) {
+			return "", false
+		}
+		if name == "PWD" {
+			pwd = "=" + value // the last one, as the shell keeps
+		}
+	}
+	return pwd, true
+}
+
+// shellName reports whether s is a shell variable's name.
+func shellName(s string) bool {
+	for i, c := range []byte(s) {
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// shellThere reports whether /bin/sh can be the gate.
+var shellThere = sync.OnceValue(func() bool {
+	fi, err := os.Stat("/bin/sh")
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+})
 
 // watchdogPoll is how often the watchdog looks at its groups, after the
 // launcher's end, while it waits for them to go or for a grace to pass.

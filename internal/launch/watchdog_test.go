@@ -117,11 +117,16 @@ const launcherEnv = "LAUNCH_TEST_LAUNCHER"
 // their pids to dir/pid.N, and waits for both files; then, in mode
 // "block", it waits to be killed, and in mode "exit" it exits at once,
 // its workers still running. In mode "gate", its one worker stays at the
-// gate until the launcher is killed (and must never run).
+// gate until the launcher is killed (and must never run); "gatebin" is
+// "gate" through this binary's gate instead of the shell's.
 func testLauncher(mode, dir string) int {
 	exits := make(chan Exit, 2)
-	if mode == "gate" {
-		cmd := exec.Command("/bin/sh", "-c", `echo ran > "$D/ran"`)
+	if mode == "gate" || mode == "gatebin" {
+		sh := "/bin/sh" // the shell's gate
+		if mode == "gatebin" {
+			sh = "sh" // found in PATH: this binary's gate
+		}
+		cmd := exec.Command(sh, "-c", `echo ran > "$D/ran"`)
 		cmd.SysProcAttr = procAttr(true)
 		g, err := gated(cmd)
 		if err == nil && g != nil {
@@ -172,7 +177,7 @@ func TestWatchdog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"block", "exit", "gate"} {
+	for _, mode := range []string{"block", "exit", "gate", "gatebin"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			var out bytes.Buffer
@@ -203,7 +208,7 @@ func TestWatchdog(t *testing.T) {
 				t.Fatal("the launcher did not start its workers")
 			}
 			var pids []int
-			if mode == "gate" {
+			if strings.HasPrefix(mode, "gate") {
 				pid, err := strconv.Atoi(first)
 				if err != nil {
 					t.Fatalf("%q: %s", first, out.String())
@@ -250,23 +255,54 @@ func TestWatchdog(t *testing.T) {
 }
 
 // TestGatedWorker: a worker in its own group runs through its gate and
-// sees no difference: its pid is the one Start reports, its argv and
-// environment are its own.
+// sees no difference: its pid is the one Start reports, its argv,
+// environment and open files are its own; through the shell's gate (a
+// program named by its path) and through this binary's (a program found
+// in PATH, or an environment the shell would change) alike.
 func TestGatedWorker(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("gates are Linux's")
 	}
 	exits := make(chan Exit, 1)
-	var out bytes.Buffer
-	p, err := Start(1, Command{Path: "sh", Args: []string{"-c", `echo "$$ [$GODIST_GATE$GODIST_WATCHDOG] $X"; tr '\0' ' ' < /proc/$$/cmdline; exit 4`},
-		Env: []string{"PATH=" + os.Getenv("PATH"), "X=x"}, Stdout: &out, OwnGroup: true}, exits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := <-exits
-	want := fmt.Sprintf("%d [] x\nsh -c ", p.PID())
-	if e.Code != 4 || e.PID != p.PID() || !strings.HasPrefix(out.String(), want) {
-		t.Errorf("exit %+v, output %q; want exit 4 and output %q...", e, out.String(), want)
+	script := `echo $$; tr '\0' ' ' < /proc/$$/cmdline; echo; tr '\0' '\n' < /proc/$$/environ | sort; ls /proc/$$/fd; exit 4`
+	for _, c := range []struct {
+		name, path, gate string
+		env              []string
+	}{
+		{"shell", "/bin/sh", "/bin/sh", []string{"X=x", "PWD=/nowhere"}},
+		{"shell, no PWD", "/bin/sh", "/bin/sh", []string{"X=x", "_=/usr/bin/y"}},
+		{"binary, PATH", "sh", "/proc/self/exe", []string{"X=x"}},
+		{"binary, odd names", "/bin/sh", "/proc/self/exe", []string{"X=x", "A.B=1", "1Y=2", "NOVALUE"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := append([]string{"PATH=" + os.Getenv("PATH")}, c.env...)
+			cmd := exec.Command(c.path, "-c", script)
+			cmd.Env = env
+			if g, err := gated(cmd); err != nil || g == nil || cmd.Path != c.gate {
+				t.Fatalf("gate %q (%v); want %s", cmd.Path, err, c.gate)
+			} else {
+				g.shut()
+				g.started()
+			}
+			var outs [2]bytes.Buffer
+			var pids [2]int
+			for i, own := range []bool{false, true} {
+				p, err := Start(1, Command{Path: c.path, Args: []string{"-c", script}, Env: env, Stdout: &outs[i], OwnGroup: own}, exits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := <-exits
+				if e.Code != 4 || e.PID != p.PID() {
+					t.Fatalf("exit %+v, pid %d; want exit 4 and that pid", e, p.PID())
+				}
+				pids[i] = p.PID()
+			}
+			ungated, _ := strings.CutPrefix(outs[0].String(), strconv.Itoa(pids[0])+"\n")
+			viaGate, found := strings.CutPrefix(outs[1].String(), strconv.Itoa(pids[1])+"\n")
+			if !found || ungated != viaGate || !strings.Contains(viaGate, "\nX=x\n") {
+				t.Errorf("without the gate:\n%s\nthrough it:\n%s", outs[0].String(), outs[1].String())
+			}
+		})
 	}
 	// Its signal mask, ignored signals and file limit are those it
 	// would have had without the gate.

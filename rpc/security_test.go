@@ -2,7 +2,8 @@ package rpc_test
 
 import (
 	"context"
-	"crypto/ed25519"
+	"crypto/ecdh"
+	"crypto/rand"
 	"errors"
 	"net"
 	"sync"
@@ -59,9 +60,9 @@ func TestImpostorRunsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key, _ := ed25519.GenerateKey(nil)
+	key, _ := ecdh.X25519().GenerateKey(rand.Reader)
 	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong"),
-		Identity: key, PeerKey: func(int) (ed25519.PublicKey, error) { return key.Public().(ed25519.PublicKey), nil }})
+		Identity: key, PeerKey: func(int) (*ecdh.PublicKey, error) { return key.PublicKey(), nil }})
 	if !errors.Is(herr, handshake.ErrAuth) {
 		t.Fatalf("impostor's handshake: %v, want ErrAuth", herr)
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/ecdh"
 	"errors"
 	"fmt"
 	"net"
@@ -264,7 +265,7 @@ func (w *initWatch) probe(r int, records *rankRecords, connected func(int) bool)
 // segTag is the part of the name of every segment a rank creates that
 // comes from its published key: any peer that connected to it knows the
 // key, and so can remove the segments of a rank that died (removeSegs).
-func segTag(key []byte) string { return "k" + fmt.Sprintf("%x", key[:8]) }
+func segTag(key *ecdh.PublicKey) string { return "k" + fmt.Sprintf("%x", key.Bytes()[:8]) }
 
 // removeSegs removes the files in /dev/shm of the ranks with these tags:
 // the segments a rank that died during NewTCP may have left.

@@ -2,7 +2,7 @@ package transport
 
 import (
 	"context"
-	"crypto/ed25519"
+	"crypto/ecdh"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -26,8 +26,8 @@ import (
 type tcpMesh struct {
 	opt     TCPOptions
 	ln      net.Listener
-	addr    string            // where the other ranks reach this one
-	pub     ed25519.PublicKey // the public half of this endpoint's key
+	addr    string          // where the other ranks reach this one
+	pub     *ecdh.PublicKey // the public half of this endpoint's key (X25519: see package handshake)
 	watch   *initWatch
 	records *rankRecords
 	hs      handshake.Config
@@ -67,12 +67,12 @@ func listenMesh(ctx context.Context, opt TCPOptions) (*tcpMesh, error) {
 	// for this endpoint, under a write-once key. The first process to
 	// publish as a rank holds it; every handshake proves it with the
 	// private half, so no other process can take its place.
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	priv, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("transport: rank %d: making its key: %w", opt.Rank, err)
 	}
-	m.pub = pub
+	m.pub = priv.PublicKey()
 	// Until NewTCP returns, a rank that dies is watched for (initwatch.go),
 	// and every wait below ends with the first death seen.
 	m.watch = newInitWatch(ctx, opt.Store, opt.Prefix+"transport/abort", opt.Rank)
@@ -350,17 +350,21 @@ const maxPendingHandshakes = 128
 // rankRecord is what a rank publishes: its address and public key.
 type rankRecord struct {
 	addr string
-	key  ed25519.PublicKey
+	key  *ecdh.PublicKey
 }
 
 func (r rankRecord) encode() []byte {
-	return []byte(r.addr + " " + hex.EncodeToString(r.key))
+	return []byte(r.addr + " " + hex.EncodeToString(r.key.Bytes()))
 }
 
 func decodeRankRecord(b []byte) (rankRecord, error) {
 	addr, k, ok := strings.Cut(string(b), " ")
-	key, err := hex.DecodeString(k)
-	if !ok || err != nil || len(key) != ed25519.PublicKeySize {
+	raw, err := hex.DecodeString(k)
+	var key *ecdh.PublicKey
+	if ok && err == nil {
+		key, err = ecdh.X25519().NewPublicKey(raw)
+	}
+	if !ok || err != nil {
 		return rankRecord{addr: string(b)}, fmt.Errorf("malformed rank record %q", b)
 	}
 	return rankRecord{addr: addr, key: key}, nil
@@ -406,7 +410,7 @@ func (rs *rankRecords) get(ctx context.Context, r int) (rankRecord, error) {
 
 // peerKey is the handshake's PeerKey: rank r's published key, waited for
 // at most as long as a handshake.
-func (rs *rankRecords) peerKey(r int) (ed25519.PublicKey, error) {
+func (rs *rankRecords) peerKey(r int) (*ecdh.PublicKey, error) {
 	if r < 0 || r >= rs.size || r == rs.rank {
 		return nil, fmt.Errorf("no rank %d to connect with (world size %d, this is rank %d)", r, rs.size, rs.rank)
 	}

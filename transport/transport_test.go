@@ -3,7 +3,8 @@ package transport_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -146,9 +147,9 @@ func TestTCPRefusesWrongToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key, _ := ed25519.GenerateKey(nil)
+	key, _ := ecdh.X25519().GenerateKey(rand.Reader)
 	_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Token: []byte("wrong"),
-		Identity: key, PeerKey: func(int) (ed25519.PublicKey, error) { return key.Public().(ed25519.PublicKey), nil }})
+		Identity: key, PeerKey: func(int) (*ecdh.PublicKey, error) { return key.PublicKey(), nil }})
 	c.Close()
 	if !errors.Is(herr, handshake.ErrAuth) {
 		t.Fatalf("impostor's handshake: %v, want ErrAuth", herr)
@@ -453,8 +454,8 @@ func TestMemberCannotBeReplaced(t *testing.T) {
 	}
 	// Rank 1's record is published before it dials rank 0: wait for it
 	// by starting rank 1 only after the attacks on the store.
-	_, impostorKey, _ := ed25519.GenerateKey(nil)
-	fake := []byte("10.6.6.6:1 " + hex.EncodeToString(impostorKey.Public().(ed25519.PublicKey)))
+	impostorKey, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	fake := []byte("10.6.6.6:1 " + hex.EncodeToString(impostorKey.PublicKey().Bytes()))
 	if got, err := st.CompareAndSet(ctx, "transport/once/rank/0", nil, fake); err != nil || string(got) == string(fake) {
 		t.Fatalf("overwriting rank 0's record by compare-and-set: %q, %v", got, err)
 	}
@@ -473,10 +474,10 @@ func TestMemberCannotBeReplaced(t *testing.T) {
 	// listens: refused too.
 	if c, err := net.Dial("tcp", addr); err == nil {
 		_, herr := handshake.Client(c, handshake.Config{Proto: "transport", JobID: "job", Rank: 1, Size: 2, Token: tok,
-			Identity: impostorKey, PeerKey: func(int) (ed25519.PublicKey, error) { return impostorKey.Public().(ed25519.PublicKey), nil }})
+			Identity: impostorKey, PeerKey: func(int) (*ecdh.PublicKey, error) { return impostorKey.PublicKey(), nil }})
 		if herr == nil {
-			// Rank 0 verifies after its own signature went out: the
-			// impostor learns of its refusal by being dropped.
+			// (The impostor cannot check rank 0's proof either, so it
+			// fails too; should it pass, rank 0 must drop it.)
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if _, err := c.Read(make([]byte, 1)); err == nil {
 				t.Fatal("rank 0 kept the impostor's connection")

@@ -2,7 +2,8 @@ package handshake
 
 import (
 	"bytes"
-	"crypto/ed25519"
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -359,32 +360,32 @@ func FuzzServer(f *testing.F) {
 }
 
 // keys makes rank keys for ranks 0..n-1 and a PeerKey over them.
-func keys(t *testing.T, n int) ([]ed25519.PrivateKey, func(int) (ed25519.PublicKey, error)) {
+func keys(t *testing.T, n int) ([]*ecdh.PrivateKey, func(int) (*ecdh.PublicKey, error)) {
 	t.Helper()
-	privs := make([]ed25519.PrivateKey, n)
-	pubs := make([]ed25519.PublicKey, n)
+	privs := make([]*ecdh.PrivateKey, n)
 	for i := range n {
-		pub, priv, err := ed25519.GenerateKey(nil)
+		priv, err := ecdh.X25519().GenerateKey(rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		privs[i], pubs[i] = priv, pub
+		privs[i] = priv
 	}
-	return privs, func(r int) (ed25519.PublicKey, error) {
+	return privs, func(r int) (*ecdh.PublicKey, error) {
 		if r < 0 || r >= n {
 			return nil, errors.New("no such rank")
 		}
-		return pubs[r], nil
+		return privs[r].PublicKey(), nil
 	}
 }
 
-// TestIdentity: ranks that sign with their published keys connect; a
-// process that has the token but signs with another key than the rank it
-// claims published is refused by the side it connects to (ErrIdentity),
-// whichever side it is.
+// TestIdentity: ranks that prove their published keys connect; a process
+// that has the token but another key than the one the rank it claims
+// published is refused by the side it connects to (ErrIdentity), whichever
+// side it is; so is one that sends back the proof it was sent, and a rank
+// whose published key is a low-order point.
 func TestIdentity(t *testing.T) {
 	privs, peerKey := keys(t, 3)
-	with := func(rank int, priv ed25519.PrivateKey) Config {
+	with := func(rank int, priv *ecdh.PrivateKey) Config {
 		c := cfg(rank, "secret")
 		c.Identity, c.PeerKey = priv, peerKey
 		return c
@@ -393,7 +394,7 @@ func TestIdentity(t *testing.T) {
 	if c.err != nil || s.err != nil || c.peer.Rank != 0 || s.peer.Rank != 1 {
 		t.Fatalf("honest ranks: client %+v, server %+v", c, s)
 	}
-	_, impostor, _ := ed25519.GenerateKey(nil)
+	impostor, _ := ecdh.X25519().GenerateKey(rand.Reader)
 	c, s = pair(t, with(2, impostor), with(0, privs[0])) // claims rank 2
 	if !errors.Is(s.err, ErrIdentity) || !strings.Contains(s.err.Error(), "rank 2") {
 		t.Fatalf("an impostor dialing as rank 2: the server got %v, want ErrIdentity naming rank 2", s.err)
@@ -401,6 +402,47 @@ func TestIdentity(t *testing.T) {
 	c, s = pair(t, with(1, privs[1]), with(0, impostor)) // answers as rank 0
 	if !errors.Is(c.err, ErrIdentity) {
 		t.Fatalf("an impostor answering as rank 0: the client got %v, want ErrIdentity", c.err)
+	}
+
+	// A reflector: it has the token, claims rank 2, and sends back the
+	// server's own rank proof (the server's role is in it).
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		defer a.Close()
+		c := with(2, impostor)
+		hello, _ := encodeHello(c)
+		if _, err := a.Write(hello); err != nil {
+			return
+		}
+		theirs, _, err := readHello(a)
+		if err != nil {
+			return
+		}
+		if _, err := a.Write(proof(c.Token, macLabel, hello, theirs, "C")); err != nil {
+			return
+		}
+		got := make([]byte, 2*macLen) // the server's token proof, then its rank proof
+		if _, err := io.ReadFull(a, got); err != nil {
+			return
+		}
+		a.Write(got[macLen:])
+	}()
+	if _, err := Server(b, with(0, privs[0])); !errors.Is(err, ErrIdentity) {
+		t.Fatalf("a peer sending back the server's rank proof: %v, want ErrIdentity", err)
+	}
+	b.Close()
+
+	// A published key that is a low-order point (all zeros): refused, no
+	// secret computed from it.
+	zero, err := ecdh.X25519().NewPublicKey(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := with(1, privs[1])
+	low.PeerKey = func(int) (*ecdh.PublicKey, error) { return zero, nil }
+	if c, _ := pair(t, low, with(0, privs[0])); !errors.Is(c.err, ErrIdentity) {
+		t.Fatalf("a low-order published key: %v, want ErrIdentity", c.err)
 	}
 	// One side without rank keys: a mismatch, named.
 	c, s = pair(t, with(1, privs[1]), cfg(0, "secret"))

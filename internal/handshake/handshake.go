@@ -18,30 +18,35 @@
 // Both sides write their hello and then read the peer's, reading at most
 // [MaxHelloSize] bytes. They check the magic, the version, the protocol, the
 // job id, the world size (when both state one) and that both or neither
-// have a token. When tokens are in use each
-// side then sends
+// have a token. When tokens are in use each side proves it with
 //
 //	MAC = HMAC-SHA256(token, "godist handshake v1" || client hello || server hello || role)
 //
-// with role "C" for the client's MAC and "S" for the server's, and verifies
-// the peer's with hmac.Equal. The two nonces make every transcript fresh, so
+// with role "C" for the client's MAC and "S" for the server's, checking the
+// peer's with hmac.Equal. The two nonces make every transcript fresh, so
 // a recorded MAC is worth nothing in another handshake.
 //
 // When both sides prove their ranks (Config.Identity), each computes
 // their static Diffie-Hellman secret from its own rank key and the public
 // key of the rank the peer's hello claims (Config.PeerKey: in the
 // transport, the key that rank published in the job's store under a
-// write-once key), and sends
+// write-once key), and proves it with
 //
 //	PROOF = HMAC-SHA256(X25519(own key, peer's key), "godist identity v2" || client hello || server hello || role)
 //
-// checking the peer's with hmac.Equal. Only the holders of the two
-// private keys can compute that secret, so a valid proof shows that the
-// peer holds the key of the rank it claims (as the "ss" exchange of the
-// Noise protocols authenticates). It costs each side one X25519 (about
-// 75 µs) and a key costs one more to make, where Ed25519 signatures
-// (version 3) cost a signature and a verification a handshake and 2.5 ms
-// of tables a process: 128 processes starting on two CPUs felt it.
+// Only the holders of the two private keys can compute that secret, so a
+// valid proof shows that the peer holds the key of the rank it claims (as
+// the "ss" exchange of the Noise protocols authenticates). It costs each
+// side one X25519 (about 75 µs) and a key costs one more to make, where
+// Ed25519 signatures (version 3) cost a signature and a verification a
+// handshake and 2.5 ms of tables a process: 128 processes starting on two
+// CPUs felt it.
+//
+// The proofs take one round trip after the hellos: the client sends its
+// MAC, then its PROOF; the server checks them in that order and answers
+// with its own. A server that finds the client's MAC wrong answers with
+// its MAC alone, so that the client learns that the tokens differ, and
+// computes no secret for a peer without the token.
 //
 // # Threat model
 //
@@ -235,46 +240,112 @@ func run(conn net.Conn, cfg Config, isClient bool) (Peer, error) {
 		clientHello, serverHello = theirs, mine
 		myRole, theirRole = "S", "C"
 	}
-	// swap sends this side's proof and reads the peer's, of n bytes.
-	swap := func(proof []byte, n int, what string) ([]byte, error) {
-		got := make([]byte, n)
-		err := exchange(conn, proof, func() error {
-			if _, err := io.ReadFull(conn, got); err != nil {
-				return fmt.Errorf("handshake: reading the peer's %s: %w", what, err)
-			}
-			return nil
-		})
-		return got, err
-	}
-
-	if len(cfg.Token) > 0 {
-		got, err := swap(proof(cfg.Token, macLabel, clientHello, serverHello, myRole), macLen, "token proof")
-		if err != nil {
-			return Peer{}, err
-		}
-		if !hmac.Equal(got, proof(cfg.Token, macLabel, clientHello, serverHello, theirRole)) {
-			return Peer{}, ErrAuth
-		}
-	}
-
-	if cfg.Identity != nil {
+	hasToken, hasID := len(cfg.Token) > 0, cfg.Identity != nil
+	tokenProof := func(role string) []byte { return proof(cfg.Token, macLabel, clientHello, serverHello, role) }
+	var secret []byte // the two rank keys' X25519 secret
+	rankProof := func(role string) []byte { return proof(secret, idLabel, clientHello, serverHello, role) }
+	// findSecret computes secret from this side's key and the key of the
+	// rank the peer claims.
+	findSecret := func() error {
 		key, err := cfg.PeerKey(int(h.rank))
 		if err != nil {
-			return Peer{}, fmt.Errorf("handshake: the key of rank %d: %w", h.rank, err)
+			return fmt.Errorf("handshake: the key of rank %d: %w", h.rank, err)
 		}
 		if key == nil || key.Curve() != ecdh.X25519() {
-			return Peer{}, fmt.Errorf("handshake: the key of rank %d is not an X25519 key", h.rank)
+			return fmt.Errorf("handshake: the key of rank %d is not an X25519 key", h.rank)
 		}
-		secret, err := cfg.Identity.ECDH(key)
-		if err != nil { // a low-order point: no rank publishes one
-			return Peer{}, fmt.Errorf("%w (it claims rank %d, whose published key is unusable: %v)", ErrIdentity, h.rank, err)
+		if secret, err = cfg.Identity.ECDH(key); err != nil { // a low-order point: no rank publishes one
+			return fmt.Errorf("%w (it claims rank %d, whose published key is unusable: %v)", ErrIdentity, h.rank, err)
 		}
-		got, err := swap(proof(secret, idLabel, clientHello, serverHello, myRole), macLen, "rank proof")
-		if err != nil {
-			return Peer{}, err
+		return nil
+	}
+	readProof := func(what string) ([]byte, error) {
+		got := make([]byte, macLen)
+		if _, err := io.ReadFull(conn, got); err != nil {
+			return nil, fmt.Errorf("handshake: reading the peer's %s: %w", what, err)
 		}
-		if !hmac.Equal(got, proof(secret, idLabel, clientHello, serverHello, theirRole)) {
-			return Peer{}, fmt.Errorf("%w (it claims rank %d)", ErrIdentity, h.rank)
+		return got, nil
+	}
+
+	// The proofs take one round trip: the client sends its own (the
+	// token's, then the rank's), the server checks them and answers with
+	// its own. A server that finds the token proof wrong answers with its
+	// token proof alone (so that the client can tell it has the wrong
+	// token), computing no secret for a peer without the token.
+	if isClient {
+		if hasID {
+			if err := findSecret(); err != nil {
+				return Peer{}, err
+			}
+		}
+		var out []byte
+		if hasToken {
+			out = append(out, tokenProof(myRole)...)
+		}
+		if hasID {
+			out = append(out, rankProof(myRole)...)
+		}
+		if len(out) > 0 {
+			// Written while the server's answer is read: a server that
+			// stops reading early still answers.
+			err := exchange(conn, out, func() error {
+				if hasToken {
+					got, err := readProof("token proof")
+					if err != nil {
+						return err
+					}
+					if !hmac.Equal(got, tokenProof(theirRole)) {
+						return ErrAuth
+					}
+				}
+				if hasID {
+					got, err := readProof("rank proof")
+					if err != nil {
+						return err
+					}
+					if !hmac.Equal(got, rankProof(theirRole)) {
+						return fmt.Errorf("%w (it claims rank %d)", ErrIdentity, h.rank)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return Peer{}, err
+			}
+		}
+	} else {
+		var out []byte
+		var refused error
+		if hasToken {
+			got, err := readProof("token proof")
+			if err != nil {
+				return Peer{}, err
+			}
+			if !hmac.Equal(got, tokenProof(theirRole)) {
+				refused = ErrAuth
+			}
+			out = tokenProof(myRole)
+		}
+		if hasID && refused == nil {
+			if err := findSecret(); err != nil {
+				return Peer{}, err
+			}
+			got, err := readProof("rank proof")
+			if err != nil {
+				return Peer{}, err
+			}
+			if !hmac.Equal(got, rankProof(theirRole)) {
+				refused = fmt.Errorf("%w (it claims rank %d)", ErrIdentity, h.rank)
+			}
+			out = append(out, rankProof(myRole)...)
+		}
+		if len(out) > 0 {
+			if _, err := conn.Write(out); err != nil && refused == nil {
+				return Peer{}, fmt.Errorf("handshake: writing to the peer: %w", err)
+			}
+		}
+		if refused != nil {
+			return Peer{}, refused
 		}
 	}
 

@@ -404,34 +404,31 @@ func TestIdentity(t *testing.T) {
 		t.Fatalf("an impostor answering as rank 0: the client got %v, want ErrIdentity", c.err)
 	}
 
-	// A reflector: it has the token, claims rank 2, and sends back the
-	// server's own rank proof (the server's role is in it).
+	// A reflector: a server that has the token, claims rank 0, and sends
+	// back the client's own rank proof (the client's role is in it).
 	a, b := net.Pipe()
-	defer a.Close()
+	defer b.Close()
 	go func() {
-		defer a.Close()
-		c := with(2, impostor)
+		defer b.Close()
+		c := with(0, impostor)
 		hello, _ := encodeHello(c)
-		if _, err := a.Write(hello); err != nil {
+		if _, err := b.Write(hello); err != nil {
 			return
 		}
-		theirs, _, err := readHello(a)
+		theirs, _, err := readHello(b)
 		if err != nil {
 			return
 		}
-		if _, err := a.Write(proof(c.Token, macLabel, hello, theirs, "C")); err != nil {
+		got := make([]byte, 2*macLen) // the client's token proof, then its rank proof
+		if _, err := io.ReadFull(b, got); err != nil {
 			return
 		}
-		got := make([]byte, 2*macLen) // the server's token proof, then its rank proof
-		if _, err := io.ReadFull(a, got); err != nil {
-			return
-		}
-		a.Write(got[macLen:])
+		b.Write(append(proof(c.Token, macLabel, theirs, hello, "S"), got[macLen:]...))
 	}()
-	if _, err := Server(b, with(0, privs[0])); !errors.Is(err, ErrIdentity) {
-		t.Fatalf("a peer sending back the server's rank proof: %v, want ErrIdentity", err)
+	if _, err := Client(a, with(1, privs[1])); !errors.Is(err, ErrIdentity) {
+		t.Fatalf("a server sending back the client's rank proof: %v, want ErrIdentity", err)
 	}
-	b.Close()
+	a.Close()
 
 	// A published key that is a low-order point (all zeros): refused, no
 	// secret computed from it.

@@ -1,8 +1,10 @@
 // Command initscale starts many real processes on this host, each one
 // rank of a job that initialises, all-reduces three times and exits: godist
 // with every connection made at Init (eager), godist with connections on
-// first use (dist.Options.ConnectOnDemand), and PyTorch's gloo
-// (tools/peers/init_scale.py, carried in this binary), in alternating
+// first use (dist.Options.ConnectOnDemand), the same job under `godist run
+// --nproc-per-node N` (run: the whole job as a user starts it, the
+// launcher's rendezvous and its workers' gates included), and PyTorch's
+// gloo (tools/peers/init_scale.py, carried in this binary), in alternating
 // rounds, and prints one markdown table.
 //
 //	go run ./tools/initscale                        # 64 and 128 processes, 2 rounds
@@ -15,10 +17,14 @@
 // own sockets (/proc/self/fd) and shared-memory mappings (/proc/self/maps)
 // after its all-reduces. The job's wall time runs from starting the first
 // process to the last one's exit (PyTorch's includes its imports).
+//
+// The run side has no common start: its times run from the moment the
+// tool starts godist run, and its whole job is godist run's own time.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -66,7 +72,8 @@ func main() {
 	rounds := flag.Int("rounds", 2, "rounds; each runs every side once, in turn")
 	python := flag.String("python", "/usr/bin/python3", "the Python with PyTorch")
 	torch := flag.Bool("torch", true, "run PyTorch's gloo side")
-	only := flag.String("sides", "", "the godist sides to run, comma-separated (default eager,ondemand)")
+	only := flag.String("sides", "", "the godist sides to run, comma-separated (default eager,ondemand,run)")
+	godistBin := flag.String("godist", "", "the godist binary for the run side (default: built from this checkout)")
 	flag.Parse()
 	if *worker != "" {
 		if err := runWorker(*worker); err != nil {
@@ -83,9 +90,17 @@ func main() {
 		}
 		ws = append(ws, w)
 	}
-	sides := []string{"eager", "ondemand"}
+	sides := []string{"eager", "ondemand", "run"}
 	if *only != "" {
 		sides = strings.Split(*only, ",")
+	}
+	if slices.Contains(sides, "run") && *godistBin == "" {
+		*godistBin = filepath.Join(os.TempDir(), "godist-initscale-godist")
+		build := exec.Command("go", "build", "-o", *godistBin, "github.com/godist/godist/cmd/godist")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fatal(fmt.Errorf("building godist for the run side: %w", err))
+		}
 	}
 	var script string
 	if *torch {
@@ -104,13 +119,16 @@ func main() {
 	for round := range *rounds {
 		for _, w := range ws {
 			for _, side := range sides {
-				var cmd []string
-				if side == "gloo" {
-					cmd = []string{*python, script}
-				} else {
-					cmd = []string{self, "--worker", side}
+				var r run
+				var err error
+				switch side {
+				case "gloo":
+					r, err = runJob(w, side, []string{*python, script})
+				case "run":
+					r, err = runLaunched(w, *godistBin, self)
+				default:
+					r, err = runJob(w, side, []string{self, "--worker", side})
 				}
-				r, err := runJob(w, side, cmd)
 				if err != nil {
 					fatal(fmt.Errorf("round %d, %d processes, %s: %w", round+1, w, side, err))
 				}
@@ -214,14 +232,7 @@ func runJob(w int, side string, cmd []string) (run, error) {
 		if !rep.OK {
 			return run{}, fmt.Errorf("rank %d: the all-reduces gave a wrong sum", r)
 		}
-		res.initS = max(res.initS, rep.InitS)
-		res.doneS = max(res.doneS, rep.DoneS)
-		if rep.Rank == 0 {
-			res.sockets0 = rep.Sockets
-		} else {
-			res.sockets = max(res.sockets, rep.Sockets)
-		}
-		res.shmMaps = max(res.shmMaps, rep.ShmMaps)
+		res.add(rep)
 	}
 	reported := time.Now()
 	for r, p := range procs {
@@ -244,20 +255,80 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// runLaunched runs the job as godist run's w workers, each self in the
+// worker mode "run", which writes its report to a file in a directory
+// named by the environment.
+func runLaunched(w int, godistBin, self string) (run, error) {
+	dir, err := os.MkdirTemp("", "godist-initscale-run")
+	if err != nil {
+		return run{}, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c := exec.CommandContext(ctx, godistBin, "run", "--standalone", "--nproc-per-node", strconv.Itoa(w), self, "--worker", "run")
+	c.Env = append(os.Environ(), "INITSCALE_DIR="+dir, fmt.Sprintf("INITSCALE_T0=%.6f", float64(start.UnixNano())/1e9))
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Run(); err != nil {
+		return run{}, fmt.Errorf("godist run: %w\n%s", err, out.String())
+	}
+	res := run{wallS: time.Since(start).Seconds()}
+	for r := range w {
+		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)+".json"))
+		if err != nil {
+			return run{}, fmt.Errorf("rank %d left no report: %w", r, err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return run{}, fmt.Errorf("rank %d: %q: %w", r, b, err)
+		}
+		if !rep.OK {
+			return run{}, fmt.Errorf("rank %d: the all-reduces gave a wrong sum", r)
+		}
+		res.add(rep)
+	}
+	return res, nil
+}
+
+// add takes one rank's report into the job's result.
+func (res *run) add(rep report) {
+	res.initS = max(res.initS, rep.InitS)
+	res.doneS = max(res.doneS, rep.DoneS)
+	if rep.Rank == 0 {
+		res.sockets0 = rep.Sockets
+	} else {
+		res.sockets = max(res.sockets, rep.Sockets)
+	}
+	res.shmMaps = max(res.shmMaps, rep.ShmMaps)
+}
+
 // runWorker is one godist rank: ready, the start time from stdin, Init,
-// three all-reduces, the report.
+// three all-reduces, the report; in mode "run" (under godist run), the
+// start time is the job's, from the environment, and the report goes to
+// a file.
 func runWorker(mode string) error {
-	fmt.Println("ready")
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("reading the start time: %w", err)
+	var t0 time.Time
+	if mode == "run" {
+		t0f, err := strconv.ParseFloat(os.Getenv("INITSCALE_T0"), 64)
+		if err != nil {
+			return fmt.Errorf("INITSCALE_T0: %w", err)
+		}
+		t0 = time.Unix(0, int64(t0f*1e9))
+	} else {
+		fmt.Println("ready")
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("reading the start time: %w", err)
+		}
+		t0f, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
+		if err != nil {
+			return err
+		}
+		t0 = time.Unix(0, int64(t0f*1e9))
+		time.Sleep(time.Until(t0))
 	}
-	t0f, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
-	if err != nil {
-		return err
-	}
-	t0 := time.Unix(0, int64(t0f*1e9))
-	time.Sleep(time.Until(t0))
 	if path := os.Getenv("INITSCALE_CPUPROFILE"); path != "" && os.Getenv("RANK") == os.Getenv("INITSCALE_PROFILE_RANK") {
 		// One rank's profile of Init and the all-reduces (a tool for
 		// finding what Init costs at many processes).
@@ -287,6 +358,9 @@ func runWorker(mode string) error {
 	rep := report{Side: "godist-" + mode, Rank: g.Rank(), InitS: initS, DoneS: doneS,
 		Sockets: countFDs("socket:"), ShmMaps: countShmMaps(), OK: x.Float32s()[0] == w*w*w}
 	b, _ := json.Marshal(rep)
+	if mode == "run" {
+		return os.WriteFile(filepath.Join(os.Getenv("INITSCALE_DIR"), strconv.Itoa(g.Rank())+".json"), b, 0o644)
+	}
 	fmt.Println(string(b))
 	return nil
 }

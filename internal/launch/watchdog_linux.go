@@ -97,21 +97,39 @@ const shGate = `read -r PWD <&3 || exit 1; case $1 in -) unset PWD;; *) PWD=${1#
 
 // shellGateFits reports whether cmd, to run with env, can pass through
 // the shell's gate unchanged, and if so, shGate's first argument. The
-// shell would search PATH for a name without a slash (perhaps another
-// PATH than exec's), and drops from the environment the names that are
-// not its variables' ("A.B", "1X").
+// shell finds a name without a slash in its environment's PATH, so that
+// must be the PATH exec found cmd's program in, this process's; and it
+// drops from the environment the names that are not its variables'
+// ("A.B", "1X").
 func shellGateFits(cmd *exec.Cmd, env []string) (pwd string, ok bool) {
-	if len(cmd.Args) == 0 || cmd.Args[0] != cmd.Path || !strings.Contains(cmd.Path, "/") || !shellThere() {
+	if len(cmd.Args) == 0 || !shellThere() {
+		return "", false
+	}
+	byPath := cmd.Args[0] == cmd.Path && strings.Contains(cmd.Path, "/")
+	searched := !strings.Contains(cmd.Args[0], "/")
+	if !byPath && !searched {
 		return "", false
 	}
 	pwd = "-"
+	path, hasPath := "", false
 	for _, kv := range env {
 		name, value, found := strings.Cut(kv, "=")
 		if !found || !shellName(name) {
 			return "", false
 		}
-		if name == "PWD" {
+		switch name {
+		case "PWD":
 			pwd = "=" + value // the last one, as the shell keeps
+		case "PATH":
+			path, hasPath = value, true
+		}
+	}
+	if searched {
+		if own, ok := os.LookupEnv("PATH"); !ok || !hasPath || own != path {
+			return "", false
+		}
+		if found, err := exec.LookPath(cmd.Args[0]); err != nil || found != cmd.Path {
+			return "", false
 		}
 	}
 	return pwd, true

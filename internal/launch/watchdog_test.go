@@ -122,13 +122,15 @@ const launcherEnv = "LAUNCH_TEST_LAUNCHER"
 func testLauncher(mode, dir string) int {
 	exits := make(chan Exit, 2)
 	if mode == "gate" || mode == "gatebin" {
-		sh := "/bin/sh" // the shell's gate
+		cmd := exec.Command("/bin/sh", "-c", `echo ran > "$D/ran"`) // the shell's gate
 		if mode == "gatebin" {
-			sh = "sh" // found in PATH: this binary's gate
+			cmd.Env = append(os.Environ(), "A.B=1") // a name the shell would drop: this binary's gate
 		}
-		cmd := exec.Command(sh, "-c", `echo ran > "$D/ran"`)
 		cmd.SysProcAttr = procAttr(true)
 		g, err := gated(cmd)
+		if want := map[string]string{"gate": "/bin/sh", "gatebin": "/proc/self/exe"}[mode]; cmd.Path != want {
+			err = fmt.Errorf("the gate is %s, want %s", cmd.Path, want)
+		}
 		if err == nil && g != nil {
 			err = cmd.Start()
 			g.started()
@@ -267,15 +269,22 @@ func TestGatedWorker(t *testing.T) {
 	script := `echo $$; tr '\0' ' ' < /proc/$$/cmdline; echo; tr '\0' '\n' < /proc/$$/environ | sort; ls /proc/$$/fd; exit 4`
 	for _, c := range []struct {
 		name, path, gate string
-		env              []string
+		env              []string // beside this process's PATH, unless noPath
+		noPath           bool
 	}{
-		{"shell", "/bin/sh", "/bin/sh", []string{"X=x", "PWD=/nowhere"}},
-		{"shell, no PWD", "/bin/sh", "/bin/sh", []string{"X=x", "_=/usr/bin/y"}},
-		{"binary, PATH", "sh", "/proc/self/exe", []string{"X=x"}},
-		{"binary, odd names", "/bin/sh", "/proc/self/exe", []string{"X=x", "A.B=1", "1Y=2", "NOVALUE"}},
+		{"shell", "/bin/sh", "/bin/sh", []string{"X=x", "PWD=/nowhere"}, false},
+		{"shell, no PWD", "/bin/sh", "/bin/sh", []string{"X=x", "_=/usr/bin/y"}, false},
+		{"shell, found in PATH", "sh", "/bin/sh", []string{"X=x"}, false},
+		{"shell, no PATH", "/bin/sh", "/bin/sh", []string{"X=x"}, true},
+		{"binary, another PATH", "sh", "/proc/self/exe", []string{"X=x", "PATH=/bin:/usr/bin:/nonexistent"}, false},
+		{"binary, found in PATH, none passed on", "sh", "/proc/self/exe", []string{"X=x"}, true},
+		{"binary, odd names", "/bin/sh", "/proc/self/exe", []string{"X=x", "A.B=1", "1Y=2", "NOVALUE"}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := append([]string{"PATH=" + os.Getenv("PATH")}, c.env...)
+			env := c.env
+			if !c.noPath {
+				env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+			}
 			cmd := exec.Command(c.path, "-c", script)
 			cmd.Env = env
 			if g, err := gated(cmd); err != nil || g == nil || cmd.Path != c.gate {

@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/godist/godist/internal/futex"
 )
 
 // TestHostBusyHold: one starved spell does not mark the host busy, nor
@@ -50,13 +53,24 @@ func TestHostBusyHold(t *testing.T) {
 
 // TestCPUStarved: a process that did not run for most of a spell (here
 // asleep; a CPU hog's turn looks the same) was starved; one that ran
-// throughout was not. The second half is skipped when the machine itself
+// throughout, or slept in a futex wait of its own, was not. The second half is skipped when the machine itself
 // kept this test off its CPU.
 func TestCPUStarved(t *testing.T) {
 	since, cpu := time.Now(), processCPU()
 	time.Sleep(30 * time.Millisecond)
 	if !cpuStarved(since, cpu, time.Now()) {
 		t.Errorf("30 ms asleep: CPU %v of 30 ms, not starved", processCPU()-cpu)
+	}
+	// Asleep in a futex wait of its own (a sender waiting for a
+	// shared-memory slot holds its P so): not starved.
+	since, cpu = time.Now(), processCPU()
+	var word atomic.Uint32
+	word.Store(1)
+	for time.Since(since) < 30*time.Millisecond {
+		futex.Wait(&word, 1, 30*time.Millisecond)
+	}
+	if cpuStarved(since, cpu, time.Now()) {
+		t.Errorf("30 ms in a futex wait: starved")
 	}
 	since, cpu = time.Now(), processCPU()
 	for time.Since(since) < 30*time.Millisecond {

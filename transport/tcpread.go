@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/internal/cpuyield"
+	"github.com/godist/godist/internal/futex"
 	"golang.org/x/sys/unix"
 )
 
@@ -357,22 +358,26 @@ func markBusy(now time.Time) {
 }
 
 // cpuStarved reports whether the process ran for less than three
-// quarters of the time since since (when its CPU time was cpu): its
+// quarters of the time since since (when processCPU was cpu): its
 // threads waited for a CPU, other processes having it. A gap in a
 // reader's polling alone does not say so: the rank's own goroutines may
-// have had its P meanwhile.
+// have had its P meanwhile, running or asleep in a futex wait that holds
+// it (a sender waiting for a shared-memory slot: RPC's 64 echoes of 1 MiB
+// in flight marked the host busy that way, and then 970 times a reader
+// of the ring slept at once, for the runtime's network poller).
 func cpuStarved(since time.Time, cpu time.Duration, now time.Time) bool {
 	wall := now.Sub(since)
 	return wall > 0 && processCPU()-cpu < wall*3/4
 }
 
-// processCPU is the CPU time the process's threads have used.
+// processCPU is the CPU time the process's threads have used, and the
+// time they have spent asleep in futex waits of their own.
 func processCPU() time.Duration {
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
 		return 0
 	}
-	return time.Duration(ts.Nano())
+	return time.Duration(ts.Nano()) + futex.Slept()
 }
 
 func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() }

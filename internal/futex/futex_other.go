@@ -14,5 +14,8 @@ func Wait(addr *atomic.Uint32, val uint32, timeout time.Duration) {
 	}
 }
 
+// Slept is zero here: Wait gives the runtime its P as it sleeps.
+func Slept() time.Duration { return 0 }
+
 // Wake does nothing here: waiters poll.
 func Wake(addr *atomic.Uint32, n int) {}

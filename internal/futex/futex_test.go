@@ -1,6 +1,7 @@
 package futex
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,5 +47,21 @@ func TestWaitTimesOut(t *testing.T) {
 	Wait(&w, 1, 10*time.Millisecond)
 	if d := time.Since(start); d < 5*time.Millisecond || d > 2*time.Second {
 		t.Fatalf("Wait with a 10ms timeout took %v", d)
+	}
+}
+
+// TestSlept: Slept counts the time a Wait slept.
+func TestSlept(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Wait sleeps through the runtime elsewhere")
+	}
+	var w atomic.Uint32
+	w.Store(1)
+	before := Slept()
+	start := time.Now()
+	Wait(&w, 1, 20*time.Millisecond)
+	took := time.Since(start)
+	if got := Slept() - before; got < took*9/10 || got > took {
+		t.Fatalf("a Wait of %v counted %v", took, got)
 	}
 }

@@ -43,12 +43,12 @@ func init() {
 }
 
 // gated turns cmd, not yet started, into its gate: a process that runs
-// cmd's program once the gate opens. When cmd names its program by a path
-// (no search of PATH) and every name in its environment is a shell's
-// variable name, the gate is /bin/sh running shGate, which costs a worker
-// about a millisecond; otherwise, or without /bin/sh, it is this binary
-// again (package gate: 6-10 ms for godist's own, a large Go binary
-// starting), and without /proc no gate at all (cmd is left unchanged).
+// cmd's program once the gate opens. When the shell would run the same
+// program with the same argv and environment (shellGateFits), the gate
+// is /bin/sh running shGate, which costs a worker about a millisecond;
+// otherwise, or without /bin/sh, it is this binary again (package gate:
+// 6-10 ms for godist's own, a large Go binary starting), and without
+// /proc no gate at all (cmd is left unchanged).
 func gated(cmd *exec.Cmd) (*gate, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err

@@ -95,7 +95,12 @@ func main() {
 		sides = strings.Split(*only, ",")
 	}
 	if slices.Contains(sides, "run") && *godistBin == "" {
-		*godistBin = filepath.Join(os.TempDir(), "godist-initscale-godist")
+		dir, err := os.MkdirTemp("", "godist-initscale-bin")
+		if err != nil {
+			fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		*godistBin = filepath.Join(dir, "godist")
 		build := exec.Command("go", "build", "-o", *godistBin, "github.com/godist/godist/cmd/godist")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -389,7 +394,7 @@ func countShmMaps() int {
 
 // printTable prints the medians over the rounds, with their ranges.
 func printTable(f *os.File, ws []int, sides []string, results map[string][]run, rounds int) {
-	fmt.Fprintf(f, "\n%d round(s), median (range); init and init + 3 all-reduces are the slowest rank's, from a common start; sockets are rank 0's (it serves the store) and the most any other rank held, shared-memory mappings the most any rank held\n\n", rounds)
+	fmt.Fprintf(f, "\n%d round(s), median (range); init and init + 3 all-reduces are the slowest rank's, from a common start (the run side's from godist run's start); sockets are rank 0's (it serves the store) and the most any other rank held, shared-memory mappings the most any rank held\n\n", rounds)
 	fmt.Fprintln(f, "| processes | side | init, s | init + 3 all-reduces, s | whole job, s | sockets: rank 0, others | /dev/shm mappings a rank |")
 	fmt.Fprintln(f, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, w := range ws {

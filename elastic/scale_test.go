@@ -70,7 +70,9 @@ func settle(t *testing.T, n int, open func(i int) (store.Store, error)) {
 			t.Fatalf("agent %d: %v", i, err)
 		}
 		defer st.Close()
-		rs[i] = &StoreRendezvous{Store: store.NewPrefix("rdzv/", st), Config: cfg, JoinTimeout: time.Minute,
+		// 256 agents through etcd settle in about 12 s alone, and once
+		// took over a minute here beside other packages' tests.
+		rs[i] = &StoreRendezvous{Store: store.NewPrefix("rdzv/", st), Config: cfg, JoinTimeout: 3 * time.Minute,
 			Self: Node{ID: fmt.Sprintf("n%04d", i), Addr: fmt.Sprintf("host-%d", i), NodeRank: -1, LocalWorldSize: 2}}
 		defer rs[i].Close()
 	}

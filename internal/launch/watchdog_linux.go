@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,9 +146,16 @@ func shellName(s string) bool {
 	return s != ""
 }
 
-// shellThere reports whether /bin/sh can be the gate.
+// shellThere reports whether /bin/sh can be the gate: it must be dash
+// (Debian's and Ubuntu's /bin/sh), whose changes to the environment it
+// passes on shGate knows. bash, /bin/sh elsewhere, also sets SHLVL and
+// "_"; there the gate is this binary.
 var shellThere = sync.OnceValue(func() bool {
-	fi, err := os.Stat("/bin/sh")
+	path, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil || filepath.Base(path) != "dash" {
+		return false
+	}
+	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 })
 

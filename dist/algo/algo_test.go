@@ -321,6 +321,15 @@ func TestBarrier(t *testing.T) {
 				t.Fatalf("%s rank %d: %d rounds, want %d\n%s", desc, r, len(s), ceilLog2(size), s)
 			}
 			checkKnows(t, desc, r, res, allKnown(size))
+			if size&(size-1) != 0 {
+				continue
+			}
+			// A power of two: pairs, each round's message both ways.
+			for k, rd := range s {
+				if rd.Sends[0].Peer != rd.Recvs[0].Peer {
+					t.Fatalf("%s rank %d round %d: sends to %d, receives from %d: want one peer\n%s", desc, r, k, rd.Sends[0].Peer, rd.Recvs[0].Peer, s)
+				}
+			}
 		}
 	}
 }

@@ -66,6 +66,16 @@ func LinearScatter(rank, size, root int, counts []int) Schedule {
 // After the last round every rank has heard, directly or not, from every
 // other rank that entered the barrier.
 //
+// When size is a power of two, round k pairs rank with rank XOR 2^k
+// instead (the butterfly barrier): the same rounds and messages, but each
+// pair's go both ways, so that over TCP each message's acknowledgement
+// rides on the one coming back. A one-way stream of small messages makes
+// the receiver's kernel send a bare ACK for most of them (it is not in
+// its "ping-pong" mode, which delays ACKs to piggyback them), a packet
+// that costs both hosts about what a message does: on the lab's 4 hosts
+// of one rank (two to a CPU), 1.6 segments went out per message against
+// 1.12 with pairs, and the barrier took 180-210 µs against 137-170.
+//
 // Layout: no data; every transfer has Off 0 and Len 0, so any buffer,
 // including an empty one, will do. Rounds: ceil(log2 size). Traffic: one
 // empty message per round.
@@ -73,6 +83,10 @@ func DisseminationBarrier(rank, size int) Schedule {
 	checkGroup("DisseminationBarrier", rank, size)
 	var s Schedule
 	for d := 1; d < size; d <<= 1 {
+		if size&(size-1) == 0 {
+			s = append(s, Round{Sends: []Xfer{{Peer: rank ^ d}}, Recvs: []Xfer{{Peer: rank ^ d}}})
+			continue
+		}
 		s = append(s, Round{
 			Sends: []Xfer{{Peer: mod(rank+d, size)}},
 			Recvs: []Xfer{{Peer: mod(rank-d, size)}},

@@ -47,6 +47,8 @@ func TestMain(m *testing.M) {
 //	  answered with "BYTES n NANOS d", from the first byte to EOF).
 //	dial ADDR hello: prints the answer.
 //	dial ADDR sink DURATION: sends for DURATION, prints the answer.
+//	dial ADDR burst BYTES: waits 200 ms (a shaper's bucket fills), sends
+//	  BYTES in one write, prints the answer.
 //	cluster: makes a cluster of 2 hosts, starts sleep on host 1, prints
 //	  "READY <sleep's pid> <the cluster's directory> <its namespaces>"
 //	  and waits to be killed.
@@ -88,8 +90,23 @@ func helper(mode string, args []string) error {
 			return err
 		}
 		defer c.Close()
-		if _, err := fmt.Fprintf(c, "%s\n", args[1]); err != nil {
+		first := args[1]
+		if first == "burst" {
+			first = "sink" // the server counts the burst
+		}
+		if _, err := fmt.Fprintf(c, "%s\n", first); err != nil {
 			return err
+		}
+		if args[1] == "burst" {
+			n, err := strconv.Atoi(args[2])
+			if err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				return err
+			}
+			c.(*net.TCPConn).CloseWrite()
 		}
 		if args[1] == "sink" {
 			d, err := time.ParseDuration(args[2])
@@ -342,6 +359,27 @@ func TestRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(40 * Mbit)
+	// At 1 Gbit/s a burst after a quiet spell goes at the rate too, as
+	// from a NIC, not at once from the bucket tbf filled meanwhile.
+	for i := range 2 {
+		if err := c.SetRate(ctx, i, Gbit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := run(ctx, t, c, 0, nil, "ip", "-d", "link", "show", "dev", "eth0"); !strings.Contains(l, "gso_max_size 8192 ") {
+		t.Errorf("at 1 Gbit/s, eth0 makes packets of more than 8 KiB:\n%s", l)
+	}
+	const burst = 128 << 10
+	out, err := dial(ctx, c, 0, bin, to, "burst", strconv.Itoa(burst))
+	var n, ns int64
+	if _, serr := fmt.Sscanf(out, "BYTES %d NANOS %d", &n, &ns); err != nil || serr != nil || n != burst {
+		t.Fatalf("sink said %q: %v, %v", out, err, serr)
+	}
+	wire := time.Duration(float64(burst*8) / float64(Gbit) * 1e9)
+	t.Logf("a burst of %d bytes after a quiet spell at 1 Gbit/s: %v from its first byte to its end (%v on the wire)", burst, time.Duration(ns), wire)
+	if time.Duration(ns) < wire*6/10 {
+		t.Errorf("a burst of %d bytes took %v at 1 Gbit/s, where the wire takes %v: not paced", burst, time.Duration(ns), wire)
+	}
 	for i := range 2 {
 		if err := c.SetRate(ctx, i, 0); err != nil {
 			t.Fatal(err)

@@ -48,7 +48,10 @@
 // passes its eth0's tbf, then the switch's port to its destination, so a
 // transfer runs at the slower of the two hosts' rates. A TCP transfer's
 // payload runs at about 95% of the rate (tbf counts frames with their
-// headers). The kernels this runs on have no netem, so there is no delay
+// headers). Up to 1 Gbit/s the packets are paced too, so that a burst
+// after a quiet spell takes its time on the wire as from a NIC rather
+// than passing at once from the bucket tbf filled meanwhile (plan.go's
+// tbf says why, and why not above). The kernels this runs on have no netem, so there is no delay
 // or loss here; nftables rules, or godist's in-process faulty transport,
 // can add them.
 //

@@ -186,21 +186,50 @@ func cpuList(cpus []int) string {
 // tbf is the qdisc that shapes a link end to rate: a token bucket whose
 // burst is 1 ms of traffic (at least 16 KiB, so that a full-size frame and
 // then some always fits) and whose queue holds 50 ms more. A NIC of that
-// rate never sends faster; a burst of 4 ms let a 64 KiB message through
-// at the veth's speed, twice as fast as the link (issue 28). Transfers
-// still run at 94-96% of the rate.
+// rate never sends faster, but a bucket that has filled while the link
+// was quiet lets its burst through at the veth's speed: a burst of 4 ms
+// let a 64 KiB message through twice as fast as the link, and even 1 ms
+// (125 KB at 1 Gbit/s) let most of one through between two calls of a
+// benchmark (an all-reduce of 64 KiB across 2 hosts took 480 µs where its
+// bytes take 524 on the wire; issue 28). So at rates up to peakMax a
+// second bucket of one packet, refilled at 5% over the rate (tbf's
+// peakrate), paces the packets as a NIC does, and the link ends make
+// packets of at most peakGSO bytes (gso_max_size; the veth's 64 KiB ones
+// would pass whole): 64 KiB then takes its time on the wire, and
+// transfers still run at 95-98% of the rate. Above peakMax the packets'
+// count would cost the lab's CPUs more than the shaper saves (a 10
+// Gbit/s all-reduce of 16 MiB took 56-94 ms with packets of 8-16 KiB
+// against 32 with 64 KiB), and the CPUs, not the burst, bound it there.
 func tbf(rate BitRate) string {
 	burst := max(int64(rate)/8/1000, 16<<10)
+	if rate <= peakMax {
+		return fmt.Sprintf("tbf rate %s burst %d latency 50ms peakrate %dbit mtu %d", rate, burst, int64(rate)/20*21, peakGSO+peakHeaders)
+	}
 	return fmt.Sprintf("tbf rate %s burst %d latency 50ms", rate, burst)
 }
 
-// shapeLine is the tc command that sets dev's rate: its root qdisc
-// replaced with tbf, or, unshaped, deleted (and no error if it had none).
+// Pacing (see tbf): the highest rate paced packet by packet, the largest
+// packet the link ends make there, and room for a packet's headers.
+const (
+	peakMax     = Gbit
+	peakGSO     = 8 << 10
+	peakHeaders = 1808
+)
+
+// shapeLine is the command that sets dev's rate: its root qdisc replaced
+// with tbf, or, unshaped, deleted (and no error if it had none), and its
+// largest packet (see tbf). It exits the shell when a step fails (set -e
+// does not stop at the first command of an && list).
 func shapeLine(dev string, rate BitRate) string {
+	gso := "ip link set dev " + dev + " gso_max_size "
 	if rate > 0 {
-		return "tc qdisc replace dev " + dev + " root " + tbf(rate)
+		size := 64 << 10
+		if rate <= peakMax {
+			size = peakGSO
+		}
+		return gso + strconv.Itoa(size) + " && tc qdisc replace dev " + dev + " root " + tbf(rate) + " || exit 1"
 	}
-	return "tc qdisc del dev " + dev + " root 2>/dev/null || true"
+	return gso + "65536 || exit 1; tc qdisc del dev " + dev + " root 2>/dev/null || true"
 }
 
 // The interfaces' names. Each lives in a namespace of the cluster's own,

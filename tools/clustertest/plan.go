@@ -195,11 +195,15 @@ func cpuList(cpus []int) string {
 // second bucket of one packet, refilled at 5% over the rate (tbf's
 // peakrate), paces the packets as a NIC does, and the link ends make
 // packets of at most peakGSO bytes (gso_max_size; the veth's 64 KiB ones
-// would pass whole): 64 KiB then takes its time on the wire, and
-// transfers still run at 95-98% of the rate. Above peakMax the packets'
-// count would cost the lab's CPUs more than the shaper saves (a 10
-// Gbit/s all-reduce of 16 MiB took 56-94 ms with packets of 8-16 KiB
-// against 32 with 64 KiB), and the CPUs, not the burst, bound it there.
+// would pass whole): 64 KiB then takes about its time on the wire, and
+// transfers still run at 90-98% of the rate (90 where 4 hosts share 2
+// CPUs). Each packet costs the shaper a timer: with 8 KiB packets the 4
+// hosts on 2 CPUs moved 82% of the rate and their large all-reduces 64%
+// of the bound; with 32 KiB a 64 KiB all-reduce was not paced. Above
+// peakMax the packets' count would cost the lab's CPUs more than the
+// shaper saves (a 10 Gbit/s all-reduce of 16 MiB took 56-94 ms with
+// packets of 8-16 KiB against 32 with 64 KiB), and the CPUs, not the
+// burst, bound it there.
 func tbf(rate BitRate) string {
 	burst := max(int64(rate)/8/1000, 16<<10)
 	if rate <= peakMax {
@@ -212,7 +216,7 @@ func tbf(rate BitRate) string {
 // packet the link ends make there, and room for a packet's headers.
 const (
 	peakMax     = Gbit
-	peakGSO     = 8 << 10
+	peakGSO     = 16 << 10
 	peakHeaders = 1808
 )
 

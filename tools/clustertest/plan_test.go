@@ -121,7 +121,7 @@ func TestScripts(t *testing.T) {
 		"ip link add br0 type bridge\n",
 		"ip link add p0 type veth peer name eth0 netns 101\n",
 		"ip link set p1 master br0\n",
-		"ip link set dev p1 gso_max_size 8192 && tc qdisc replace dev p1 root tbf rate 100mbit burst 16384 latency 50ms peakrate 105000000bit mtu 10000 || exit 1\n",
+		"ip link set dev p1 gso_max_size 16384 && tc qdisc replace dev p1 root tbf rate 100mbit burst 16384 latency 50ms peakrate 105000000bit mtu 18192 || exit 1\n",
 	} {
 		if !strings.Contains(sw, want) {
 			t.Errorf("switch script lacks %q:\n%s", want, sw)
@@ -135,7 +135,7 @@ func TestScripts(t *testing.T) {
 		"mount -t tmpfs -o mode=1777 clustertest-shm-77 /dev/shm\n",
 		`mount --bind '/tmp/it'\''s/hosts' /etc/hosts` + "\n",
 		"ip addr add 10.77.0.2/24 dev eth0\n",
-		"ip link set dev eth0 gso_max_size 8192 && tc qdisc replace dev eth0 root tbf rate 100mbit",
+		"ip link set dev eth0 gso_max_size 16384 && tc qdisc replace dev eth0 root tbf rate 100mbit",
 	} {
 		if !strings.Contains(h, want) {
 			t.Errorf("host script lacks %q:\n%s", want, h)
@@ -157,7 +157,7 @@ func TestScripts(t *testing.T) {
 		t.Errorf("tbf(10gbit) = %q, want a burst of 1 ms and no pacing", got)
 	}
 	// Up to 1 Gbit/s packets are paced at 5% over the rate, and made small.
-	if got := tbf(Gbit); !strings.HasSuffix(got, " peakrate 1050000000bit mtu 10000") {
+	if got := tbf(Gbit); !strings.HasSuffix(got, " peakrate 1050000000bit mtu 18192") {
 		t.Errorf("tbf(1gbit) = %q", got)
 	}
 	if got := shapeLine("eth0", 10*Gbit); !strings.HasPrefix(got, "ip link set dev eth0 gso_max_size 65536 && ") {

@@ -227,6 +227,26 @@ func TestAllGather(t *testing.T) {
 					}
 				}
 				checkKnows(t, desc, r, res, contributors)
+				if size&(size-1) != 0 {
+					continue
+				}
+				// A power of two: in each round one peer, rank XOR a
+				// power of two, farther each round (rounds with nothing
+				// to move are left out), at most one transfer each way.
+				last := 0
+				for k, rd := range s {
+					xs := append(slices.Clone(rd.Sends), rd.Recvs...)
+					d := xs[0].Peer ^ r
+					for _, x := range xs {
+						if x.Peer != xs[0].Peer || d&(d-1) != 0 || d <= last {
+							t.Fatalf("%s rank %d round %d: a transfer with %d after distance %d: want one peer, rank XOR a power of two beyond it\n%s", desc, r, k, x.Peer, last, s)
+						}
+					}
+					last = d
+					if len(rd.Sends) > 1 || len(rd.Recvs) > 1 {
+						t.Fatalf("%s rank %d round %d: %d sends and %d receives, want one each at most\n%s", desc, r, k, len(rd.Sends), len(rd.Recvs), s)
+					}
+				}
 			}
 		}
 	}

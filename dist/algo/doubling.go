@@ -173,12 +173,22 @@ func halvingDoubling(rank, size, count int, nearFirst bool) Schedule {
 	return b.s
 }
 
-// RecursiveDoublingAllGather is the all-gather for small messages, in the
-// Bruck style: in round k (distance d = 2^k) rank sends the chunks it holds,
-// rank..rank+d-1 (mod size), to rank-d and receives chunks rank+d..rank+2d-1
-// from rank+d, the last round cut short so that nothing arrives twice.
-// Chunks land at their final offsets, so no rotation is needed and any size
-// works without a fold.
+// RecursiveDoublingAllGather is the all-gather for small messages. When
+// size is a power of two it is recursive doubling proper: in round k
+// (distance d = 2^k) rank and rank XOR d swap the d chunks each holds,
+// the aligned run from (rank/d)·d, one contiguous transfer each way.
+// Otherwise it is in the Bruck style: in round k rank sends the chunks it
+// holds, rank..rank+d-1 (mod size), to rank-d and receives chunks
+// rank+d..rank+2d-1 from rank+d, the last round cut short so that nothing
+// arrives twice. Chunks land at their final offsets, so no rotation is
+// needed and any size works without a fold.
+//
+// Why pairs where they exist: each connection of the Bruck style carries
+// messages one way, so over TCP the receiving kernel acknowledges most of
+// them with a packet of its own, where a pair's acknowledgements ride on
+// the messages coming back (see DisseminationBarrier); and a run that
+// wraps past the end of the buffer goes as two transfers. On hosts of
+// consecutive ranks the pairs' first rounds also stay inside a host.
 //
 // Layout: the buffer is the whole output, chunk r of counts[r] elements at
 // Offsets(counts)[r]. Before, only chunk rank is valid; afterwards all are.
@@ -195,6 +205,19 @@ func RecursiveDoublingAllGather(rank, size int, counts []int) Schedule {
 		return nil
 	}
 	var b builder
+	if size&(size-1) == 0 {
+		for d := 1; d < size; d <<= 1 {
+			peer := rank ^ d
+			for _, r := range chunkRanges(offs, size, rank&^(d-1), d) {
+				b.send(peer, r[0], r[1])
+			}
+			for _, r := range chunkRanges(offs, size, peer&^(d-1), d) {
+				b.recv(peer, r[0], r[1], false)
+			}
+			b.end()
+		}
+		return b.s
+	}
 	for d := 1; d < size; d <<= 1 {
 		n := min(d, size-d)
 		for _, r := range chunkRanges(offs, size, rank, n) {

@@ -141,7 +141,11 @@ func (m Model) EstimateAlgorithm(s Shape, op Op, name string, segments, count, e
 	case op == OpAllGather && name == "ring":
 		t = e.ringAllGather(count, segments)
 	case op == OpAllGather && name == "recursive-doubling":
-		t = e.bruck(count)
+		if size := s.Size(); size&(size-1) == 0 {
+			t = e.doublingAllGather(count)
+		} else {
+			t = e.bruck(count)
+		}
 	case op == OpAllGather && name == "two-level":
 		t = e.twoLevelAllGather(count, segments)
 	case op == OpReduceScatter && name == "ring":
@@ -627,6 +631,17 @@ func (e estimator) chain(count, segs int) float64 {
 		}
 	}
 	return t + float64(segs-1)*slow
+}
+
+// doublingAllGather is RecursiveDoublingAllGather on a power of two: in
+// the round of distance d every rank swaps d chunks with its partner, and
+// sends them once the round before has brought them.
+func (e estimator) doublingAllGather(count int) float64 {
+	t := 0.0
+	for d := 1; d < e.s.Size(); d *= 2 {
+		t += e.dimHop(float64(d*count*e.es), d).copy()
+	}
+	return t
 }
 
 // bruck: in round k (d = 2^k) rank q sends the min(d, size−d) chunks it

@@ -39,6 +39,9 @@ type benchConfig struct {
 	Shared    bool          `json:"shared"`  // inputs from NewSharedTensor
 	RPC       bool          `json:"rpc"`     // the RPC cases of bench_rpc.py instead of collectives
 	RPCCases  []string      `json:"rpc_cases"`
+	// CommonStart is the iterations, after the timed ones, that every
+	// rank starts at one instant of the machine's clock (commonstart.go).
+	CommonStart int `json:"common_start,omitempty"`
 }
 
 const benchConfigEnv = "GODIST_BENCH_CONFIG"
@@ -72,6 +75,7 @@ func benchMain(args []string) int {
 	dtype := fs.String("dtype", "float32", "element type (float32, float64, bfloat16, float16, int64, int32, uint8)")
 	rpcOnly := fs.String("rpc-cases", "all", "with --rpc, the comma-separated cases to run: "+strings.Join(rpcCaseNames, ",")+", or all")
 	rpcCases := fs.Bool("rpc", false, "measure the RPC framework instead, with the cases of tools/peers/bench_rpc.py (rpc_sync, remote().to_here(), echoes of 1 KiB, 1 MiB and 16 MiB, 64 and 256 calls in flight) between 2 ranks; --nproc, --ops and sizes do not apply")
+	commonStart := fs.Int("common-start", 0, "with --worker, after each size's timed iterations, `N` more in which every rank calls at one instant of the machine's monotonic clock (rank 0 picks it 1 ms ahead; each rank sleeps until then): the time from that instant to the last rank's return, which is what the cost model predicts (common_us_median). Only where every rank reads one clock: hosts that are network namespaces of one machine")
 	shared := fs.Bool("shared", false, "inputs of all_reduce, broadcast, all_gather and reduce_scatter made by Group.NewSharedTensor, as DDP's buckets are (same-host ranks then read them straight out of each other's memory)")
 	jsonOut := fs.Bool("json", false, "print one JSON document (bench_gloo.py's result keys) instead of tables")
 	timeout := durationFlag(fs, "timeout", 10*time.Minute, "limit for the whole run (seconds or a duration); the ranks are killed when it passes")
@@ -128,13 +132,13 @@ Flags:
 	if _, err := tensor.ParseDType(*dtype); err != nil {
 		return fail("--dtype: %v", err)
 	}
-	if *iters < 1 || *minIters < 1 || *warmup < 0 || *warmupJob < 0 || *target < 0 || *timeout <= 0 {
-		return fail("want --iters >= 1, --min-iters >= 1, --warmup >= 0, --warmup-job >= 0, --target >= 0 and --timeout > 0")
+	if *iters < 1 || *minIters < 1 || *warmup < 0 || *warmupJob < 0 || *target < 0 || *timeout <= 0 || *commonStart < 0 {
+		return fail("want --iters >= 1, --min-iters >= 1, --warmup >= 0, --warmup-job >= 0, --common-start >= 0, --target >= 0 and --timeout > 0")
 	}
 	cfg := benchConfig{
 		Ops: opList, Sizes: sizeList, DType: *dtype, Warmup: *warmup, WarmupJob: *warmupJob,
 		MinIters: *minIters, MaxIters: *iters, Target: *target, Timeout: *timeout,
-		Shared: *shared, RPC: *rpcCases,
+		Shared: *shared, RPC: *rpcCases, CommonStart: *commonStart,
 	}
 	if *rpcCases {
 		if cfg.RPCCases, err = parseRPCCases(*rpcOnly); err != nil {

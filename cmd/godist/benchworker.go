@@ -241,6 +241,13 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		return result{}, fmt.Errorf("all_reduce(MAX) of the latencies: %w", err)
 	}
 	r := newResult(op, size, nbytes, n, ts)
+	if cfg.CommonStart > 0 {
+		spans, late, err := commonStartLoop(ctx, g, fn, cfg.CommonStart)
+		if err != nil {
+			return result{}, err
+		}
+		r.CommonIters, r.CommonUsMedian, r.CommonLateUsMedian = len(spans), median(spans)*1e6, median(late)*1e6
+	}
 	r.DType, r.Algo = dt.String(), plan
 	r.PredUs = pred.Seconds() * 1e6
 	if len(g.Topology().Hosts) > 1 {

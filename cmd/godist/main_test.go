@@ -353,7 +353,8 @@ func TestBenchJSON(t *testing.T) {
 
 // TestBenchWorkerUnderRun: godist bench --worker ranks started by godist
 // run (this binary as both) join from the launcher's environment, and rank
-// 0 prints one JSON result per line, which godist run tags with its rank.
+// 0 prints one JSON result per line, which godist run tags with its rank,
+// with the common start's times when asked.
 func TestBenchWorkerUnderRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -363,7 +364,8 @@ func TestBenchWorkerUnderRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := godist(t, "run", "--standalone", "--nproc-per-node", "2", self,
-		"bench", "--worker", "--ops", "all_reduce,barrier", "--sizes", "8,4KiB", "--iters", "10", "--warmup", "1", "--timeout", "60s")
+		"bench", "--worker", "--ops", "all_reduce,barrier", "--sizes", "8,4KiB", "--iters", "10", "--warmup", "1",
+		"--common-start", "5", "--timeout", "60s")
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
 	out, err := c.Output()
@@ -383,6 +385,12 @@ func TestBenchWorkerUnderRun(t *testing.T) {
 		}
 		if r.World != 2 || r.Iters != 10 || r.LatUsMedian <= 0 {
 			t.Errorf("result %+v", r)
+		}
+		// The common start: its iterations, a time from the instant that
+		// is more than nothing and less than the call's 60 s bound, and a
+		// start no later than the instant's margin.
+		if r.CommonIters != 5 || r.CommonUsMedian <= 0 || r.CommonUsMedian > 60e6 || r.CommonLateUsMedian < 0 || r.CommonLateUsMedian > float64(commonMargin.Microseconds()) {
+			t.Errorf("common start of %s %d: %d iterations, %.1f µs, late %.1f µs", r.Op, r.Size, r.CommonIters, r.CommonUsMedian, r.CommonLateUsMedian)
 		}
 		got = append(got, fmt.Sprintf("%s %d", r.Op, r.Size))
 	}

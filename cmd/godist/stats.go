@@ -247,8 +247,14 @@ type result struct {
 	AlgbwGBps   float64 `json:"algbw_GBps,omitempty"`
 	BusbwGBps   float64 `json:"busbw_GBps,omitempty"`
 	CallsPerS   float64 `json:"calls_per_s,omitempty"`
-	TStart      float64 `json:"t_start,omitempty"`
-	TEnd        float64 `json:"t_end,omitempty"`
+	// The common start (--common-start): the median over its iterations
+	// of the time from the instant to the last rank's return, and of the
+	// last rank's start after the instant.
+	CommonIters        int     `json:"common_iters,omitempty"`
+	CommonUsMedian     float64 `json:"common_us_median,omitempty"`
+	CommonLateUsMedian float64 `json:"common_late_us_median,omitempty"`
+	TStart             float64 `json:"t_start,omitempty"`
+	TEnd               float64 `json:"t_end,omitempty"`
 }
 
 // newResult fills a result from the per-iteration latencies (seconds,

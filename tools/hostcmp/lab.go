@@ -34,7 +34,10 @@ type params struct {
 	// WarmupJob is the iterations of a barrier and a 4-byte all_reduce
 	// every benchmark runs before its first cell (--warmup-job).
 	WarmupJob int
-	Timeout   time.Duration // one benchmark's run on one lab
+	// CommonStart is godist's iterations from a common start per cell
+	// (godist bench --common-start): what its cost model predicts.
+	CommonStart int
+	Timeout     time.Duration // one benchmark's run on one lab
 }
 
 func (p params) sizesArg() string {
@@ -108,7 +111,7 @@ var benches = []bench{
 			return godistOnHosts(t, l, port, t.Godist, "bench", "--worker", "--ops", strings.Join(p.Ops, ","), "--sizes", p.sizesArg(),
 				"--target", p.Target.String(), "--iters", strconv.Itoa(p.MaxIters),
 				"--min-iters", strconv.Itoa(p.MinIters), "--warmup", strconv.Itoa(p.Warmup),
-				"--warmup-job", strconv.Itoa(p.WarmupJob),
+				"--warmup-job", strconv.Itoa(p.WarmupJob), "--common-start", strconv.Itoa(p.CommonStart),
 				"--timeout", p.Timeout.String())
 		},
 	},

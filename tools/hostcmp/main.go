@@ -68,6 +68,7 @@ func main() {
 	rounds := flag.Int("rounds", 2, "rounds: each runs every benchmark once, in an order that rotates from round to round")
 	target := flag.Duration("target", time.Second, "time budget per (op, size), for each benchmark")
 	maxIters := flag.Int("max-iters", 300, "most timed iterations per (op, size)")
+	commonStart := flag.Int("common-start", 40, "godist's iterations per (op, size), after the timed ones, that every rank starts at one instant of the machine's clock (godist bench --common-start): the time its cost model predicts, shown as pred/common; 0: none")
 	minIters := flag.Int("min-iters", 10, "fewest timed iterations per (op, size)")
 	warmup := flag.Int("warmup", 5, "warm-up iterations per (op, size)")
 	warmupJob := flag.Int("warmup-job", 1000, "warm-up iterations of a barrier and a 4-byte all_reduce before each benchmark's first cell (a job's first calls touch fresh memory: see godist bench --warmup-job)")
@@ -109,7 +110,7 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("--configs: %w", err))
 	}
-	p := params{Target: *target, MinIters: *minIters, MaxIters: *maxIters, Warmup: *warmup, WarmupJob: *warmupJob, Timeout: *timeout}
+	p := params{Target: *target, MinIters: *minIters, MaxIters: *maxIters, Warmup: *warmup, WarmupJob: *warmupJob, CommonStart: *commonStart, Timeout: *timeout}
 	if p.Ops, err = parseOps(*ops); err != nil {
 		fail(fmt.Errorf("--ops: %w", err))
 	}
@@ -120,8 +121,8 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("--peers: %w", err))
 	}
-	if *rounds < 1 || *minIters < 1 || *maxIters < 1 || *warmup < 0 || *warmupJob < 0 || *target < 0 || *timeout <= 0 {
-		fail(fmt.Errorf("want --rounds >= 1, --min-iters >= 1, --max-iters >= 1, --warmup >= 0, --warmup-job >= 0, --target >= 0 and --timeout > 0"))
+	if *rounds < 1 || *minIters < 1 || *maxIters < 1 || *warmup < 0 || *warmupJob < 0 || *commonStart < 0 || *target < 0 || *timeout <= 0 {
+		fail(fmt.Errorf("want --rounds >= 1, --min-iters >= 1, --max-iters >= 1, --warmup >= 0, --warmup-job >= 0, --common-start >= 0, --target >= 0 and --timeout > 0"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

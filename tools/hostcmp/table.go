@@ -25,6 +25,9 @@ type cell struct {
 	Algo        string   `json:"algo"`
 	PredUs      *float64 `json:"pred_us"`
 	Model       string   `json:"model"` // godist's cost model, across hosts
+	// CommonUsMedian is godist's time from a common start (godist bench
+	// --common-start), the quantity its cost model predicts.
+	CommonUsMedian float64 `json:"common_us_median"`
 }
 
 // ok reports whether c holds a measured latency.
@@ -115,6 +118,30 @@ func (s series) latency(op string, size int) (spread, bool) {
 		}
 	}
 	return spreadOf(v), len(v) > 0
+}
+
+// common is the median over rounds of godist's time from a common start
+// for op at size.
+func (s series) common(op string, size int) (float64, bool) {
+	var v []float64
+	for _, cells := range s.Rounds {
+		if c, ok := find(cells, op, size); ok && c.ok() && c.CommonUsMedian > 0 {
+			v = append(v, c.CommonUsMedian)
+		}
+	}
+	return spreadOf(v).Median, len(v) > 0
+}
+
+// hasCommon reports whether any of s's cells carries a common start.
+func (s series) hasCommon() bool {
+	for _, cells := range s.Rounds {
+		for _, c := range cells {
+			if c.CommonUsMedian > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // status is what s's table entry says when no round measured op at size:
@@ -243,7 +270,7 @@ type tables struct {
 func renderTables(t tables) string {
 	var sb strings.Builder
 	all := append([]series{t.Godist}, t.Peers...)
-	pred := t.Godist.hasPred()
+	pred, common := t.Godist.hasPred(), t.Godist.hasCommon()
 	sb.WriteString(modelLines(t.Godist))
 	for _, op := range t.Ops {
 		sizes := sizesOf(op, all)
@@ -260,6 +287,9 @@ func renderTables(t tables) string {
 		}
 		if pred {
 			head = append(head, "pred/measured")
+			if common {
+				head = append(head, "common start µs", "pred/common")
+			}
 		}
 		if op != "barrier" {
 			labels := make([]string, len(all))
@@ -275,7 +305,7 @@ func renderTables(t tables) string {
 		sb.WriteString(benchfmt.Row(head))
 		sb.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 		for _, size := range sizes {
-			sb.WriteString(benchfmt.Row(tableRow(t, op, size, pred)))
+			sb.WriteString(benchfmt.Row(tableRow(t, op, size, pred, common)))
 		}
 	}
 	return sb.String()
@@ -298,7 +328,7 @@ func modelLines(s series) string {
 }
 
 // tableRow is renderTables' row for op at size.
-func tableRow(t tables, op string, size int, pred bool) []string {
+func tableRow(t tables, op string, size int, pred, common bool) []string {
 	row := []string{"-"}
 	if op != "barrier" {
 		row[0] = benchfmt.Size(size)
@@ -321,11 +351,23 @@ func tableRow(t tables, op string, size int, pred bool) []string {
 		row = append(row, ratio)
 	}
 	if pred {
+		pu, pok := t.Godist.predicted(op, size)
 		v := "-"
-		if pu, ok := t.Godist.predicted(op, size); ok && gok {
+		if pok && gok {
 			v = fmt.Sprintf("%.2f", pu/g.Median)
 		}
 		row = append(row, v)
+		if common {
+			c, cok := t.Godist.common(op, size)
+			cv, v := "-", "-"
+			if cok {
+				cv = formatLatency(c)
+				if pok {
+					v = fmt.Sprintf("%.2f", pu/c)
+				}
+			}
+			row = append(row, cv, v)
+		}
 	}
 	big := size >= busbwFrom
 	if op != "barrier" {

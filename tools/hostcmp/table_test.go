@@ -155,3 +155,28 @@ func TestRenderTablesPredAndStatus(t *testing.T) {
 		t.Error("no pred/measured column")
 	}
 }
+
+// TestRenderTablesCommonStart: godist's times from a common start get a
+// column and the prediction over them, from the median over rounds.
+func TestRenderTablesCommonStart(t *testing.T) {
+	tb := cannedTables(t)
+	p := 330.0
+	for r := range tb.Godist.Rounds {
+		tb.Godist.Rounds[r][0].PredUs = &p
+	}
+	tb.Godist.Rounds[0][0].CommonUsMedian = 200
+	tb.Godist.Rounds[1][0].CommonUsMedian = 400
+	tb.Bound = 0
+	out := renderTables(tb)
+	t.Logf("\n%s", out)
+	if !strings.Contains(out, "| pred/measured | common start µs | pred/common | busbw") {
+		t.Fatal("no common start columns")
+	}
+	// The median of 200 and 400 is 300: 330/300.
+	if got := rows(out, "all_reduce")[0]; !slices.Equal(got[6:9], []string{"1.10", "300.0", "1.10"}) {
+		t.Errorf("8 B row %q: want pred/measured 1.10, common 300.0, pred/common 1.10", got)
+	}
+	if got := rows(out, "all_reduce")[1]; !slices.Equal(got[6:9], []string{"-", "-", "-"}) {
+		t.Errorf("1 MiB row %q: no prediction, no common start", got)
+	}
+}

@@ -100,6 +100,7 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		}
 	}
 	var net algo.Link
+	var duplex float64 // the pair's bytes a second each way, both ways at once
 	for i, p := range probers {
 		q := answerers[i]
 		var err error
@@ -112,7 +113,7 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 			// synchronised only at the first bulk, from 0.12 to 2.05
 			// GB/s in three runs as the pairs drifted apart.
 			sync := func(n int) (int, error) { return w.syncProbers(ctx, probers, n) }
-			if net, err = w.probeLink(ctx, q, sync); err != nil {
+			if net, duplex, err = w.probeLink(ctx, q, sync, true); err != nil {
 				return fmt.Errorf("measuring the network against rank %d: %w", q, err)
 			}
 		case q:
@@ -128,7 +129,7 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		m.Network.Bandwidth *= float64(pairs)
 		if local >= 0 {
 			var err error
-			if m.Local, err = w.probeLink(ctx, local, nil); err != nil {
+			if m.Local, _, err = w.probeLink(ctx, local, nil, false); err != nil {
 				return fmt.Errorf("measuring shared memory against rank %d: %w", local, err)
 			}
 			// A payload through shared memory is copied in by its sender
@@ -143,6 +144,7 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		if cpus := runtime.NumCPU(); cpus < len(topo.Hosts[0]) {
 			m.CPUs = cpus
 		}
+		m.Stack = stackRate(m.Network.Bandwidth, duplex*float64(pairs), min(pairs, runtime.NumCPU()))
 		b, _ := json.Marshal(m)
 		if err := w.store.Set(ctx, modelKey, b); err != nil {
 			return err
@@ -187,18 +189,18 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 // bulk round trip with the size this prober would send (0 when it is
 // done), and returns the size to send, 0 to stop: the first prober's
 // choice, for every pair.
-func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) (int, error)) (algo.Link, error) {
+func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) (int, error), duplex bool) (algo.Link, float64, error) {
 	tag := uint32(0)
 	defer func() { w.probe = nil }()
-	roundTrip := func(n int) (float64, error) {
+	roundTrip := func(n int, duplex bool) (float64, error) {
 		t0 := time.Now()
-		err := w.probeExchange(ctx, peer, &tag, n)
+		err := w.probeExchange(ctx, peer, &tag, n, duplex)
 		return time.Since(t0).Seconds(), err
 	}
-	defer w.probeExchange(ctx, peer, &tag, probeDone)
+	defer w.probeExchange(ctx, peer, &tag, probeDone, false)
 	for range measureWarmRounds {
-		if _, err := roundTrip(0); err != nil {
-			return algo.Link{}, err
+		if _, err := roundTrip(0, false); err != nil {
+			return algo.Link{}, 0, err
 		}
 	}
 	rtts := make([]float64, measureRounds)
@@ -207,12 +209,12 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 			// The pairs' small round trips too start together, as a
 			// small collective's messages do.
 			if _, err := beforeBulk(1); err != nil {
-				return algo.Link{}, err
+				return algo.Link{}, 0, err
 			}
 		}
 		var err error
-		if rtts[i], err = roundTrip(0); err != nil {
-			return algo.Link{}, err
+		if rtts[i], err = roundTrip(0, false); err != nil {
+			return algo.Link{}, 0, err
 		}
 	}
 	n := measureBulk
@@ -234,7 +236,7 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 		if beforeBulk != nil {
 			var err error
 			if want, err = beforeBulk(want); err != nil {
-				return algo.Link{}, err
+				return algo.Link{}, 0, err
 			}
 			if !last.start.IsZero() {
 				ds = append(ds, time.Since(last.start).Seconds()-last.small)
@@ -245,14 +247,14 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 			break
 		}
 		n = want
-		s, err := roundTrip(0)
+		s, err := roundTrip(0, false)
 		if err != nil {
-			return algo.Link{}, err
+			return algo.Link{}, 0, err
 		}
 		start := time.Now()
-		b, err := roundTrip(n)
+		b, err := roundTrip(n, false)
 		if err != nil {
-			return algo.Link{}, err
+			return algo.Link{}, 0, err
 		}
 		if b < measureBulkTime.Seconds() && n < measureBulkMax {
 			n, i, ds = n*4, -1, ds[:0] // too short to tell: start over, larger
@@ -268,15 +270,83 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 	}
 	slices.Sort(rtts)
 	rtt := rtts[len(rtts)/2]
+	link := algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(n) / bulkTime(ds, n)}
+	if !duplex {
+		return link, 0, nil
+	}
+	// Both ways at once, the bulk's size each way, measureWarmBulk
+	// untimed and measureBulkRounds timed, in step as the one-way bulks.
+	ds = ds[:0]
+	for i := 0; ; i++ {
+		want := n
+		if i >= measureWarmBulk+measureBulkRounds {
+			want = 0
+		}
+		if beforeBulk != nil {
+			var err error
+			if want, err = beforeBulk(want); err != nil {
+				return algo.Link{}, 0, err
+			}
+			if !last.start.IsZero() {
+				ds = append(ds, time.Since(last.start).Seconds()-last.small)
+				last.start = time.Time{}
+			}
+		}
+		if want <= 0 {
+			break
+		}
+		s, err := roundTrip(0, false)
+		if err != nil {
+			return algo.Link{}, 0, err
+		}
+		start := time.Now()
+		b, err := roundTrip(want, true)
+		if err != nil {
+			return algo.Link{}, 0, err
+		}
+		switch {
+		case i < measureWarmBulk:
+		case beforeBulk != nil:
+			last.start, last.small = start, s
+		default:
+			ds = append(ds, b-s)
+		}
+	}
+	return link, float64(n) / bulkTime(ds, n), nil
+}
+
+// bulkTime is the median of a bulk of n bytes' times ds, at least what
+// maxBandwidth allows.
+func bulkTime(ds []float64, n int) float64 {
 	if len(ds) == 0 {
 		// A prober that followed the first one's sizes and restarted at
 		// the last: its figure is not used.
-		ds = append(ds, float64(n)/maxBandwidth)
+		return float64(n) / maxBandwidth
 	}
 	slices.Sort(ds)
-	d := max(ds[len(ds)/2], float64(n)/maxBandwidth)
-	return algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(n) / d}, nil
+	return max(ds[len(ds)/2], float64(n)/maxBandwidth)
 }
+
+// stackRate is Model.Stack from the network's probes: the hosts' bytes a
+// second one way (oneWay) and each way with both at once (duplex), moved
+// by cpus CPUs of the probing host. When both ways at once move at least
+// duplexFull of the one-way rate, the link bounds the traffic and the
+// stack's rate is 0 (no bound). Else the CPUs do: each moved duplex bytes
+// a second out and as many in, 2·duplex through the stack over cpus.
+// Measured on namespace hosts of one CPU at 10 Gbit/s, the one-way probe
+// moved 1.1-1.25 GB/s, and a ring all-gather of 16 MiB took twice the
+// link's time, the host's CPU sending and receiving at once.
+func stackRate(oneWay, duplex float64, cpus int) float64 {
+	if duplex <= 0 || duplex >= duplexFull*oneWay {
+		return 0
+	}
+	return 2 * duplex / float64(max(cpus, 1))
+}
+
+// duplexFull is the share of the one-way rate that both ways at once
+// must move for the link, not the CPUs, to bound them: below 1 by the
+// probes' spread from run to run.
+const duplexFull = 0.8
 
 // syncProbers returns once every prober of the network (this rank among
 // them; probers[0] is rank 0) is ready for its next round trip, with the
@@ -324,16 +394,29 @@ const maxBandwidth = 100e9
 const probeDone = -1
 
 // probeExchange is one round trip of probeLink: an 8-byte message that
-// says how many bytes follow (n, or probeDone), those bytes, and the
-// peer's 8-byte answer, each with a tag of its own.
-func (w *world) probeExchange(ctx context.Context, peer int, tag *uint32, n int) error {
+// says how many bytes follow (n, or probeDone; with duplexBit, the peer
+// sends as many back at once), those bytes, and the peer's 8-byte answer
+// (or its n bytes), each with a tag of its own.
+func (w *world) probeExchange(ctx context.Context, peer int, tag *uint32, n int, duplex bool) error {
 	var head [8]byte
-	binary.LittleEndian.PutUint64(head[:], uint64(int64(n)))
+	h := uint64(int64(n))
+	if duplex {
+		h |= duplexBit
+	}
+	binary.LittleEndian.PutUint64(head[:], h)
 	answer := make([]byte, 8)
+	out := []byte(nil)
+	switch {
+	case duplex && n > 0:
+		out = w.probeBuf(2 * n)
+		out, answer = out[:n], out[n:]
+	case n > 0:
+		out = w.probeBuf(n)
+	}
 	r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: *tag + 2}), 0, answer)
 	err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag}, 0, head[:])
 	if err == nil && n > 0 {
-		err = w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag + 1}, 0, w.probeBuf(n))
+		err = w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag + 1}, 0, out[:n])
 	}
 	*tag += 3
 	if err != nil || n == probeDone {
@@ -343,6 +426,9 @@ func (w *world) probeExchange(ctx context.Context, peer int, tag *uint32, n int)
 	_, err = r.Wait(ctx)
 	return err
 }
+
+// duplexBit marks a probe whose bytes the peer sends back at once.
+const duplexBit = 1 << 62
 
 // probeBuf returns a buffer of n bytes for probes, kept for the next.
 func (w *world) probeBuf(n int) []byte {
@@ -362,20 +448,39 @@ func (w *world) answerProbe(ctx context.Context, peer int) error {
 		if err := w.recvProbe(ctx, peer, tag, head); err != nil {
 			return err
 		}
-		n := int64(binary.LittleEndian.Uint64(head))
-		if n == probeDone {
+		h := binary.LittleEndian.Uint64(head)
+		n, duplex := int64(h&^duplexBit), h&duplexBit != 0
+		if int64(h) == probeDone {
 			return nil
 		}
-		if n < 0 || n > measureBulkMax {
+		if n < 0 || n > measureBulkMax || duplex && n == 0 {
 			return fmt.Errorf("rank %d asked to measure with %d bytes (at most %d)", peer, n, measureBulkMax)
 		}
-		if n > 0 {
+		answer := head
+		switch {
+		case duplex:
+			// Both ways at once: the receive is posted before this
+			// rank's bytes go back.
+			buf := w.probeBuf(2 * int(n))
+			in, out := buf[:n], buf[n:]
+			r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: tag + 1}), 0, in)
+			if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, 0, out); err != nil {
+				r.Wait(canceled)
+				return err
+			}
+			if _, err := r.Wait(ctx); err != nil {
+				return err
+			}
+			answer = nil
+		case n > 0:
 			if err := w.recvProbe(ctx, peer, tag+1, w.probeBuf(int(n))); err != nil {
 				return err
 			}
 		}
-		if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, 0, head); err != nil {
-			return err
+		if answer != nil {
+			if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, 0, answer); err != nil {
+				return err
+			}
 		}
 		tag += 3
 	}

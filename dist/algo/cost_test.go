@@ -148,6 +148,53 @@ func TestPredictSharedCPUs(t *testing.T) {
 	}
 }
 
+// TestPredictStackBound: on 2 hosts of 2 ranks and one CPU each, whose
+// CPU moves 1.5 GB/s through the network stack, a ring all-gather of 16
+// MiB takes its busiest host's CPU work, not the link's time: host 0's
+// rank 1 sends its 12 MiB to host 1 and rank 0 receives as much from it
+// (each at the stack's rate), and rank 0 sends 12 MiB to rank 1 through
+// shared memory. The closed form agrees. A broadcast along a chain, which
+// crosses each link one way, stays bound by the link; with no stack rate
+// the bound is gone.
+func TestPredictStackBound(t *testing.T) {
+	m := lab
+	m.Network.Bandwidth, m.CPUs, m.Stack = 1.1e9, 1, 1.5e9
+	s := Shape{Hosts: 2, PerHost: 2}
+	topo := s.Topology()
+	const bytes = 16 << 20
+	chunk := bytes / 4 / 4 // elements of each rank's share
+	gather := Plan{"ring", 1, func(r int) Schedule { return RingAllGather(r, 4, uniform(4, chunk), 1) }, 0}.Schedules(4)
+	moved := 3 * float64(bytes/4)
+	work := moved/m.Local.Bandwidth + 2*moved/m.Stack
+	want := m.Call + time.Duration(work*1e9)
+	within(t, "all-gather, CPU-bound", m.Predict(topo, gather, 4), want, 1e-6)
+	within(t, "all-gather, CPU-bound, closed form", m.EstimateAlgorithm(s, OpAllGather, "ring", 1, chunk, 4), want, 1e-6)
+	free := m
+	free.Stack = 0
+	if p := free.Predict(topo, gather, 4); p > want*3/4 {
+		t.Errorf("no stack rate: predicted %v, want the link's time, well under the CPU's %v", p, want)
+	}
+	chain := Plan{"chain", 1, func(r int) Schedule { return ChainBroadcast(r, 4, 0, bytes/4, 1) }, 0}.Schedules(4)
+	if p, q := m.Predict(topo, chain, 4), free.Predict(topo, chain, 4); p != q {
+		t.Errorf("chain broadcast: predicted %v with the stack's rate, %v without: one way across the link, the link bounds it", p, q)
+	}
+	// The all-reduce of 16 MiB: halving-doubling and the two-level
+	// schedule move the same bytes through the same CPUs, so the bound
+	// ties them; the two-level schedule, faster with the CPUs free, wins.
+	ar := ChooseAllReduceOn(topo, m, bytes/4, 4)
+	if ar.Name != "two-level" {
+		t.Errorf("all-reduce of 16 MiB, CPU-bound: chose %v, want two-level", ar)
+	}
+	hd := m.Predict(topo, Plan{"halving-doubling-near", 1, func(r int) Schedule { return HalvingDoublingNearAllReduce(r, 4, bytes/4) }, 0}.Schedules(4), 4)
+	within(t, "all-reduce of 16 MiB, halving-doubling against two-level: a tie", hd, ar.Predicted, 1e-6)
+	if e := m.Choose(s, OpAllReduce, bytes/4, 4); e.Name != "two-level" {
+		t.Errorf("closed forms' choice, CPU-bound: %v, want two-level", e)
+	}
+	if bad := (Model{Local: lab.Local, Network: lab.Network, Reduce: 1, Stack: -1}); bad.Check() == nil {
+		t.Error("a model with a negative stack rate passed Check")
+	}
+}
+
 // TestPipeSegments: pieces stay on the network for pieceTime and hold at
 // least 64 KiB; the count is a power of two up to the most.
 func TestPipeSegments(t *testing.T) {

@@ -157,7 +157,72 @@ func (m Model) EstimateAlgorithm(s Shape, op Op, name string, segments, count, e
 	default:
 		panic(fmt.Sprintf("algo: EstimateAlgorithm: %v has no algorithm %q", op, name))
 	}
+	if m.Stack > 0 {
+		t = max(t, e.hostWork(op, name, segments, count))
+	}
 	return m.Call + time.Duration(t*1e9)
+}
+
+// scheduleOf returns the schedule of each rank of the named algorithm (as
+// EstimateAlgorithm names them) over s, rank 0 the root of a broadcast.
+func scheduleOf(s Shape, op Op, name string, seg, count int) func(r int) Schedule {
+	size, topo := s.Size(), s.Topology()
+	counts := uniform(size, count)
+	var f func(r int) Schedule
+	switch {
+	case op == OpAllReduce && name == "ring":
+		f = func(r int) Schedule { return RingAllReduce(r, size, count, seg) }
+	case op == OpAllReduce && name == "recursive-doubling":
+		f = func(r int) Schedule { return RecursiveDoublingAllReduce(r, size, count) }
+	case op == OpAllReduce && name == "halving-doubling":
+		f = func(r int) Schedule { return HalvingDoublingAllReduce(r, size, count) }
+	case op == OpAllReduce && name == "halving-doubling-near":
+		f = func(r int) Schedule { return HalvingDoublingNearAllReduce(r, size, count) }
+	case op == OpAllReduce && name == "two-level":
+		f = func(r int) Schedule { return TwoLevelAllReduce(r, topo, count, seg) }
+	case op == OpAllReduce && name == "leaders":
+		f = func(r int) Schedule { return LeaderAllReduce(r, topo, count) }
+	case op == OpBroadcast && name == "binomial":
+		f = func(r int) Schedule { return BinomialBroadcast(r, size, 0, count) }
+	case op == OpBroadcast && name == "chain":
+		f = func(r int) Schedule { return ChainBroadcast(r, size, 0, count, seg) }
+	case op == OpBroadcast && name == "leaders":
+		f = func(r int) Schedule { return LeaderBroadcast(r, topo, 0, count) }
+	case op == OpAllGather && name == "ring":
+		f = func(r int) Schedule { return RingAllGather(r, size, counts, seg) }
+	case op == OpAllGather && name == "recursive-doubling":
+		f = func(r int) Schedule { return RecursiveDoublingAllGather(r, size, counts) }
+	case op == OpAllGather && name == "two-level":
+		f = func(r int) Schedule { return TwoLevelAllGather(r, topo, counts, seg) }
+	case op == OpReduceScatter && name == "ring":
+		f = func(r int) Schedule { return RingReduceScatter(r, size, counts, seg) }
+	case op == OpReduceScatter && name == "halving-doubling":
+		f = func(r int) Schedule { return HalvingDoublingAllReduce(r, size, count*size) }
+	case op == OpReduceScatter && name == "two-level":
+		f = func(r int) Schedule { return TwoLevelReduceScatter(r, topo, counts, seg) }
+	default:
+		panic(fmt.Sprintf("algo: EstimateAlgorithm: %v has no algorithm %q", op, name))
+	}
+	return f
+}
+
+// hostWork is Model.hostWork of the busier of the first two hosts (the
+// only one on one host): in every algorithm here the hosts after the
+// first are alike (a broadcast's root is on host 0; a chain's host 1
+// receives and sends as every later relay does but the last), so this is
+// the busiest host's but for the binomial tree, whose hosts differ.
+func (e estimator) hostWork(op Op, name string, segments, count int) float64 {
+	f := scheduleOf(e.s, op, name, segments, count)
+	hostOf := func(r int) int { return r / e.s.PerHost }
+	w := 0.0
+	for h := range min(e.s.Hosts, 2) {
+		ranks := make([]int, e.s.PerHost)
+		for i := range ranks {
+			ranks[i] = h*e.s.PerHost + i
+		}
+		w = max(w, e.m.hostWork(hostOf, ranks, f, e.es))
+	}
+	return w
 }
 
 // Candidates returns the algorithms the policy chooses among for op over
@@ -241,8 +306,9 @@ func (m Model) Candidates(s Shape, op Op, count, elemSize int) []Estimate {
 // Choose is the policy's choice for op over s, with its estimated time:
 // on one host the Choose function's (its thresholds are a function of
 // the sizes alone), across hosts the candidate of the Choose…On function
-// that the closed forms give the least time (the first of equals), where
-// that function compares Predict's.
+// that the closed forms give the least time (the first of equals; of
+// those the CPU bound ties, as best breaks them), where that function
+// compares Predict's.
 func (m Model) Choose(s Shape, op Op, count, elemSize int) Estimate {
 	s.check("Choose")
 	size := s.Size()
@@ -261,9 +327,16 @@ func (m Model) Choose(s Shape, op Op, count, elemSize int) Estimate {
 		return Estimate{pl.Name, pl.Segments, m.EstimateAlgorithm(s, op, pl.Name, pl.Segments, count, elemSize)}
 	}
 	var out Estimate
+	free := m
+	free.Stack = 0
 	for i, c := range m.Candidates(s, op, count, elemSize) {
-		if i == 0 || c.Time < out.Time {
+		switch {
+		case i == 0 || c.Time < out.Time && !cpuTie(c.Time, out.Time, m):
 			out = c
+		case cpuTie(c.Time, out.Time, m):
+			if free.EstimateAlgorithm(s, op, c.Name, c.Segments, count, elemSize) < free.EstimateAlgorithm(s, op, out.Name, out.Segments, count, elemSize) {
+				out = c
+			}
 		}
 	}
 	return out

@@ -41,6 +41,10 @@ const (
 	measureBulkTime   = 4 * time.Millisecond
 	measureWarmBulk   = 4 // untimed: the shared-memory slots' first use, a shaper's burst
 	measureBulkRounds = 5
+	// measureDuplexRounds are the timed bulks both ways at once: their
+	// median decides whether the CPUs bound the traffic (stackRate), and
+	// five swung across the line between runs.
+	measureDuplexRounds = 9
 	// measureGroup is the group id of the measuring frames: no group has
 	// it (ids count up from 0, and p2p's have p2pBit).
 	measureGroup = p2pBit - 1
@@ -275,11 +279,11 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 		return link, 0, nil
 	}
 	// Both ways at once, the bulk's size each way, measureWarmBulk
-	// untimed and measureBulkRounds timed, in step as the one-way bulks.
+	// untimed and measureDuplexRounds timed, in step as the one-way bulks.
 	ds = ds[:0]
 	for i := 0; ; i++ {
 		want := n
-		if i >= measureWarmBulk+measureBulkRounds {
+		if i >= measureWarmBulk+measureDuplexRounds {
 			want = 0
 		}
 		if beforeBulk != nil {
@@ -333,9 +337,11 @@ func bulkTime(ds []float64, n int) float64 {
 // duplexFull of the one-way rate, the link bounds the traffic and the
 // stack's rate is 0 (no bound). Else the CPUs do: each moved duplex bytes
 // a second out and as many in, 2·duplex through the stack over cpus.
-// Measured on namespace hosts of one CPU at 10 Gbit/s, the one-way probe
-// moved 1.1-1.25 GB/s, and a ring all-gather of 16 MiB took twice the
-// link's time, the host's CPU sending and receiving at once.
+// Measured on namespace hosts of one CPU (six Inits each): at 1 Gbit/s
+// both ways moved 1.00-1.05 of one way; at 10 Gbit/s 0.70-0.85 (0.76-0.90
+// GB/s each way: a stack rate of 1.5-1.8 GB/s), where a ring all-gather
+// of 16 MiB took twice the link's time, the host's CPU sending and
+// receiving at once.
 func stackRate(oneWay, duplex float64, cpus int) float64 {
 	if duplex <= 0 || duplex >= duplexFull*oneWay {
 		return 0
@@ -346,7 +352,7 @@ func stackRate(oneWay, duplex float64, cpus int) float64 {
 // duplexFull is the share of the one-way rate that both ways at once
 // must move for the link, not the CPUs, to bound them: below 1 by the
 // probes' spread from run to run.
-const duplexFull = 0.8
+const duplexFull = 0.9
 
 // syncProbers returns once every prober of the network (this rank among
 // them; probers[0] is rank 0) is ready for its next round trip, with the
@@ -404,27 +410,80 @@ func (w *world) probeExchange(ctx context.Context, peer int, tag *uint32, n int,
 		h |= duplexBit
 	}
 	binary.LittleEndian.PutUint64(head[:], h)
+	key := func(k uint32) transport.Key { return transport.Key{Group: measureGroup, Tag: *tag + k} }
+	defer func() { *tag += 3 }()
+	if duplex && n > 0 {
+		buf := w.probeBuf(2 * n)
+		return w.swap(ctx, peer, key(1), buf[:n], key(2), buf[n:], func() error {
+			return w.ep.Send(ctx, peer, key(0), 0, head[:])
+		})
+	}
 	answer := make([]byte, 8)
-	out := []byte(nil)
-	switch {
-	case duplex && n > 0:
-		out = w.probeBuf(2 * n)
-		out, answer = out[:n], out[n:]
-	case n > 0:
-		out = w.probeBuf(n)
-	}
-	r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: *tag + 2}), 0, answer)
-	err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag}, 0, head[:])
+	r := w.ep.Post(peer, transport.ExactMatch(peer, key(2)), 0, answer)
+	err := w.ep.Send(ctx, peer, key(0), 0, head[:])
 	if err == nil && n > 0 {
-		err = w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: *tag + 1}, 0, out[:n])
+		err = w.ep.Send(ctx, peer, key(1), 0, w.probeBuf(n))
 	}
-	*tag += 3
 	if err != nil || n == probeDone {
 		r.Wait(canceled)
 		return err
 	}
 	_, err = r.Wait(ctx)
 	return err
+}
+
+// swap sends out to peer under outKey while it receives in under inKey,
+// both cut into the same pieces (duplexPieces): the receives posted
+// first, then first() (nil: nothing), then the sends. Pieces, as a
+// collective's pipelined transfers go: both ways at once in one message
+// each, the probe swung between runs (both ways at 0.8 of one way in
+// some, above it in others, at 10 Gbit/s).
+func (w *world) swap(ctx context.Context, peer int, outKey transport.Key, out []byte, inKey transport.Key, in []byte, first func() error) error {
+	k := duplexPieces(len(in))
+	rs := make([]*transport.Receive, 0, k)
+	for _, p := range pieces(in, k) {
+		rs = append(rs, w.ep.Post(peer, transport.ExactMatch(peer, inKey), 0, p))
+	}
+	withdraw := func(err error) error {
+		for _, r := range rs {
+			r.Wait(canceled)
+		}
+		return err
+	}
+	if first != nil {
+		if err := first(); err != nil {
+			return withdraw(err)
+		}
+	}
+	for _, p := range pieces(out, k) {
+		if err := w.ep.Send(ctx, peer, outKey, 0, p); err != nil {
+			return withdraw(err)
+		}
+	}
+	for _, r := range rs {
+		if _, err := r.Wait(ctx); err != nil {
+			return withdraw(err)
+		}
+	}
+	return nil
+}
+
+// duplexPieces is how many pieces a swap of n bytes goes in: up to 16,
+// none under 64 KiB.
+func duplexPieces(n int) int { return max(1, min(16, n/(64<<10))) }
+
+// pieces cuts b into k pieces, the last taking the rest.
+func pieces(b []byte, k int) [][]byte {
+	out := make([][]byte, k)
+	step := len(b) / k
+	for i := range out {
+		lo, hi := i*step, (i+1)*step
+		if i == k-1 {
+			hi = len(b)
+		}
+		out[i] = b[lo:hi]
+	}
+	return out
 }
 
 // duplexBit marks a probe whose bytes the peer sends back at once.
@@ -459,16 +518,11 @@ func (w *world) answerProbe(ctx context.Context, peer int) error {
 		answer := head
 		switch {
 		case duplex:
-			// Both ways at once: the receive is posted before this
-			// rank's bytes go back.
+			// Both ways at once.
 			buf := w.probeBuf(2 * int(n))
-			in, out := buf[:n], buf[n:]
-			r := w.ep.Post(peer, transport.ExactMatch(peer, transport.Key{Group: measureGroup, Tag: tag + 1}), 0, in)
-			if err := w.ep.Send(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, 0, out); err != nil {
-				r.Wait(canceled)
-				return err
-			}
-			if _, err := r.Wait(ctx); err != nil {
+			err := w.swap(ctx, peer, transport.Key{Group: measureGroup, Tag: tag + 2}, buf[n:],
+				transport.Key{Group: measureGroup, Tag: tag + 1}, buf[:n], nil)
+			if err != nil {
 				return err
 			}
 			answer = nil

@@ -122,7 +122,7 @@ func TestStackRate(t *testing.T) {
 		want           float64
 	}{
 		{0.12e9, 0.12e9, 1, 0},   // 1 Gbit/s, link-bound
-		{0.12e9, 0.1e9, 1, 0},    // within the spread
+		{0.12e9, 0.11e9, 1, 0},   // within the spread
 		{1.2e9, 0.7e9, 1, 1.4e9}, // 10 Gbit/s, one CPU
 		{1.2e9, 0.7e9, 2, 0.7e9}, // two CPUs share the work
 		{1.2e9, 0, 1, 0},         // not measured

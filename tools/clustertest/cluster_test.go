@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -47,11 +48,10 @@ func TestMain(m *testing.M) {
 //	  answered with "BYTES n NANOS d", from the first byte to EOF).
 //	dial ADDR hello: prints the answer.
 //	dial ADDR sink DURATION: sends for DURATION, prints the answer.
-//	dial ADDR burst BYTES: "spinsink" (a sink whose reader polls the
-//	  socket, so that it sees each packet as it comes: one woken by the
-//	  first, 100 µs or more on these machines, finds most of a burst in),
-//	  then after 200 ms (a shaper's bucket fills) BYTES in one write;
-//	  prints the answer.
+//	dial ADDR burst BYTES: "spinsink" (a sink that times the bytes by
+//	  the kernel's receive stamps of their packets, from the first to the
+//	  last, not by when its reader ran), then after 200 ms (a shaper's
+//	  bucket fills) BYTES in one write; prints the answer.
 //	cluster: makes a cluster of 2 hosts, starts sleep on host 1, prints
 //	  "READY <sleep's pid> <the cluster's directory> <its namespaces>"
 //	  and waits to be killed.
@@ -159,32 +159,65 @@ func serve(c net.Conn) {
 		}
 		fmt.Fprintf(c, "BYTES %d NANOS %d\n", n, time.Since(first).Nanoseconds())
 	case "spinsink":
-		n, first, last := int64(r.Buffered()), time.Time{}, time.Time{}
-		if n > 0 {
-			first = time.Now()
-		}
+		// The kernel stamps each packet as it arrives (SO_TIMESTAMPNS),
+		// and a read of a TCP socket reports the stamp of the last packet
+		// it took: reads of 4 KiB give the burst's arrival from the first
+		// packet to the last whenever this reader runs. A reader's own
+		// clock measured when it ran: on a busy machine one descheduled
+		// for a millisecond found a paced burst all in, and saw 181 µs.
+		n, first, last := int64(r.Buffered()), int64(0), int64(0)
 		rc, err := c.(*net.TCPConn).SyscallConn()
 		if err != nil {
 			return
 		}
-		buf := make([]byte, 256<<10)
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1) })
+		if err != nil {
+			fmt.Fprintf(c, "SO_TIMESTAMPNS: %v\n", err)
+			return
+		}
+		buf, oob := make([]byte, 4<<10), make([]byte, 256)
+		stamped := true
 		rc.Read(func(fd uintptr) bool {
 			for {
-				k, err := syscall.Read(int(fd), buf)
-				switch {
-				case k > 0:
-					last = time.Now()
-					if first.IsZero() {
-						first = last
-					}
+				k, oobn, _, _, err := syscall.Recvmsg(int(fd), buf, oob, 0)
+				if k > 0 {
 					n += int64(k)
+					ts, ok := rxStamp(oob[:oobn])
+					stamped = stamped && ok
+					if first == 0 {
+						first = ts
+					}
+					last = ts
+				}
+				switch {
 				case k == 0 && err == nil, err != nil && err != syscall.EAGAIN && err != syscall.EINTR:
 					return true // the end
+				case err == syscall.EAGAIN:
+					return false // wait for more
 				}
 			}
 		})
-		fmt.Fprintf(c, "BYTES %d NANOS %d\n", n, last.Sub(first).Nanoseconds())
+		if !stamped {
+			fmt.Fprintf(c, "a read without SCM_TIMESTAMPNS\n")
+			return
+		}
+		fmt.Fprintf(c, "BYTES %d NANOS %d\n", n, last-first)
 	}
+}
+
+// rxStamp is the receive time (ns) in a read's control messages.
+func rxStamp(oob []byte) (int64, bool) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
+			sec, nsec := int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:]))
+			return sec*1e9 + nsec, true
+		}
+	}
+	return 0, false
 }
 
 // self is this test binary, the helper.
@@ -398,6 +431,10 @@ func TestRate(t *testing.T) {
 	if l := run(ctx, t, c, 0, nil, "ip", "-d", "link", "show", "dev", "eth0"); !strings.Contains(l, "gso_max_size 16384 ") {
 		t.Errorf("at 1 Gbit/s, eth0 makes packets of more than 16 KiB:\n%s", l)
 	}
+	// TCP would restart a connection quiet for longer than its
+	// retransmission timeout at its initial window, and take round trips
+	// to send the burst whatever the link: at once it shows the shaper.
+	run(ctx, t, c, 0, nil, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
 	const burst = 128 << 10
 	out, err := dial(ctx, c, 0, bin, to, "burst", strconv.Itoa(burst))
 	var n, ns int64
@@ -406,7 +443,9 @@ func TestRate(t *testing.T) {
 	}
 	wire := time.Duration(float64(burst*8) / float64(Gbit) * 1e9)
 	t.Logf("a burst of %d bytes after a quiet spell at 1 Gbit/s: %v from its first byte in to its last (%v on the wire)", burst, time.Duration(ns), wire)
-	if time.Duration(ns) < wire*6/10 {
+	// By the kernel's stamps, paced: 0.92-1.13 of the wire's time (3.0 on
+	// a machine busy with two CPU hogs); unpaced: 0.38-0.47.
+	if time.Duration(ns) < wire*3/4 {
 		t.Errorf("a burst of %d bytes came in over %v at 1 Gbit/s, where the wire takes %v: not paced", burst, time.Duration(ns), wire)
 	}
 	for i := range 2 {

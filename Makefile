@@ -103,17 +103,25 @@ vet:
 # the long PyTorch parity runs and the 256-node rendezvous that the race
 # build skips or shrinks; then the
 # OpenBLAS build's tests when OpenBLAS is installed.
+#
+# The tests run with TMPDIR in .test-tmp, emptied first and removed when
+# all pass: what the tests of failures leave behind (a launcher's run
+# directory with its workers' error.json, a rank's flight record) stays
+# out of /tmp, and after a failing run it is there to read.
+TEST_TMP := $(CURDIR)/.test-tmp
 test: vet
-	$(GO) test -race -timeout 20m ./...
-	$(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
-	$(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./models/
-	$(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
-	$(GO) test -timeout 5m -run RendezvousManyNodes ./elastic/
+	rm -rf $(TEST_TMP) && mkdir -p $(TEST_TMP)
+	TMPDIR=$(TEST_TMP) $(GO) test -race -timeout 20m ./...
+	TMPDIR=$(TEST_TMP) $(GO) test -tags godist_guard -timeout 5m -run Release ./tensor/ ./dist/
+	TMPDIR=$(TEST_TMP) $(GO) test -tags godist_guard -timeout 5m -run 'Recycl|Dirty|Held|Sequential|StepAllocation' ./tensor/ ./autograd/ ./nn/ ./models/
+	TMPDIR=$(TEST_TMP) $(GO) test -timeout 10m -run Parity ./parallel/ddp/ ./nn/
+	TMPDIR=$(TEST_TMP) $(GO) test -timeout 5m -run RendezvousManyNodes ./elastic/
 ifeq ($(HAVE_OPENBLAS),yes)
-	$(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
+	TMPDIR=$(TEST_TMP) $(GO) test -tags openblas -timeout 10m ./internal/blas/... ./tensor/... ./nn/...
 else
 	@echo "libopenblas-dev not installed: skipping the openblas build's tests"
 endif
+	rm -rf $(TEST_TMP)
 
 # The benchmark table of the README: GEMM GFLOP/s (pure Go and OpenBLAS,
 # with and without OPENBLAS_CORETYPE) and ms per training step of the MLP,

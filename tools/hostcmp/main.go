@@ -230,7 +230,8 @@ func main() {
 		"algorithm bandwidth over the bound (tbf lets 1 ms of traffic through at once after idle time, so a run of small\n"+
 		"transfers can pass it a little). godist algo is the algorithm godist's group chose (its JSON's algo), each round's\n"+
 		"in turn when they differ; pred/measured, when its results carry pred_us, is its cost model's predicted latency over the\n"+
-		"measured one.\n",
+		"measured one; common start is godist's median time from an instant at which every rank calls (--common-start: the\n"+
+		"machine's one clock) to the last return, what its model predicts, and pred/common the prediction over it.\n",
 		payloadShare*100)
 
 	if len(run) == 0 {

@@ -62,7 +62,10 @@ func TestStoreRendezvousConcurrent(t *testing.T) {
 func TestStoreRendezvousJoinAndFail(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMem()
-	cfg := Config{MinNodes: 1, MaxNodes: 2, LastCall: 20 * time.Millisecond, KeepAlive: 10 * time.Second}
+	// The last call is long enough for b, polling every 5 ms, to join the
+	// round a reopens for it on a loaded machine (at 20 ms a stall of the
+	// process could close it with a alone); a's first round waits it out.
+	cfg := Config{MinNodes: 1, MaxNodes: 2, LastCall: 500 * time.Millisecond, KeepAlive: 10 * time.Second}
 	a, b := newRdzv(st, "a", cfg, -1), newRdzv(st, "b", cfg, -1)
 	defer a.Close()
 	defer b.Close()

@@ -276,9 +276,12 @@ func TestCallTimeout(t *testing.T) {
 	check("ctx's deadline", "sleep", err, context.DeadlineExceeded)
 	_, err = c.f.sleep.Call(context.Background(), a, "worker1", time.Second)
 	check("Options.Timeout", "sleep", err, context.DeadlineExceeded)
-	canceled, cancel2 := context.WithCancel(context.Background())
+	// A deadline far off, so that the agent's 50 ms do not bound the call
+	// and only the cancel ends it, however late the caller runs.
+	canceled, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
 	time.AfterFunc(20*time.Millisecond, cancel2)
-	_, err = c.f.sleep.Call(canceled, a, "worker1", time.Second)
+	_, err = c.f.sleep.Call(canceled, a, "worker1", time.Minute)
 	check("a canceled ctx", "sleep", err, context.Canceled)
 
 	slowGet := func(ctx context.Context, v int, d time.Duration) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -29,7 +30,9 @@ import (
 // message of the agreement from a worker (a report, a verdict, a probe,
 // an answer) shows that it is there. A worker that is down, or that has
 // sent nothing for Options.Timeout (a stopped or hung process, a
-// partition), fails the agreement; so does a ctx that ends. The worker
+// partition), fails the agreement; so does a ctx that ends. The watcher's
+// own stalls (its checks coming late: kept off the CPU) start the count
+// again, so a loaded machine does not make it blame a live worker. The worker
 // that finds the failure sends an abort naming the culprit to the
 // leader, and the leader sends one to every worker, so that every
 // worker's Shutdown returns naming the same worker rather than waiting
@@ -264,9 +267,10 @@ func (a *Agent) shutdownErr(r int, reason string, err error) *ShutdownError {
 type peerWatch struct {
 	a     *Agent
 	peers []int
-	since time.Time     // the wait began
+	since time.Time     // the wait began, or this worker's last stall ended
 	limit time.Duration // Options.Timeout; <= 0: none
 	every time.Duration // between probes
+	last  time.Time     // the previous check
 }
 
 func (a *Agent) watchPeers() *peerWatch {
@@ -294,14 +298,9 @@ func (w *peerWatch) check(now time.Time) *ShutdownError {
 		return nil
 	}
 	a := w.a
-	var silent []int
+	silent := w.silent(now, func(r int) time.Time { return time.Unix(0, a.heard[r].Load()) })
 	for _, r := range w.peers {
-		last := time.Unix(0, a.heard[r].Load())
-		if last.Before(w.since) {
-			last = w.since
-		}
-		if now.Sub(last) > w.limit {
-			silent = append(silent, r)
+		if slices.Contains(silent, r) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.every)
@@ -316,6 +315,31 @@ func (w *peerWatch) check(now time.Time) *ShutdownError {
 		also = fmt.Sprintf("; so did %s", a.names(silent[1:]))
 	}
 	return a.shutdownErr(silent[0], fmt.Sprintf("answered nothing for %v, the Options.Timeout of %s%s: it is stopped (SIGSTOP, a debugger), hung, or cut off; resume or kill it, and raise Options.Timeout if it is only slow", w.limit, a.self.Name, also), context.DeadlineExceeded)
+}
+
+// silent returns the watched workers that have sent nothing for the
+// limit at now (heard gives when each was last heard from). A check that
+// comes more than two probe intervals after the one before says that this
+// worker was kept off its CPU meanwhile: the peers' messages may sit
+// unread, and the silence it would count is partly its own, so the count
+// starts again from now (under the race detector on a busy machine a
+// process was seen starved for 330 ms).
+func (w *peerWatch) silent(now time.Time, heard func(r int) time.Time) []int {
+	if !w.last.IsZero() && now.Sub(w.last) > 2*w.every {
+		w.since = now
+	}
+	w.last = now
+	var out []int
+	for _, r := range w.peers {
+		last := heard(r)
+		if last.Before(w.since) {
+			last = w.since
+		}
+		if now.Sub(last) > w.limit {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // abort tells the others that the agreement failed, and why: the leader

@@ -41,7 +41,7 @@ func TestPeerWatchSilent(t *testing.T) {
 	check(1100)
 	check(1200)
 	check(1300)
-	check(1400, 2)    // 500 ms after the restart: worker 2 is silent
+	check(1400, 2) // 500 ms after the restart: worker 2 is silent
 	check(1500, 2)
 	check(1600, 2)
 	check(1700, 1, 2) // worker 1 stopped answering at 1250 ms

@@ -16,8 +16,10 @@ func TestLazyDeadline(t *testing.T) {
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
 	defer cancelParent()
 
-	c := withLazyDeadline(parent, 30*time.Millisecond)
-	if d, ok := c.Deadline(); !ok || time.Until(d) > 30*time.Millisecond {
+	// Long enough that a stall of the machine cannot pass it before the
+	// fresh checks below.
+	c := withLazyDeadline(parent, 300*time.Millisecond)
+	if d, ok := c.Deadline(); !ok || time.Until(d) > 300*time.Millisecond {
 		t.Fatalf("Deadline() = %v, %v", d, ok)
 	}
 	if c.Err() != nil || c.Value(key{}) != "v" {

@@ -617,7 +617,9 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 func TestSilentPeerIsLost(t *testing.T) {
 	for _, ring := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
-			const timeout = 300 * time.Millisecond
+			// A quiet peer's heartbeats were seen held up 330 ms on a
+			// busy machine: a timeout of twice that.
+			const timeout = 600 * time.Millisecond
 			m := newTCPMeshWith(t, 3, transport.TCPOptions{PeerTimeout: timeout, SharedMemory: ring, ShmRing: ring, Spin: 50 * time.Microsecond})
 			defer m.Close()
 			e0, e2 := m.Endpoints[0], m.Endpoints[2]

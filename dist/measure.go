@@ -221,56 +221,67 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 			return algo.Link{}, 0, err
 		}
 	}
-	n := measureBulk
-	var ds []float64
+	// bulks times bulk round trips of n bytes (both ways at once with
+	// duplex): measureWarmBulk untimed, then rounds timed, each less the
+	// small round trip just before it. With grow, a bulk shorter than
+	// measureBulkTime starts them over four times larger (up to
+	// measureBulkMax). It returns the times and the size they are of.
+	//
 	// With beforeBulk, a bulk's time is taken at the sync after it, which
 	// returns when every pair's bulk has ended (each prober syncs after
 	// its own): the pairs' bytes over the time they took together. Timed
 	// by its own pair alone, rank 0's bulk said 0.128-0.21 GB/s of a
 	// 0.125 GB/s link in three runs: the pairs do not share it evenly.
-	var last struct {
-		start time.Time // when the bulk still to be timed began
-		small float64   // the small round trip just before it
+	bulks := func(n, rounds int, duplex, grow bool) ([]float64, int, error) {
+		var ds []float64
+		var last struct {
+			start time.Time // when the bulk still to be timed began
+			small float64   // the small round trip just before it
+		}
+		for i := 0; ; i++ {
+			want := n
+			if i >= measureWarmBulk+rounds {
+				want = 0
+			}
+			if beforeBulk != nil {
+				var err error
+				if want, err = beforeBulk(want); err != nil {
+					return nil, 0, err
+				}
+				if !last.start.IsZero() {
+					ds = append(ds, time.Since(last.start).Seconds()-last.small)
+					last.start = time.Time{}
+				}
+			}
+			if want <= 0 {
+				return ds, n, nil
+			}
+			n = want
+			s, err := roundTrip(0, false)
+			if err != nil {
+				return nil, 0, err
+			}
+			start := time.Now()
+			b, err := roundTrip(n, duplex)
+			if err != nil {
+				return nil, 0, err
+			}
+			if grow && b < measureBulkTime.Seconds() && n < measureBulkMax {
+				n, i, ds = n*4, -1, ds[:0] // too short to tell: start over, larger
+				continue
+			}
+			switch {
+			case i < measureWarmBulk:
+			case beforeBulk != nil:
+				last.start, last.small = start, s
+			default:
+				ds = append(ds, b-s)
+			}
+		}
 	}
-	for i := 0; ; i++ {
-		want := n
-		if i >= measureWarmBulk+measureBulkRounds {
-			want = 0
-		}
-		if beforeBulk != nil {
-			var err error
-			if want, err = beforeBulk(want); err != nil {
-				return algo.Link{}, 0, err
-			}
-			if !last.start.IsZero() {
-				ds = append(ds, time.Since(last.start).Seconds()-last.small)
-				last.start = time.Time{}
-			}
-		}
-		if want <= 0 {
-			break
-		}
-		n = want
-		s, err := roundTrip(0, false)
-		if err != nil {
-			return algo.Link{}, 0, err
-		}
-		start := time.Now()
-		b, err := roundTrip(n, false)
-		if err != nil {
-			return algo.Link{}, 0, err
-		}
-		if b < measureBulkTime.Seconds() && n < measureBulkMax {
-			n, i, ds = n*4, -1, ds[:0] // too short to tell: start over, larger
-			continue
-		}
-		switch {
-		case i < measureWarmBulk:
-		case beforeBulk != nil:
-			last.start, last.small = start, s
-		default:
-			ds = append(ds, b-s)
-		}
+	ds, n, err := bulks(measureBulk, measureBulkRounds, false, true)
+	if err != nil {
+		return algo.Link{}, 0, err
 	}
 	slices.Sort(rtts)
 	rtt := rtts[len(rtts)/2]
@@ -278,43 +289,9 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 	if !duplex {
 		return link, 0, nil
 	}
-	// Both ways at once, the bulk's size each way, measureWarmBulk
-	// untimed and measureDuplexRounds timed, in step as the one-way bulks.
-	ds = ds[:0]
-	for i := 0; ; i++ {
-		want := n
-		if i >= measureWarmBulk+measureDuplexRounds {
-			want = 0
-		}
-		if beforeBulk != nil {
-			var err error
-			if want, err = beforeBulk(want); err != nil {
-				return algo.Link{}, 0, err
-			}
-			if !last.start.IsZero() {
-				ds = append(ds, time.Since(last.start).Seconds()-last.small)
-				last.start = time.Time{}
-			}
-		}
-		if want <= 0 {
-			break
-		}
-		s, err := roundTrip(0, false)
-		if err != nil {
-			return algo.Link{}, 0, err
-		}
-		start := time.Now()
-		b, err := roundTrip(want, true)
-		if err != nil {
-			return algo.Link{}, 0, err
-		}
-		switch {
-		case i < measureWarmBulk:
-		case beforeBulk != nil:
-			last.start, last.small = start, s
-		default:
-			ds = append(ds, b-s)
-		}
+	// Both ways at once, in step as the one-way bulks, of their size.
+	if ds, n, err = bulks(n, measureDuplexRounds, true, false); err != nil {
+		return algo.Link{}, 0, err
 	}
 	return link, float64(n) / bulkTime(ds, n), nil
 }

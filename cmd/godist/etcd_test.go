@@ -23,8 +23,11 @@ func testRunEtcdLauncherKilled(t *testing.T, bb bins) {
 	srv := etcdtest.Start(t)
 	godist, worker := bb.godist, bb.worker
 	const steps = 40
+	// A last call of 3 s: b's launcher starts, connects to etcd and joins
+	// round 0 within it on a loaded machine too (at 1 s a slow start left
+	// a alone in round 0).
 	args := []string{"run", "--nnodes", "1:2", "--rdzv-backend", "etcd", "--rdzv-endpoint", srv.Endpoint, "--rdzv-id", "etcd-kill",
-		"--rdzv-conf", "last_call_timeout=1,keep_alive_timeout=3", "--max-restarts", "1", "--stop-timeout", "1s",
+		"--rdzv-conf", "last_call_timeout=3,keep_alive_timeout=3", "--max-restarts", "1", "--stop-timeout", "1s",
 		worker, "--steps", strconv.Itoa(steps), "--step-sleep", "100ms", "--progress"}
 	env := cleanEnv("GODIST_TOKEN=00112233445566778899aabbccddeeff")
 	a := start(t, 60*time.Second, env, godist, args...)

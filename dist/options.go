@@ -99,7 +99,9 @@ type Options struct {
 	// Algorithms pins collectives' algorithms by the collective's name
 	// (algo.Algorithms lists them: "all_reduce" to "ring", "two-level",
 	// ...; "broadcast", "all_gather", "reduce_scatter", "barrier",
-	// "all_to_all"), as NCCL_ALGO does, for benchmarks and experiments.
+	// "all_to_all"), as NCCL_ALGO does, for benchmarks and experiments;
+	// one that runs in segments may fix their count ("broadcast=chain/4",
+	// algo.Segmented lists them).
 	// Every rank must pin the same: Init fails naming the difference. A
 	// pinned algorithm that does not apply to a call (the leaders' above
 	// their size, a two-level one on uneven hosts, Bruck's all-to-all on

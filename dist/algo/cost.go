@@ -344,6 +344,44 @@ func segmentChoices(bytes, most int) []int {
 	return out
 }
 
+// chainSegmentChoices are the segment counts tried for a chain broadcast
+// of bytes bytes: segmentChoices', but on hosts whose CPUs bound their
+// traffic (m.Stack) no piece shorter than chainPieceTime on the network.
+// There each piece costs the CPUs of both ends wake-ups and, where ranks
+// share a CPU, turns of it, which the model does not count (as
+// pipeSegments says of the all-reduce's pieces). Measured on namespace
+// hosts at 10 Gbit/s (2 × 2 ranks, a CPU a host, two runs each), 1 MiB
+// took 932-995 µs in 4 pieces, 961-1,366 in 8, 1,221-1,522 in 16 and
+// 2,919-3,253 in 64, about 35 µs more a piece; the model, which ranked
+// 16 first, chose it.
+func chainSegmentChoices(bytes int, m Model) []int {
+	out := segmentChoices(bytes, maxChainSegments)
+	if m.Stack == 0 {
+		return out
+	}
+	floor := int(m.Network.Bandwidth * chainPieceTime.Seconds())
+	return slices.DeleteFunc(out, func(s int) bool { return s > 1 && bytes/s < floor })
+}
+
+// chainPieceTime is the least time a piece of a chain broadcast spends on
+// the network on hosts whose CPUs bind (chainSegmentChoices).
+const chainPieceTime = 200 * time.Microsecond
+
+// segmentsOf is segmentChoices(bytes, most), or only the pinned count
+// (pinnedSegments) when pinned is not 0.
+func segmentsOf(bytes, most, pinned, elems int) []int {
+	if pinned > 0 {
+		return []int{pinnedSegments(pinned, most, elems)}
+	}
+	return segmentChoices(bytes, most)
+}
+
+// pinnedSegments is a pinned segment count as a schedule can take it: at
+// most most, and no more than the elements of a piece.
+func pinnedSegments(pinned, most, elems int) int {
+	return max(1, min(pinned, most, elems))
+}
+
 // pipeSegments is the segment count of a pipelined all-reduce across
 // hosts whose chunks are of bytes bytes: the most (a power of two, up to
 // most) that keeps each piece on the network for pieceTime, and at least
@@ -382,11 +420,12 @@ func ChooseAllReduceOn(t Topology, m Model, count, elemSize int) Plan {
 		return ChooseAllReduce(size, count, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseAllReduceOn", size, count, elemSize)
-	return best(t, m, elemSize, allReduceCands(t, m, count, elemSize)...)
+	return best(t, m, elemSize, allReduceCands(t, m, count, elemSize, 0)...)
 }
 
-// allReduceCands are ChooseAllReduceOn's candidates across hosts.
-func allReduceCands(t Topology, m Model, count, elemSize int) []Plan {
+// allReduceCands are ChooseAllReduceOn's candidates across hosts; those in
+// segments, in exactly pinned segments when pinned is not 0 (pin.go).
+func allReduceCands(t Topology, m Model, count, elemSize, pinned int) []Plan {
 	size := t.Size()
 	cands := []Plan{
 		{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllReduce(rank, size, count) }, 0},
@@ -394,6 +433,9 @@ func allReduceCands(t Topology, m Model, count, elemSize int) []Plan {
 		{"halving-doubling-near", 1, func(rank int) Schedule { return HalvingDoublingNearAllReduce(rank, size, count) }, 0},
 	}
 	seg := pipeSegments(count*elemSize/size, maxRingSegments, m)
+	if pinned > 0 {
+		seg = pinnedSegments(pinned, maxRingSegments, count/size)
+	}
 	cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllReduce(rank, size, count, seg) }, 0})
 	if per, ok := t.Uniform(); ok && per > 1 {
 		cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllReduce(rank, t, count, seg) }, 0})
@@ -416,14 +458,19 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 	}
 	checkChoice("ChooseBroadcastOn", size, count, elemSize)
 	checkRoot("ChooseBroadcastOn", root, size)
-	return best(t, m, elemSize, broadcastCands(t, root, count, elemSize)...)
+	return best(t, m, elemSize, broadcastCands(t, m, root, count, elemSize, 0)...)
 }
 
-// broadcastCands are ChooseBroadcastOn's candidates across hosts.
-func broadcastCands(t Topology, root, count, elemSize int) []Plan {
+// broadcastCands are ChooseBroadcastOn's candidates across hosts (pinned:
+// as allReduceCands').
+func broadcastCands(t Topology, m Model, root, count, elemSize, pinned int) []Plan {
 	size := t.Size()
 	cands := []Plan{{"binomial", 1, func(rank int) Schedule { return BinomialBroadcast(rank, size, root, count) }, 0}}
-	for _, seg := range segmentChoices(count*elemSize, maxChainSegments) {
+	segs := chainSegmentChoices(count*elemSize, m)
+	if pinned > 0 {
+		segs = []int{pinnedSegments(pinned, maxChainSegments, count)}
+	}
+	for _, seg := range segs {
 		cands = append(cands, Plan{"chain", seg, func(rank int) Schedule { return ChainBroadcast(rank, size, root, count, seg) }, 0})
 	}
 	if len(t.Hosts) < size && count*elemSize <= smallBroadcastBytes {
@@ -443,19 +490,20 @@ func ChooseAllGatherOn(t Topology, m Model, counts []int, elemSize int) Plan {
 		return ChooseAllGather(size, counts, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseAllGatherOn", size, total, elemSize)
-	return best(t, m, elemSize, allGatherCands(t, counts, elemSize)...)
+	return best(t, m, elemSize, allGatherCands(t, counts, elemSize, 0)...)
 }
 
-// allGatherCands are ChooseAllGatherOn's candidates across hosts.
-func allGatherCands(t Topology, counts []int, elemSize int) []Plan {
+// allGatherCands are ChooseAllGatherOn's candidates across hosts (pinned:
+// as allReduceCands').
+func allGatherCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	cands := []Plan{{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllGather(rank, size, counts) }, 0}}
-	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+	for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllGather(rank, size, counts, seg) }, 0})
 	}
 	if per, ok := t.Uniform(); ok && per > 1 {
-		for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+		for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllGather(rank, t, counts, seg) }, 0})
 		}
 	}
@@ -474,19 +522,20 @@ func ChooseReduceScatterOn(t Topology, m Model, counts []int, elemSize int) Plan
 		return ChooseReduceScatter(size, counts, elemSize).predicted(t, m, elemSize)
 	}
 	checkChoice("ChooseReduceScatterOn", size, total, elemSize)
-	return best(t, m, elemSize, reduceScatterCands(t, counts, elemSize)...)
+	return best(t, m, elemSize, reduceScatterCands(t, counts, elemSize, 0)...)
 }
 
-// reduceScatterCands are ChooseReduceScatterOn's candidates across hosts.
-func reduceScatterCands(t Topology, counts []int, elemSize int) []Plan {
+// reduceScatterCands are ChooseReduceScatterOn's candidates across hosts
+// (pinned: as allReduceCands').
+func reduceScatterCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	var cands []Plan
-	for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+	for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingReduceScatter(rank, size, counts, seg) }, 0})
 	}
 	if per, ok := t.Uniform(); ok && per > 1 {
-		for _, seg := range segmentChoices(slices.Max(counts)*elemSize, maxRingSegments) {
+		for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelReduceScatter(rank, t, counts, seg) }, 0})
 		}
 	}

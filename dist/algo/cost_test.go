@@ -195,6 +195,40 @@ func TestPredictStackBound(t *testing.T) {
 	}
 }
 
+// TestChainPieces: on hosts whose CPUs bind (Stack), the chain
+// broadcast's pieces keep chainPieceTime on the network, in the policy's
+// choice and the closed forms' candidates, while a pin may name any
+// count; with the CPUs free, 64 KiB pieces are allowed, and at 1 MiB the
+// model picks more of them.
+func TestChainPieces(t *testing.T) {
+	m := lab
+	m.Network.Bandwidth, m.CPUs, m.Stack = 1.1e9, 1, 1.6e9
+	free := m
+	free.Stack = 0
+	s := Shape{Hosts: 2, PerHost: 2}
+	topo := s.Topology()
+	floor := int(m.Network.Bandwidth * chainPieceTime.Seconds())
+	for _, bytes := range []int{1 << 20, 16 << 20} {
+		count := bytes / 4
+		p := ChooseBroadcastOn(topo, m, 0, count, 4)
+		if p.Name != "chain" || p.Segments < 2 || bytes/p.Segments < floor {
+			t.Errorf("broadcast of %d B, CPU-bound: %s/%d, want the chain in pieces of at least %d B", bytes, p.Name, p.Segments, floor)
+		}
+		for _, e := range m.Candidates(s, OpBroadcast, count, 4) {
+			if e.Name == "chain" && e.Segments > 1 && bytes/e.Segments < floor {
+				t.Errorf("closed forms' candidate chain/%d for %d B: pieces under %d B", e.Segments, bytes, floor)
+			}
+		}
+		if q := ChooseBroadcastOn(topo, free, 0, count, 4); q.Name != "chain" || q.Segments < p.Segments || bytes == 1<<20 && q.Segments == p.Segments {
+			t.Errorf("broadcast of %d B, CPUs free: %s/%d, want the chain in more pieces than %d", bytes, q.Name, q.Segments, p.Segments)
+		}
+	}
+	// A pin names the count it wants, floor or not.
+	if p, ok := PinBroadcast(topo, m, "chain/16", 0, 1<<18, 4); !ok || p.Segments != 16 {
+		t.Errorf("chain/16 pinned, CPU-bound: %v %v", p, ok)
+	}
+}
+
 // TestPipeSegments: pieces stay on the network for pieceTime and hold at
 // least 64 KiB; the count is a power of two up to the most.
 func TestPipeSegments(t *testing.T) {

@@ -262,7 +262,7 @@ func (m Model) Candidates(s Shape, op Op, count, elemSize int) []Estimate {
 			add("chain", max(seg, min(chainSegments, bytes/p.chainPiece)))
 			break
 		}
-		for _, seg := range segmentChoices(bytes, maxChainSegments) {
+		for _, seg := range chainSegmentChoices(bytes, m) {
 			add("chain", seg)
 		}
 		if s.Hosts < size && bytes <= smallBroadcastBytes {

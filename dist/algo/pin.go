@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -15,6 +16,11 @@ import (
 // leaders' algorithms above their size, two-level ones on uneven hosts,
 // empty calls), and then the caller chooses as usual. Every rank passes the same name
 // and arguments, so every rank builds the same plan.
+//
+// A pin of an algorithm that runs in segments (Segmented) may fix their
+// count too, as Open MPI's coll_tuned_*_segmentsize does their size:
+// "chain/4" is the chain in 4 segments (at most the algorithm's most,
+// and no more than a piece's elements).
 
 // Algorithms lists the algorithms each collective may be pinned to, by
 // the collective's name as PyTorch spells it.
@@ -25,6 +31,29 @@ var Algorithms = map[string][]string{
 	"reduce_scatter": {"ring", "two-level"},
 	"barrier":        {"dissemination", "two-level"},
 	"all_to_all":     {AllToAllPairwise, AllToAllBruck},
+}
+
+// Segmented lists, by collective, the algorithms that run in segments,
+// whose pins may name a segment count.
+var Segmented = map[string][]string{
+	"all_reduce":     {"ring", "two-level"},
+	"broadcast":      {"chain"},
+	"all_gather":     {"ring", "two-level"},
+	"reduce_scatter": {"ring", "two-level"},
+}
+
+// splitPin splits a pin into its algorithm and segment count (0 when it
+// names none).
+func splitPin(pin string) (name string, segments int, err error) {
+	name, n, ok := strings.Cut(pin, "/")
+	if !ok {
+		return pin, 0, nil
+	}
+	segments, err = strconv.Atoi(n)
+	if err != nil || segments < 1 {
+		return "", 0, fmt.Errorf("pin %q: want algorithm/segments with segments a positive integer", pin)
+	}
+	return name, segments, nil
 }
 
 // CheckPins returns an error naming the first collective or algorithm in
@@ -45,8 +74,15 @@ func CheckPins(pins map[string]string) error {
 			slices.Sort(known)
 			return fmt.Errorf("no algorithm can be pinned for %q: the collectives are %s", op, strings.Join(known, ", "))
 		}
-		if !slices.Contains(names, pins[op]) {
-			return fmt.Errorf("%s has no algorithm %q: it has %s", op, pins[op], strings.Join(names, ", "))
+		name, segments, err := splitPin(pins[op])
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if !slices.Contains(names, name) {
+			return fmt.Errorf("%s has no algorithm %q: it has %s", op, name, strings.Join(names, ", "))
+		}
+		if segments > 0 && !slices.Contains(Segmented[op], name) {
+			return fmt.Errorf("%s's %s does not run in segments (pin %q): only %s do", op, name, pins[op], strings.Join(Segmented[op], ", "))
 		}
 	}
 	return nil
@@ -54,6 +90,7 @@ func CheckPins(pins map[string]string) error {
 
 // pickNamed is the fastest under m of cands named name.
 func pickNamed(t Topology, m Model, elemSize int, name string, cands []Plan) (Plan, bool) {
+	name, _, _ = splitPin(name)
 	cands = slices.DeleteFunc(cands, func(p Plan) bool { return p.Name != name })
 	switch len(cands) {
 	case 0:
@@ -64,6 +101,13 @@ func pickNamed(t Topology, m Model, elemSize int, name string, cands []Plan) (Pl
 	return best(t, m, elemSize, cands...), true
 }
 
+// pinnedOf is a pin's segment count, 0 when it names none (CheckPins has
+// refused malformed ones).
+func pinnedOf(pin string) int {
+	_, segments, _ := splitPin(pin)
+	return segments
+}
+
 // PinAllReduce is the all-reduce named name of count elements of elemSize
 // bytes on t.
 func PinAllReduce(t Topology, m Model, name string, count, elemSize int) (Plan, bool) {
@@ -71,7 +115,7 @@ func PinAllReduce(t Topology, m Model, name string, count, elemSize int) (Plan, 
 	if t.Size() == 1 || count == 0 {
 		return Plan{}, false
 	}
-	return pickNamed(t, m, elemSize, name, allReduceCands(t, m, count, elemSize))
+	return pickNamed(t, m, elemSize, name, allReduceCands(t, m, count, elemSize, pinnedOf(name)))
 }
 
 // PinBroadcast is the broadcast named name from root.
@@ -81,7 +125,7 @@ func PinBroadcast(t Topology, m Model, name string, root, count, elemSize int) (
 	if t.Size() == 1 || count == 0 {
 		return Plan{}, false
 	}
-	return pickNamed(t, m, elemSize, name, broadcastCands(t, root, count, elemSize))
+	return pickNamed(t, m, elemSize, name, broadcastCands(t, m, root, count, elemSize, pinnedOf(name)))
 }
 
 // PinAllGather is the all-gather named name of chunks of counts[r]
@@ -90,7 +134,7 @@ func PinAllGather(t Topology, m Model, name string, counts []int, elemSize int) 
 	if checkCounts("PinAllGather", t.Size(), counts)[t.Size()] == 0 || t.Size() == 1 {
 		return Plan{}, false
 	}
-	return pickNamed(t, m, elemSize, name, allGatherCands(t, counts, elemSize))
+	return pickNamed(t, m, elemSize, name, allGatherCands(t, counts, elemSize, pinnedOf(name)))
 }
 
 // PinReduceScatter is the reduce-scatter named name into chunks of
@@ -99,7 +143,7 @@ func PinReduceScatter(t Topology, m Model, name string, counts []int, elemSize i
 	if checkCounts("PinReduceScatter", t.Size(), counts)[t.Size()] == 0 || t.Size() == 1 {
 		return Plan{}, false
 	}
-	return pickNamed(t, m, elemSize, name, reduceScatterCands(t, counts, elemSize))
+	return pickNamed(t, m, elemSize, name, reduceScatterCands(t, counts, elemSize, pinnedOf(name)))
 }
 
 // PinBarrier is the barrier named name.

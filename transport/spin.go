@@ -128,7 +128,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 // so it stops polling, and after a second such yield the process's
 // readers sleep at once for a while (yieldLost). 4 hosts of one rank on
 // this machine's two CPUs with a hog on each: a barrier, broadcast or
-// all-reduce of 8 B took 7.6-8.1 ms polling on, 0.3-2.2 ms so. Its
+// all-reduce of 8 B took 6.1-8.3 ms polling on, 0.3-2.6 ms so. Its
 // process's CPU time (cpuStarved) cannot tell: the job's other ranks,
 // which take the CPU's other turns as they should, starve it as much;
 // but they poll too, and give the CPU back within microseconds.
@@ -146,9 +146,13 @@ func yieldCPU() bool {
 }
 
 // lostYield is how long a yield may keep a poller off its CPU before
-// yieldCPU says other work has it: far above a polling rank's turn, below
-// the scheduler's slice (3-8 ms measured with two CPU hogs).
-const lostYield = time.Millisecond
+// yieldCPU says other work has it. Yields lost to two CPU hogs took 1.2
+// ms (p10) to 3.5 ms (p90); those a quiet job's own ranks take now and
+// then, copying or reducing, 1.0-2.8 ms. At 1 ms, 4 hosts of one rank
+// on two CPUs ran an all-reduce of 1 MiB in 15.2 ms against 14.2 without
+// (medians of four alternating runs); at 2 ms in 14.5, while under the
+// hogs its 8 B calls took 0.3-2.6 ms against 0.4-0.8 at 1 ms (8 before).
+const lostYield = 2 * time.Millisecond
 
 // yieldLost records that a yielding poller lost its CPU for a slice at
 // now (yieldCPU): that poller sleeps; and when another did within

@@ -87,6 +87,7 @@ func main() {
 	overlap := flag.Bool("overlap", false, "with --train, also run godist without overlap (--no-overlap) and both sides unsynced (compute alone) on the labs of several hosts, and print how much communication overlap hides")
 	bucketMB := flag.Float64("bucket-cap-mb", 0, "with --train, DDP's bucket cap in MiB on both sides (godist's first bucket too; PyTorch 1.13 keeps its first at 1 MiB); 0 leaves each its default (25, the first 1)")
 	hooks := flag.String("hooks", "allreduce", "with --train, DDP's communication hooks to run each model with (comma-separated: allreduce, fp16, bf16, powersgd:R); one-host labs run only allreduce")
+	load := flag.Int("load", 0, "processes that run `sha256sum /dev/zero` at this one's priority for the whole measurement, as issue 33's busy machine (one a CPU: 2 here); 0: none")
 	godistEnv := flag.String("godist-env", "", "variables added to every godist run's environment after the lab's own, space-separated (\"GODIST_YIELD=0 GODIST_ALGO=all_reduce=ring\"): to compare settings in the lab")
 	flag.Parse()
 	fail := func(err error) {
@@ -175,6 +176,17 @@ func main() {
 	if t.Godist == "" {
 		t.Godist = filepath.Join(tmp, "godist")
 		goBuild(t.Godist, "github.com/godist/godist/cmd/godist")
+	}
+	if *load < 0 {
+		fail(errors.New("want --load >= 0"))
+	}
+	if *load > 0 {
+		stopLoad, err := startLoad(*load)
+		if err != nil {
+			fail(err)
+		}
+		defer stopLoad()
+		fmt.Printf("- load: %d × `sha256sum /dev/zero` at this process's priority throughout (a busy machine)\n\n", *load)
 	}
 	if *pipe {
 		if *pipeSteps < 1 {
@@ -355,4 +367,28 @@ func goSource() string {
 		os.Exit(2)
 	}
 	return filepath.Join(strings.TrimSpace(string(root)), "src")
+}
+
+// startLoad starts n CPU hogs (sha256sum of an endless stream of zeros)
+// and returns what stops them. (Pdeathsig is the thread's: the caller's
+// goroutine may move, but this tool's main goroutine starts them and
+// lives as long as the process.)
+func startLoad(n int) (stop func(), err error) {
+	var hogs []*exec.Cmd
+	stop = func() {
+		for _, h := range hogs {
+			h.Process.Kill()
+			h.Wait()
+		}
+	}
+	for range n {
+		h := exec.Command("sha256sum", "/dev/zero")
+		h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with this process, however it exits
+		if err := h.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("--load: %w", err)
+		}
+		hogs = append(hogs, h)
+	}
+	return stop, nil
 }

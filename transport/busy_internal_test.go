@@ -1,13 +1,11 @@
 package transport
 
 import (
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/godist/godist/internal/cpuyield"
 	"github.com/godist/godist/internal/futex"
 )
 
@@ -87,83 +85,19 @@ func TestCPUStarved(t *testing.T) {
 	}
 }
 
-// TestYieldLost: one yield lost to other work makes only its poller
-// sleep; a second within yieldConfirm makes the process's readers sleep
-// at once for yieldHold, and not longer; two lost further apart do not.
-func TestYieldLost(t *testing.T) {
-	reset := func() { busyUntil.Store(0); starvedSince.Store(0); lastLostYield.Store(0) }
-	reset()
-	defer reset()
-	now := time.Now()
-	yieldLost(now)
-	if hostBusy(now) {
-		t.Fatal("busy after one lost yield")
+// TestHostBusyHeld: the readers also sleep at once while yielding
+// socket readers hold them (socketsHold), as long as the hold lasts.
+// (The times are an hour ago, so that the hold is over for the tests
+// that follow.)
+func TestHostBusyHeld(t *testing.T) {
+	busyUntil.Store(0)
+	then := time.Now().Add(-time.Hour)
+	socketsHold.Lost(then)
+	socketsHold.Lost(then.Add(time.Millisecond))
+	if !hostBusy(then.Add(2 * time.Millisecond)) {
+		t.Error("not busy while yielding socket readers hold the readers")
 	}
-	second := now.Add(yieldConfirm / 2)
-	yieldLost(second)
-	if !hostBusy(second.Add(yieldHold - time.Millisecond)) {
-		t.Error("not busy within yieldHold of a second lost yield")
+	if hostBusy(then.Add(time.Millisecond + cpuyield.HoldFor + time.Millisecond)) {
+		t.Error("still busy after the hold")
 	}
-	if hostBusy(second.Add(yieldHold + time.Millisecond)) {
-		t.Error("still busy after yieldHold")
-	}
-	reset()
-	yieldLost(now)
-	apart := now.Add(yieldConfirm + time.Millisecond)
-	yieldLost(apart)
-	if hostBusy(apart) {
-		t.Error("two lost yields more than yieldConfirm apart made the host busy")
-	}
-	// A longer hold already there (markBusy's) stays.
-	reset()
-	busyUntil.Store(now.Add(busyHold).UnixNano())
-	yieldLost(now)
-	yieldLost(now.Add(time.Millisecond))
-	if !hostBusy(now.Add(busyHold - time.Millisecond)) {
-		t.Error("a lost yield shortened a longer hold")
-	}
-}
-
-// TestYieldCPULost: a yield to a thread that spins on the same CPU comes
-// back only after the scheduler's slice, and yieldCPU says so; it checks
-// at most a few hundred yields, each bounded by that slice.
-func TestYieldCPULost(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Skipf("affinity: %v", err)
-	}
-	cpu := -1
-	for c := range 1024 {
-		if set.IsSet(c) {
-			cpu = c
-			break
-		}
-	}
-	var one unix.CPUSet
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		t.Skipf("affinity: %v", err)
-	}
-	defer unix.SchedSetaffinity(0, &set)
-	var stop atomic.Bool
-	ready := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		ready <- unix.SchedSetaffinity(0, &one)
-		for !stop.Load() {
-		}
-	}()
-	defer stop.Store(true)
-	if err := <-ready; err != nil {
-		t.Skipf("affinity: %v", err)
-	}
-	for range 300 {
-		if yieldCPU() {
-			return
-		}
-	}
-	t.Errorf("300 yields to a thread spinning on CPU %d all came back within %v", cpu, lostYield)
 }

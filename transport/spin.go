@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,8 +98,8 @@ func (s *spinReader) read(p []byte) (int, error) {
 				cgobusy.Wait()
 			} else {
 				runtime.Gosched()
-				if s.yield && yieldCPU() {
-					yieldLost(time.Now())
+				if s.yield && cpuyield.YieldLost() {
+					socketsHold.Lost(time.Now())
 					if s.w != nil {
 						s.w.park()
 					}
@@ -120,69 +119,23 @@ func (s *spinReader) read(p []byte) (int, error) {
 	return n, nil
 }
 
-// yieldCPU yields the thread's CPU to the host's other threads and
-// reports whether it came back only after lostYield: work that runs a
-// whole slice when given the CPU (a CPU hog, a rank computing) has it
-// too. A yielding socket reader (more ranks on the host than CPUs) then
-// finds each frame a slice late, where a reader asleep is woken by it,
-// so it stops polling, and after a second such yield the process's
-// readers sleep at once for a while (yieldLost). 4 hosts of one rank on
-// this machine's two CPUs with a hog on each: a barrier, broadcast or
-// all-reduce of 8 B took 6.1-8.3 ms polling on, 0.3-2.6 ms so. Its
-// process's CPU time (cpuStarved) cannot tell: the job's other ranks,
-// which take the CPU's other turns as they should, starve it as much;
-// but they poll too, and give the CPU back within microseconds.
+// A yielding socket reader (more ranks on the host than CPUs) that loses
+// a yield to work that runs whole slices (cpuyield.YieldLost: a CPU hog,
+// a rank computing) finds each frame a slice late, where a reader asleep
+// is woken by it: so it stops polling, and tells socketsHold, which after
+// a second such yield holds the process's readers asleep at once for a
+// while (hostBusy). 4 hosts of one rank on this machine's two CPUs
+// with a hog on each: a barrier, broadcast or all-reduce of 8 B took
+// 6.1-8.3 ms polling on, 0.3-2.6 ms so.
 //
-// The readers of shared-memory rings do not do this: their frames come
-// microseconds apart, and the job's own ranks there hold the CPU for
-// milliseconds now and then (a copy or a reduction of 1 MiB), so a
-// reader that slept after such a yield paid a wake-up for frames it
+// The readers of shared-memory rings do not look for lost yields: their
+// frames come microseconds apart, and the job's own ranks there hold the
+// CPU for milliseconds now and then (a copy or a reduction of 1 MiB), so
+// a reader that slept after such a yield paid a wake-up for frames it
 // would have found polling (`godist bench --nproc 4`, quiet, five
-// alternating runs: all-reduce of 1 MiB 1.10 ms against 0.88).
-func yieldCPU() bool {
-	t := time.Now()
-	cpuyield.Yield()
-	return time.Since(t) > lostYield
-}
-
-// lostYield is how long a yield may keep a poller off its CPU before
-// yieldCPU says other work has it. Yields lost to two CPU hogs took 1.2
-// ms (p10) to 3.5 ms (p90); those a quiet job's own ranks take now and
-// then, copying or reducing, 1.0-2.8 ms. At 1 ms, 4 hosts of one rank
-// on two CPUs ran an all-reduce of 1 MiB in 15.2 ms against 14.2 without
-// (medians of four alternating runs); at 2 ms in 14.5, while under the
-// hogs its 8 B calls took 0.3-2.6 ms against 0.4-0.8 at 1 ms (8 before).
-const lostYield = 2 * time.Millisecond
-
-// yieldLost records that a yielding poller lost its CPU for a slice at
-// now (yieldCPU): that poller sleeps; and when another did within
-// yieldConfirm before, the process's readers sleep at once (hostBusy)
-// for yieldHold. A hog takes a slice at nearly every spell of polling,
-// milliseconds apart; the job's own ranks run slices too, but rarely
-// once started (quiet, 4 hosts of one rank on two CPUs: 3-6 lost yields
-// a rank, all in the first 150 ms, Init's bulk measurements; four ranks
-// of one host on two CPUs: one every 150-250 ms). Unlike markBusy it
-// holds briefly: a hog costs a slice or two in each hold.
-func yieldLost(now time.Time) {
-	t := now.UnixNano()
-	if prev := lastLostYield.Swap(t); prev == 0 || t-prev > int64(yieldConfirm) {
-		return
-	}
-	until := now.Add(yieldHold).UnixNano()
-	for {
-		old := busyUntil.Load()
-		if old >= until || busyUntil.CompareAndSwap(old, until) {
-			return
-		}
-	}
-}
-
-var lastLostYield atomic.Int64 // UnixNano of the last yield lost (yieldLost)
-
-const (
-	yieldConfirm = 50 * time.Millisecond
-	yieldHold    = 100 * time.Millisecond
-)
+// alternating runs: all-reduce of 1 MiB 1.10 ms against 0.88). They do
+// sleep while the hold lasts (readRing).
+var socketsHold cpuyield.Hold
 
 // socketReader returns what readLoop reads conn through: a spinReader when
 // spin is positive and conn is a socket, else conn itself.

@@ -202,7 +202,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			if hostBusy(idle) {
 				// A reader lost its CPU polling lately: sleep at once.
 				// Yielding, this reader does not look for that itself
-				// (yieldCPU), but a socket reader of its process may
+				// (cpuyield.YieldLost), but a socket reader of its process may
 				// have, and polling on, this one would keep the runtime
 				// from the network poller that reader sleeps in (2 hosts
 				// of 2 ranks, a CPU each, a hog on each: a barrier took
@@ -388,7 +388,10 @@ func processCPU() time.Duration {
 	return time.Duration(ts.Nano()) + futex.Slept()
 }
 
-func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() }
+// hostBusy reports whether the process's readers should sleep at once
+// at now: a reader polling without yielding found its CPU taken
+// (markBusy), or yielding socket readers lost their yields (socketsHold).
+func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() || socketsHold.Held(now) }
 
 // fragSpin is how long a ring's reader polls for the next fragment of a
 // message under way before it parks.

@@ -277,6 +277,9 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 	start := time.Now()
 	defer func() { b.late = time.Since(start) }()
 	spin := spinBudget(yield, b.late)
+	if yield && b.e.yieldHold.Held(start) {
+		spin = 0 // this engine's waits lost their yields lately: sleep at once
+	}
 	last := start
 	for polls := 0; ; polls++ {
 		for range max(tight/8, 1) {
@@ -295,10 +298,13 @@ func (b *Block) wait(ctx context.Context, seq, ord uint64, q int, mem, s []byte,
 			last = now
 		}
 		runtime.Gosched()
-		if yield {
-			// More ranks than CPUs: the member this one waits for may
-			// need this CPU to get there.
-			cpuyield.Yield()
+		// More ranks than CPUs: the member this one waits for may need
+		// this CPU to get there. A yield that came back only after
+		// other work's whole slice (a CPU hog's) says polling finds the
+		// member that late each time, where a sleeper is woken by it.
+		if yield && cpuyield.YieldLost() {
+			b.e.yieldHold.Lost(time.Now())
+			break
 		}
 	}
 	sleepers := waiters(mem)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/godist/godist/internal/cpuyield"
 )
 
 // Group is what the engine needs of its process group (package dist's
@@ -84,7 +86,13 @@ type Engine struct {
 	ranks []int
 	rank  int
 	yield bool
-	g     Group
+	// yieldHold: the block's waits lost yields to other work's whole
+	// slices lately (cpuyield.YieldLost), and sleep at once. Its own,
+	// not the transport's: the readers of a process's shared-memory
+	// rings do not sleep after the block's lost yields, which the job's
+	// own ranks cause too.
+	yieldHold cpuyield.Hold
+	g         Group
 
 	calls atomic.Int64          // calls run through the block or shared tensors
 	block atomic.Pointer[Block] // nil until SetBlock

@@ -1,0 +1,42 @@
+package cpuyield
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHold: one lost yield holds nothing; a second within Confirm holds
+// the pollers asleep for HoldFor, and not longer; two further apart hold
+// nothing; a later lost yield does not shorten a hold.
+func TestHold(t *testing.T) {
+	now := time.Now()
+	h := new(Hold)
+	h.Lost(now)
+	if h.Held(now) {
+		t.Fatal("held after one lost yield")
+	}
+	second := now.Add(Confirm / 2)
+	h.Lost(second)
+	if !h.Held(second.Add(HoldFor - time.Millisecond)) {
+		t.Error("not held within HoldFor of a second lost yield")
+	}
+	if h.Held(second.Add(HoldFor + time.Millisecond)) {
+		t.Error("still held after HoldFor")
+	}
+
+	h = new(Hold)
+	h.Lost(now)
+	apart := now.Add(Confirm + time.Millisecond)
+	h.Lost(apart)
+	if h.Held(apart) {
+		t.Error("two lost yields more than Confirm apart held the pollers")
+	}
+
+	h = new(Hold)
+	h.Lost(now)
+	h.Lost(now.Add(Confirm / 2))
+	h.Lost(now.Add(Confirm/2 - 10*time.Millisecond)) // out of order: an earlier one reported late
+	if !h.Held(now.Add(Confirm/2 + HoldFor - time.Millisecond)) {
+		t.Error("a lost yield reported late shortened the hold")
+	}
+}

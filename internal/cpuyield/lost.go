@@ -33,7 +33,7 @@ const LostYield = 2 * time.Millisecond
 
 // A Hold is what a group of pollers (a process's socket readers, a
 // same-host engine's waits) learned of lost yields: after two within
-// Confirm of each other, they sleep at once (Held) for Hold. A hog takes
+// Confirm of each other, they sleep at once (Held) for HoldFor. A hog takes
 // a slice at nearly every spell of polling, milliseconds apart; the
 // job's own ranks take slices too, but rarely once started (4 namespace
 // hosts of one rank on two CPUs, quiet: 3-6 lost yields a rank, all in
@@ -64,6 +64,6 @@ func (h *Hold) Lost(now time.Time) {
 func (h *Hold) Held(now time.Time) bool { return now.UnixNano() < h.until.Load() }
 
 const (
-	Confirm = 50 * time.Millisecond
-	HoldFor = 100 * time.Millisecond
+	Confirm = 50 * time.Millisecond  // the most between two lost yields that start a hold
+	HoldFor = 100 * time.Millisecond // a hold's length
 )

@@ -128,13 +128,14 @@ func (s *spinReader) read(p []byte) (int, error) {
 // with a hog on each: a barrier, broadcast or all-reduce of 8 B took
 // 6.1-8.3 ms polling on, 0.3-2.6 ms so.
 //
-// The readers of shared-memory rings do not look for lost yields: their
-// frames come microseconds apart, and the job's own ranks there hold the
-// CPU for milliseconds now and then (a copy or a reduction of 1 MiB), so
-// a reader that slept after such a yield paid a wake-up for frames it
-// would have found polling (`godist bench --nproc 4`, quiet, five
-// alternating runs: all-reduce of 1 MiB 1.10 ms against 0.88). They do
-// sleep while the hold lasts (readRing).
+// The readers of shared-memory rings tell the same hold of their lost
+// yields, but do not stop polling at one (readRing): their frames come
+// microseconds apart, and the job's own ranks there hold the CPU for
+// milliseconds now and then (a copy or a reduction of 1 MiB), so a reader
+// that slept after each such yield paid a wake-up for frames it would
+// have found polling (`godist bench --nproc 4`, quiet, five alternating
+// runs: all-reduce of 1 MiB 1.10 ms against 0.88). Those yields come
+// 150-250 ms apart in a quiet process, and never start a hold.
 var socketsHold cpuyield.Hold
 
 // socketReader returns what readLoop reads conn through: a spinReader when

@@ -201,12 +201,11 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			checked = idle
 			if hostBusy(idle) {
 				// A reader lost its CPU polling lately: sleep at once.
-				// Yielding, this reader does not look for that itself
-				// (cpuyield.YieldLost), but a socket reader of its process may
-				// have, and polling on, this one would keep the runtime
-				// from the network poller that reader sleeps in (2 hosts
-				// of 2 ranks, a CPU each, a hog on each: a barrier took
-				// 19.6 ms, against 4.7-4.9 sleeping and 7.7-7.8 before
+				// Where a socket reader of the process did, this one
+				// polling on would also keep the runtime from the
+				// network poller that reader sleeps in (2 hosts of 2
+				// ranks, a CPU each, a hog on each: a barrier took 19.6
+				// ms, against 4.7-4.9 sleeping and 7.7-7.8 before
 				// either).
 				spinWait = 0
 			} else {
@@ -247,10 +246,23 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 		}
 		if wait > 0 {
 			runtime.Gosched() // polling must not keep the senders off the cores
-			if yield {
-				cpuyield.Yield()
+			if !yield || !cpuyield.YieldLost() {
+				continue
 			}
-			continue
+			// A yield lost to other work's slice. One alone says
+			// nothing here: the job's own ranks hold the CPU so now
+			// and then (socketsHold). Two close together hold the
+			// readers asleep: four ranks of one host on two CPUs
+			// beside two CPU hogs, all-reduce of 64 KiB took 0.8-1.6
+			// ms against 8.0 polling through every yield, of 1 MiB
+			// 6.4-6.6 against 12.0-12.1, broadcast of 64 KiB 0.19-0.30
+			// against 3.8; quiet, eight alternating runs, within the
+			// runs' spread (1 MiB: 0.80-1.31 ms against 0.67-1.35).
+			now := time.Now()
+			socketsHold.Lost(now)
+			if !socketsHold.Held(now) {
+				continue
+			}
 		}
 		if !ring.Park() {
 			continue

@@ -181,7 +181,7 @@ func main() {
 		fail(errors.New("want --load >= 0"))
 	}
 	if *load > 0 {
-		stopLoad, err := startLoad(*load)
+		_, stopLoad, err := startLoad(*load)
 		if err != nil {
 			fail(err)
 		}
@@ -370,10 +370,10 @@ func goSource() string {
 }
 
 // startLoad starts n CPU hogs (sha256sum of an endless stream of zeros)
-// and returns what stops them. (Pdeathsig is the thread's: the caller's
+// and returns their process ids and what stops them. (Pdeathsig is the thread's: the caller's
 // goroutine may move, but this tool's main goroutine starts them and
 // lives as long as the process.)
-func startLoad(n int) (stop func(), err error) {
+func startLoad(n int) (pids []int, stop func(), err error) {
 	var hogs []*exec.Cmd
 	stop = func() {
 		for _, h := range hogs {
@@ -386,9 +386,10 @@ func startLoad(n int) (stop func(), err error) {
 		h.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with this process, however it exits
 		if err := h.Start(); err != nil {
 			stop()
-			return nil, fmt.Errorf("--load: %w", err)
+			return nil, nil, fmt.Errorf("--load: %w", err)
 		}
 		hogs = append(hogs, h)
+		pids = append(pids, h.Process.Pid)
 	}
-	return stop, nil
+	return pids, stop, nil
 }

@@ -86,16 +86,16 @@ func TestCPUStarved(t *testing.T) {
 }
 
 // TestHostBusyHeld: the readers also sleep at once while yielding
-// socket readers hold them (socketsHold), as long as the hold lasts.
+// readers hold them (readersHold), as long as the hold lasts.
 // (The times are an hour ago, so that the hold is over for the tests
 // that follow.)
 func TestHostBusyHeld(t *testing.T) {
 	busyUntil.Store(0)
 	then := time.Now().Add(-time.Hour)
-	socketsHold.Lost(then)
-	socketsHold.Lost(then.Add(time.Millisecond))
+	readersHold.Lost(then)
+	readersHold.Lost(then.Add(time.Millisecond))
 	if !hostBusy(then.Add(2 * time.Millisecond)) {
-		t.Error("not busy while yielding socket readers hold the readers")
+		t.Error("not busy while yielding readers hold them")
 	}
 	if hostBusy(then.Add(time.Millisecond + cpuyield.HoldFor + time.Millisecond)) {
 		t.Error("still busy after the hold")

@@ -99,7 +99,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 			} else {
 				runtime.Gosched()
 				if s.yield && cpuyield.YieldLost() {
-					socketsHold.Lost(time.Now())
+					readersHold.Lost(time.Now())
 					if s.w != nil {
 						s.w.park()
 					}
@@ -122,7 +122,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 // A yielding socket reader (more ranks on the host than CPUs) that loses
 // a yield to work that runs whole slices (cpuyield.YieldLost: a CPU hog,
 // a rank computing) finds each frame a slice late, where a reader asleep
-// is woken by it: so it stops polling, and tells socketsHold, which after
+// is woken by it: so it stops polling, and tells readersHold, which after
 // a second such yield holds the process's readers asleep at once for a
 // while (hostBusy). 4 hosts of one rank on this machine's two CPUs
 // with a hog on each: a barrier, broadcast or all-reduce of 8 B took
@@ -136,7 +136,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 // have found polling (`godist bench --nproc 4`, quiet, five alternating
 // runs: all-reduce of 1 MiB 1.10 ms against 0.88). Those yields come
 // 150-250 ms apart in a quiet process, and never start a hold.
-var socketsHold cpuyield.Hold
+var readersHold cpuyield.Hold
 
 // socketReader returns what readLoop reads conn through: a spinReader when
 // spin is positive and conn is a socket, else conn itself.

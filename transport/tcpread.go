@@ -251,7 +251,7 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			}
 			// A yield lost to other work's slice. One alone says
 			// nothing here: the job's own ranks hold the CPU so now
-			// and then (socketsHold). Two close together hold the
+			// and then (readersHold, spin.go). Two close together hold the
 			// readers asleep: four ranks of one host on two CPUs
 			// beside two CPU hogs, all-reduce of 64 KiB took 0.8-1.6
 			// ms against 8.0 polling through every yield, of 1 MiB
@@ -259,8 +259,8 @@ func (e *Endpoint) readRing(r int, conn net.Conn, spin time.Duration, yield bool
 			// against 3.8; quiet, eight alternating runs, within the
 			// runs' spread (1 MiB: 0.80-1.31 ms against 0.67-1.35).
 			now := time.Now()
-			socketsHold.Lost(now)
-			if !socketsHold.Held(now) {
+			readersHold.Lost(now)
+			if !readersHold.Held(now) {
 				continue
 			}
 		}
@@ -402,8 +402,8 @@ func processCPU() time.Duration {
 
 // hostBusy reports whether the process's readers should sleep at once
 // at now: a reader polling without yielding found its CPU taken
-// (markBusy), or yielding socket readers lost their yields (socketsHold).
-func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() || socketsHold.Held(now) }
+// (markBusy), or yielding readers lost their yields (readersHold).
+func hostBusy(now time.Time) bool { return now.UnixNano() < busyUntil.Load() || readersHold.Held(now) }
 
 // fragSpin is how long a ring's reader polls for the next fragment of a
 // message under way before it parks.

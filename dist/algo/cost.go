@@ -367,13 +367,13 @@ func chainSegmentChoices(bytes int, m Model) []int {
 // the network on hosts whose CPUs bind (chainSegmentChoices).
 const chainPieceTime = 200 * time.Microsecond
 
-// segmentsOf is segmentChoices(bytes, most), or only the pinned count
-// (pinnedSegments) when pinned is not 0.
-func segmentsOf(bytes, most, pinned, elems int) []int {
+// pinnedOr is choices, or only the pinned count (pinnedSegments) when
+// pinned is not 0.
+func pinnedOr(choices []int, pinned, most, elems int) []int {
 	if pinned > 0 {
 		return []int{pinnedSegments(pinned, most, elems)}
 	}
-	return segmentChoices(bytes, most)
+	return choices
 }
 
 // pinnedSegments is a pinned segment count as a schedule can take it: at
@@ -466,11 +466,7 @@ func ChooseBroadcastOn(t Topology, m Model, root, count, elemSize int) Plan {
 func broadcastCands(t Topology, m Model, root, count, elemSize, pinned int) []Plan {
 	size := t.Size()
 	cands := []Plan{{"binomial", 1, func(rank int) Schedule { return BinomialBroadcast(rank, size, root, count) }, 0}}
-	segs := chainSegmentChoices(count*elemSize, m)
-	if pinned > 0 {
-		segs = []int{pinnedSegments(pinned, maxChainSegments, count)}
-	}
-	for _, seg := range segs {
+	for _, seg := range pinnedOr(chainSegmentChoices(count*elemSize, m), pinned, maxChainSegments, count) {
 		cands = append(cands, Plan{"chain", seg, func(rank int) Schedule { return ChainBroadcast(rank, size, root, count, seg) }, 0})
 	}
 	if len(t.Hosts) < size && count*elemSize <= smallBroadcastBytes {
@@ -499,11 +495,12 @@ func allGatherCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	cands := []Plan{{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllGather(rank, size, counts) }, 0}}
-	for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
+	segs := pinnedOr(segmentChoices(slices.Max(counts)*elemSize, maxRingSegments), pinned, maxRingSegments, slices.Max(counts))
+	for _, seg := range segs {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllGather(rank, size, counts, seg) }, 0})
 	}
 	if per, ok := t.Uniform(); ok && per > 1 {
-		for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
+		for _, seg := range segs {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelAllGather(rank, t, counts, seg) }, 0})
 		}
 	}
@@ -531,11 +528,12 @@ func reduceScatterCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	var cands []Plan
-	for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
+	segs := pinnedOr(segmentChoices(slices.Max(counts)*elemSize, maxRingSegments), pinned, maxRingSegments, slices.Max(counts))
+	for _, seg := range segs {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingReduceScatter(rank, size, counts, seg) }, 0})
 	}
 	if per, ok := t.Uniform(); ok && per > 1 {
-		for _, seg := range segmentsOf(slices.Max(counts)*elemSize, maxRingSegments, pinned, slices.Max(counts)) {
+		for _, seg := range segs {
 			cands = append(cands, Plan{"two-level", seg, func(rank int) Schedule { return TwoLevelReduceScatter(rank, t, counts, seg) }, 0})
 		}
 	}

@@ -370,9 +370,9 @@ func goSource() string {
 }
 
 // startLoad starts n CPU hogs (sha256sum of an endless stream of zeros)
-// and returns their process ids and what stops them. (Pdeathsig is the thread's: the caller's
-// goroutine may move, but this tool's main goroutine starts them and
-// lives as long as the process.)
+// and returns their process ids and what stops them. Pdeathsig kills
+// them when the thread that started them ends, which for this tool's
+// main goroutine is the process's exit, os.Exit included.
 func startLoad(n int) (pids []int, stop func(), err error) {
 	var hogs []*exec.Cmd
 	stop = func() {

@@ -78,7 +78,11 @@ func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Sche
 // receive writes it; snapshot rounds' receives and the others land in
 // scratch space and are applied in posting order. red reduces a reducing
 // receive; final, when not nil, replaces it on the receives marked
-// algo.Xfer.Final (an averaging all-reduce's last sum, see avgFinal).
+// algo.Xfer.Final (an averaging all-reduce's last sum, see avgFinal). A
+// run of joined transfers (algo.Xfer.Joined) is one frame: sent with one
+// vectored write, received through a sink that spreads it over the
+// run's ranges (or into one piece of scratch space, applied range by
+// range).
 type executor struct {
 	g     *Group
 	ctx   context.Context
@@ -98,10 +102,11 @@ type executor struct {
 	posted       int        // rounds whose receives are posted
 }
 
-// inflight is a posted receive.
+// inflight is a posted receive: of one message, a run of transfers (one,
+// unless joined) from one peer.
 type inflight struct {
 	r     *transport.Receive
-	x     algo.Xfer
+	xs    []algo.Xfer
 	tmp   []byte // nil: the frame lands in place
 	round int
 }
@@ -111,7 +116,7 @@ type inflight struct {
 // until that send is out, rather than landing in scratch and being
 // copied.
 type later struct {
-	x     algo.Xfer
+	xs    []algo.Xfer
 	tag   uint32
 	round int
 }
@@ -130,18 +135,27 @@ func (x *executor) run() error {
 		for ; x.posted < len(x.sched) && (x.posted <= i+lookahead || x.posted <= i+maxAhead && x.scratchInUse < scratchBudget); x.posted++ {
 			x.post(x.posted, i)
 		}
-		for _, s := range round.Sends {
+		for j := 0; j < len(round.Sends); {
+			msg := algo.Message(round.Sends[j:])
+			j += len(msg)
 			// Apply the earlier rounds' receives that write what this
 			// send reads (in order).
-			for x.sendWaits(s, i) {
+			for x.sendWaits(msg, i) {
 				if err := x.completeFront(); err != nil {
 					return err
 				}
 			}
-			tag := x.sent[s.Peer]
-			x.sent[s.Peer]++
+			peer := msg[0].Peer
+			tag := x.sent[peer]
+			x.sent[peer]++
 			key := transport.Key{Group: x.g.id, Seq: x.seq, Tag: tag}
-			if err := x.g.world.ep.Send(x.ctx, x.g.ranks[s.Peer], key, x.fp, x.buf.at(s.Off, s.Len)); err != nil {
+			var err error
+			if len(msg) == 1 {
+				err = x.g.world.ep.Send(x.ctx, x.g.ranks[peer], key, x.fp, x.buf.at(msg[0].Off, msg[0].Len))
+			} else {
+				err = x.g.world.ep.Send(x.ctx, x.g.ranks[peer], key, x.fp, x.ranges(msg)...)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -154,14 +168,21 @@ func (x *executor) run() error {
 	return nil
 }
 
-// sendWaits reports whether send s of round i must wait for the oldest
-// pending receive: some receive of an earlier round writes what s reads.
-// An empty transfer carries no data, only order (a barrier's): it waits
-// for every earlier receive.
-func (x *executor) sendWaits(s algo.Xfer, i int) bool {
+// sendWaits reports whether the send of message msg in round i must wait
+// for the oldest pending receive: some receive of an earlier round writes
+// what msg reads. An empty transfer carries no data, only order (a
+// barrier's): it waits for every earlier receive.
+func (x *executor) sendWaits(msg []algo.Xfer, i int) bool {
 	for _, p := range x.pending {
-		if p.round < i && (s.Len == 0 || p.x.Len == 0 || overlaps(p.x, s)) {
-			return true
+		if p.round >= i {
+			continue
+		}
+		for _, s := range msg {
+			for _, y := range p.xs {
+				if s.Len == 0 || y.Len == 0 || overlaps(y, s) {
+					return true
+				}
+			}
 		}
 	}
 	return false
@@ -169,6 +190,51 @@ func (x *executor) sendWaits(s algo.Xfer, i int) bool {
 
 func overlaps(a, b algo.Xfer) bool {
 	return a.Len > 0 && b.Len > 0 && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len
+}
+
+// overlapsAny reports whether a transfer of xs overlaps one of ys.
+func overlapsAny(xs, ys []algo.Xfer) bool {
+	for _, a := range xs {
+		for _, b := range ys {
+			if overlaps(a, b) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ranges returns the buffer's bytes of each transfer of a message.
+func (x *executor) ranges(msg []algo.Xfer) [][]byte {
+	out := make([][]byte, len(msg))
+	for i, t := range msg {
+		out[i] = x.buf.at(t.Off, t.Len)
+	}
+	return out
+}
+
+// spread is a sink that lays a joined message's bytes over its ranges in
+// dsts, in order, reducing into those of reducing transfers with red
+// (their kernel). The sink's pieces may straddle the ranges' ends.
+func spread(msg []algo.Xfer, dsts [][]byte, red func(algo.Xfer) reducer) transport.Sink {
+	return func(off int, b []byte) {
+		for i, d := range dsts {
+			if off >= len(d) {
+				off -= len(d)
+				continue
+			}
+			n := min(len(d)-off, len(b))
+			if msg[i].Reduce {
+				red(msg[i])(d[off:off+n], b[:n])
+			} else {
+				copy(d[off:off+n], b[:n])
+			}
+			b, off = b[n:], 0
+			if len(b) == 0 {
+				return
+			}
+		}
+	}
 }
 
 // reduceWith is the kernel of a reducing receive: final for one that
@@ -240,16 +306,20 @@ func (t *execTables) put(pending []inflight, free [][]byte) {
 // completeFront waits for the oldest receive and applies it.
 func (x *executor) completeFront() error {
 	p := x.pending[0]
-	if err := x.g.await(x.ctx, p.r, x.g.ranks[p.x.Peer], x.seq); err != nil {
+	if err := x.g.await(x.ctx, p.r, x.g.ranks[p.xs[0].Peer], x.seq); err != nil {
 		return err
 	}
 	x.pending = x.pending[1:]
 	if p.tmp != nil {
-		dst := x.buf.at(p.x.Off, p.x.Len)
-		if p.x.Reduce {
-			x.reduceWith(p.x)(dst, p.tmp)
-		} else {
-			copy(dst, p.tmp)
+		src := p.tmp
+		for _, t := range p.xs {
+			dst := x.buf.at(t.Off, t.Len)
+			if t.Reduce {
+				x.reduceWith(t)(dst, src[:len(dst)])
+			} else {
+				copy(dst, src)
+			}
+			src = src[len(dst):]
 		}
 		x.free = append(x.free, p.tmp)
 		x.scratchInUse -= len(p.tmp)
@@ -257,57 +327,64 @@ func (x *executor) completeFront() error {
 	return nil
 }
 
-// place posts receive t of round j (with its tag), given that the sends
-// of the rounds before current have been made. It reports false when t
-// must wait for those sends (only when mayWait).
-func (x *executor) place(t algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
-	dst := x.buf.at(t.Off, t.Len)
-	// In place (a reducing receive reduces each piece into dst as it
-	// is read, while the piece is in cache) unless its round reads a
+// place posts the receive of message msg (a run of transfers from one
+// peer) of round j, with its tag, given that the sends of the rounds
+// before current have been made. It reports false when msg must wait for
+// those sends (only when mayWait).
+func (x *executor) place(msg []algo.Xfer, tag uint32, j, current int, mayWait bool) bool {
+	// In place (a reducing receive reduces each piece into the buffer as
+	// it is read, while the piece is in cache) unless its round reads a
 	// snapshot, an earlier receive still writes there, or a send of
 	// the rounds before it (not yet sent) reads there.
 	inPlace := !x.sched[j].Snapshot
 	for _, p := range x.pending {
-		if inPlace && p.round < j && overlaps(p.x, t) {
+		if inPlace && p.round < j && overlapsAny(p.xs, msg) {
 			inPlace = false
 		}
 	}
 	for _, d := range x.deferred {
-		if inPlace && d.round < j && overlaps(d.x, t) {
+		if inPlace && d.round < j && overlapsAny(d.xs, msg) {
 			inPlace = false
 		}
 	}
 	if inPlace {
 		for k := current; k < j; k++ {
-			for _, y := range x.sched[k].Sends {
-				if overlaps(t, y) {
-					if mayWait {
-						return false
-					}
-					inPlace = false
+			if overlapsAny(msg, x.sched[k].Sends) {
+				if mayWait {
+					return false
 				}
+				inPlace = false
 			}
 		}
 	}
+	n := 0
+	for _, t := range msg {
+		n += len(x.buf.at(t.Off, t.Len))
+	}
 	var tmp []byte
 	if !inPlace {
-		tmp = x.scratch(len(dst))
-		dst = tmp
+		tmp = x.scratch(n)
 		x.scratchInUse += len(tmp)
 	}
 	ep := x.g.world.ep
-	peer := x.g.ranks[t.Peer]
+	peer := x.g.ranks[msg[0].Peer]
 	key := transport.Key{Group: x.g.id, Seq: x.seq, Tag: tag}
 	var r *transport.Receive
-	if t.Reduce && inPlace {
+	switch t := msg[0]; {
+	case !inPlace:
+		r = ep.PostKey(peer, key, x.fp, tmp)
+	case len(msg) > 1:
+		r = ep.PostSinkKey(peer, key, x.fp, n, spread(msg, x.ranges(msg), x.reduceWith))
+	case t.Reduce:
+		dst := x.buf.at(t.Off, t.Len)
 		rx := x.reduceWith(t)
 		r = ep.PostSinkKey(peer, key, x.fp, len(dst), func(off int, b []byte) {
 			rx(dst[off:off+len(b)], b)
 		})
-	} else {
-		r = ep.PostKey(peer, key, x.fp, dst)
+	default:
+		r = ep.PostKey(peer, key, x.fp, x.buf.at(t.Off, t.Len))
 	}
-	f := inflight{r, t, tmp, j}
+	f := inflight{r, msg, tmp, j}
 	// Keep pending in round order: receives are applied oldest first.
 	at := len(x.pending)
 	for at > 0 && x.pending[at-1].round > j {
@@ -320,11 +397,15 @@ func (x *executor) place(t algo.Xfer, tag uint32, j, current int, mayWait bool) 
 // post posts the receives of round j, the sends of the rounds before
 // current being made.
 func (x *executor) post(j, current int) {
-	for _, t := range x.sched[j].Recvs {
-		tag := x.recvd[t.Peer]
-		x.recvd[t.Peer]++
-		if !x.place(t, tag, j, current, true) {
-			x.deferred = append(x.deferred, later{t, tag, j})
+	recvs := x.sched[j].Recvs
+	for k := 0; k < len(recvs); {
+		msg := algo.Message(recvs[k:])
+		k += len(msg)
+		peer := msg[0].Peer
+		tag := x.recvd[peer]
+		x.recvd[peer]++
+		if !x.place(msg, tag, j, current, true) {
+			x.deferred = append(x.deferred, later{msg, tag, j})
 		}
 	}
 }
@@ -333,7 +414,7 @@ func (x *executor) post(j, current int) {
 func (x *executor) retry(current int) {
 	kept := x.deferred[:0]
 	for _, d := range x.deferred {
-		if !x.place(d.x, d.tag, d.round, current, d.round > current) {
+		if !x.place(d.xs, d.tag, d.round, current, d.round > current) {
 			kept = append(kept, d)
 		}
 	}

@@ -173,3 +173,65 @@ func TestGroupModel(t *testing.T) {
 		t.Errorf("model %v, want the default %v", m, algo.DefaultModel)
 	}
 }
+
+// TestJoinedMessages runs the two-level all-gather and reduce-scatter,
+// whose local steps send a host's worth of ranges to one peer as one
+// message (algo.Xfer.Joined), on uneven and even hosts' ranks, in one
+// and several segments, at sizes that leave some of a message's pieces
+// empty: the executor sends each run with one vectored frame and spreads
+// it over the ranges on arrival, in place or through scratch space.
+func TestJoinedMessages(t *testing.T) {
+	for _, labels := range [][]string{
+		{"a", "a", "b", "b"},
+		{"a", "a", "b", "b", "c", "c"},
+		{"a", "a", "a", "b", "b", "b"},
+	} {
+		for _, pin := range []string{"two-level/1", "two-level/3"} {
+			t.Run(strings.Join(labels, "")+"/"+pin, func(t *testing.T) {
+				gs := hostGroups(t, labels)
+				for _, g := range gs {
+					g.world.pins = map[string]string{"all_gather": pin, "reduce_scatter": pin}
+				}
+				n := len(gs)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				for _, count := range []int{1, 2, 5, 1000, 1<<15 + 3} {
+					for _, op := range []string{"all_gather", "reduce_scatter"} {
+						if c, _ := gs[0].Choice(op, count*n, tensor.Float32); !strings.HasPrefix(c.Algo, "two-level") {
+							t.Fatalf("%s of %d elements pinned to %s: runs %s", op, count*n, pin, c.Algo)
+						}
+					}
+					onAll(t, gs, func(g *Group) error {
+						r := g.Rank()
+						in := tensor.New(tensor.Float32, count)
+						for i, x := range in.Float32s() {
+							in.Float32s()[i] = x + float32(r*count+i)
+						}
+						out := tensor.New(tensor.Float32, n*count)
+						if err := g.AllGatherIntoTensor(ctx, out, in); err != nil {
+							return err
+						}
+						for i, v := range out.Float32s() {
+							if v != float32(i) {
+								return fmt.Errorf("all_gather of %d a rank: [%d] = %v, want %d", count, i, v, i)
+							}
+						}
+						rs := tensor.New(tensor.Float32, count)
+						if err := g.ReduceScatterTensor(ctx, rs, out, Sum); err != nil {
+							return err
+						}
+						for i, v := range rs.Float32s() {
+							if want := float32(n * (r*count + i)); v != want {
+								return fmt.Errorf("reduce_scatter of %d a rank: [%d] = %v, want %v", count, i, v, want)
+							}
+						}
+						return nil
+					})
+					if t.Failed() {
+						return
+					}
+				}
+			})
+		}
+	}
+}

@@ -53,6 +53,14 @@ type Xfer struct {
 	// then scaled exactly once. RingAllReduce, HalvingDoublingAllReduce
 	// and RecursiveDoublingAllReduce set it.
 	Final bool
+	// Joined says the transfer travels in one message with the one before
+	// it in its round's list, which has the same peer: an executor sends
+	// (receives) a run of joined transfers as one frame, their ranges back
+	// to back, at the cost of one message. The other side's matching
+	// transfers are joined alike. The two-level all-gather and
+	// reduce-scatter set it, whose local steps move a host's worth of
+	// ranges that are not contiguous to one peer.
+	Joined bool
 }
 
 // Round is one step of a rank's schedule.
@@ -79,14 +87,14 @@ func (s Schedule) String() string {
 	for i, r := range s {
 		out += fmt.Sprintf("round %d:", i)
 		for _, x := range r.Sends {
-			out += fmt.Sprintf(" send[%d:%d]->%d", x.Off, x.Off+x.Len, x.Peer)
+			out += fmt.Sprintf(" %ssend[%d:%d]->%d", joinMark(x), x.Off, x.Off+x.Len, x.Peer)
 		}
 		for _, x := range r.Recvs {
 			op := "recv"
 			if x.Reduce {
 				op = "reduce"
 			}
-			out += fmt.Sprintf(" %s[%d:%d]<-%d", op, x.Off, x.Off+x.Len, x.Peer)
+			out += fmt.Sprintf(" %s%s[%d:%d]<-%d", joinMark(x), op, x.Off, x.Off+x.Len, x.Peer)
 		}
 		if r.Snapshot {
 			out += " (snapshot)"
@@ -94,4 +102,21 @@ func (s Schedule) String() string {
 		out += "\n"
 	}
 	return out
+}
+
+func joinMark(x Xfer) string {
+	if x.Joined {
+		return "+"
+	}
+	return ""
+}
+
+// Message returns the run of transfers that starts xs and travels as one
+// message: xs[0] and the Joined ones right after it.
+func Message(xs []Xfer) []Xfer {
+	n := 1
+	for n < len(xs) && xs[n].Joined {
+		n++
+	}
+	return xs[:n]
 }

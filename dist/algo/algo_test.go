@@ -397,6 +397,10 @@ func TestValidate(t *testing.T) {
 		{"reducing send", Schedule{{Sends: []Xfer{{Peer: 1, Len: 1, Reduce: true}}}}, 4},
 		{"size one not empty", Schedule{{}}, 1},
 		{"snapshot receives overlap", Schedule{{Snapshot: true, Recvs: []Xfer{x(1, 0, 4), x(2, 3, 2)}}}, 4},
+		{"joined first", Schedule{{Sends: []Xfer{{Peer: 1, Len: 1, Joined: true}}}}, 4},
+		{"joined to another peer", Schedule{{Recvs: []Xfer{x(1, 0, 1), {Peer: 2, Off: 2, Len: 1, Joined: true}}}}, 4},
+		{"joined after an empty one", Schedule{{Sends: []Xfer{x(1, 0, 0), {Peer: 1, Off: 2, Len: 1, Joined: true}}}}, 4},
+		{"joined and empty", Schedule{{Sends: []Xfer{x(1, 0, 1), {Peer: 1, Off: 2, Joined: true}}}}, 4},
 	}
 	for _, c := range bad {
 		if err := c.s.Validate(0, c.size, 10); err == nil {
@@ -408,6 +412,7 @@ func TestValidate(t *testing.T) {
 		{{Sends: []Xfer{x(1, 0, 5)}, Recvs: []Xfer{x(1, 5, 5)}}},
 		{{Sends: []Xfer{x(1, 0, 5)}, Recvs: []Xfer{x(2, 5, 0), x(3, 5, 0), x(1, 0, 0)}}},
 		{{Snapshot: true, Sends: []Xfer{x(1, 0, 10)}, Recvs: []Xfer{{Peer: 1, Len: 10, Reduce: true}}}},
+		{{Sends: []Xfer{x(1, 0, 2), {Peer: 1, Off: 4, Len: 2, Joined: true}}, Recvs: []Xfer{x(2, 2, 2), {Peer: 2, Off: 6, Len: 1, Joined: true}}}},
 	}
 	for _, s := range good {
 		if err := s.Validate(0, 4, 10); err != nil {

@@ -68,6 +68,16 @@ func (b *builder) final(n int) {
 	}
 }
 
+// joinRound joins each transfer of the current round to the one before
+// it when they have the same peer (Xfer.Joined).
+func (b *builder) joinRound() {
+	for _, xs := range [][]Xfer{b.cur.Sends, b.cur.Recvs} {
+		for j := 1; j < len(xs); j++ {
+			xs[j].Joined = xs[j].Peer == xs[j-1].Peer
+		}
+	}
+}
+
 // end closes the current round.
 func (b *builder) end() {
 	if len(b.cur.Sends)+len(b.cur.Recvs) > 0 {

@@ -125,13 +125,16 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 	// Transfers crossing each host's link in each round index.
 	type hk struct{ host, round int }
 	egress, ingress := map[hk]int{}, map[hk]int{}
-	// Messages each host's ranks send in each round index (any length):
-	// with fewer CPUs than ranks, their handling queues (m.CPUs).
+	// Messages each host's ranks send in each round index (any length; a
+	// run of joined transfers is one): with fewer CPUs than ranks, their
+	// handling queues (m.CPUs).
 	msgs := map[hk]int{}
 	for r, s := range scheds {
 		for k, rd := range s {
 			for _, x := range rd.Sends {
-				msgs[hk{hostOf[r], k}]++
+				if !x.Joined {
+					msgs[hk{hostOf[r], k}]++
+				}
 				if x.Len > 0 && hostOf[x.Peer] != hostOf[r] {
 					egress[hk{hostOf[r], k}]++
 					ingress[hk{hostOf[x.Peer], k}]++

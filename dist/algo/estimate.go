@@ -807,7 +807,8 @@ func (e estimator) twoLevelAllReduce(count, segs int) float64 {
 
 // twoLevelAllGather: the ring all-gather across hosts of each rank's chunk
 // (PerHost rings side by side), then a ring on each host whose pieces are
-// a host's worth of chunks (Hosts transfers a step, one after another).
+// a host's worth of chunks (Hosts transfers a step, one after another, in
+// one message).
 func (e estimator) twoLevelAllGather(count, segs int) float64 {
 	h, r := e.s.Hosts, e.s.PerHost
 	if h < 2 {
@@ -816,7 +817,8 @@ func (e estimator) twoLevelAllGather(count, segs int) float64 {
 	piece := e.pieceBytes(count, 1, segs)
 	t := homRing(h, e.network(piece, r, r), 0, h-1, segs, 1)
 	if r > 1 {
-		t += homRing(r, e.local(piece, r*h), 0, r-1, segs, float64(h))
+		// The h pieces of a step go to one peer in one message.
+		t += homRing(r, e.local(piece, r), 0, r-1, segs, float64(h))
 	}
 	return t
 }
@@ -830,7 +832,7 @@ func (e estimator) twoLevelReduceScatter(count, segs int) float64 {
 	piece := e.pieceBytes(count, 1, segs)
 	t := homRing(h, e.network(piece, r, r), h-1, 0, segs, 1)
 	if r > 1 {
-		t += homRing(r, e.local(piece, r*h), r-1, 0, segs, float64(h))
+		t += homRing(r, e.local(piece, r), r-1, 0, segs, float64(h))
 	}
 	return t
 }

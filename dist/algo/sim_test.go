@@ -27,10 +27,11 @@ var (
 
 // msg is one transfer in flight.
 type msg struct {
-	data  []float64
-	round int    // the sender's round, for error messages
-	stamp int    // the sender's logical time when the round began
-	know  uint64 // the ranks the sender had heard from, itself included
+	data   []float64
+	round  int    // the sender's round, for error messages
+	stamp  int    // the sender's logical time when the round began
+	know   uint64 // the ranks the sender had heard from, itself included
+	joined bool   // the send's Xfer.Joined
 }
 
 // simResult is what a run measured.
@@ -77,7 +78,7 @@ func simulate(scheds []Schedule, bufs [][]float64, op simOp) (simResult, error) 
 				if !started[r] {
 					for _, x := range rd.Sends {
 						data := slices.Clone(bufs[r][x.Off : x.Off+x.Len])
-						fifo[r][x.Peer] = append(fifo[r][x.Peer], msg{data, round[r], clock[r], res.know[r]})
+						fifo[r][x.Peer] = append(fifo[r][x.Peer], msg{data, round[r], clock[r], res.know[r], x.Joined})
 						res.sent[r] += x.Len
 					}
 					started[r], progress = true, true
@@ -93,6 +94,11 @@ func simulate(scheds []Schedule, bufs [][]float64, op simOp) (simResult, error) 
 					if m := fifo[x.Peer][r][i]; len(m.data) != x.Len {
 						return res, fmt.Errorf("rank %d round %d expects %d elements from rank %d, whose round %d sent %d\nrank %d:\n%srank %d:\n%s",
 							r, round[r], x.Len, x.Peer, m.round, len(m.data), r, scheds[r], x.Peer, scheds[x.Peer])
+					} else if m.joined != x.Joined {
+						// The executor sends a run of joined transfers as one
+						// frame: the two sides must cut their runs alike.
+						return res, fmt.Errorf("rank %d round %d: a receive from rank %d with Joined %v meets a send of its round %d with Joined %v\nrank %d:\n%srank %d:\n%s",
+							r, round[r], x.Peer, x.Joined, m.round, m.joined, r, scheds[r], x.Peer, scheds[x.Peer])
 					}
 				}
 				for _, x := range rd.Recvs {

@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -209,6 +210,66 @@ func TestTwoLevelGatherTraffic(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTwoLevelGatherMessages: the local steps of the two-level
+// all-gather and reduce-scatter send each peer one message a round (the
+// pieces of a host's chunks joined), so on hosts whose one CPU handles
+// every message the model predicts them cheaper than the same transfers
+// sent apart.
+func TestTwoLevelGatherMessages(t *testing.T) {
+	for _, hr := range [][2]int{{2, 2}, {3, 2}, {2, 3}} {
+		h, r := hr[0], hr[1]
+		size := h * r
+		topo := blockTopology(h, r)
+		counts := make([]int, size)
+		for q := range counts {
+			counts[q] = 2
+		}
+		for name, build := range map[string]func(int) Schedule{
+			"all-gather":     func(rank int) Schedule { return TwoLevelAllGather(rank, topo, counts, 1) },
+			"reduce-scatter": func(rank int) Schedule { return TwoLevelReduceScatter(rank, topo, counts, 1) },
+		} {
+			scheds := make([]Schedule, size)
+			apart := make([]Schedule, size)
+			for q := range scheds {
+				scheds[q] = build(q)
+				for k, rd := range scheds[q] {
+					msgs := map[int]int{}
+					for j, x := range rd.Sends {
+						if j == 0 || !x.Joined {
+							msgs[x.Peer]++
+						}
+					}
+					for p, n := range msgs {
+						if n != 1 {
+							t.Errorf("%d hosts × %d, %s: rank %d round %d sends rank %d %d messages, want 1\n%s", h, r, name, q, k, p, n, scheds[q])
+						}
+					}
+				}
+				apart[q] = cloneSchedule(scheds[q])
+				for _, rd := range apart[q] {
+					for j := range rd.Sends {
+						rd.Sends[j].Joined = false
+					}
+				}
+			}
+			m := lab
+			m.CPUs = 1
+			if joined, sent := m.Predict(topo, scheds, 4), m.Predict(topo, apart, 4); joined >= sent {
+				t.Errorf("%d hosts × %d, %s on one CPU a host: predicted %v joined, %v apart; want less joined", h, r, name, joined, sent)
+			}
+		}
+	}
+}
+
+// cloneSchedule copies s and its rounds' lists.
+func cloneSchedule(s Schedule) Schedule {
+	out := make(Schedule, len(s))
+	for i, rd := range s {
+		out[i] = Round{Sends: slices.Clone(rd.Sends), Recvs: slices.Clone(rd.Recvs), Snapshot: rd.Snapshot}
+	}
+	return out
 }
 
 func TestTwoLevelBarrier(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 // a peer in 0..size-1 other than rank, and no send carries Reduce; a group
 // of one rank has an empty schedule; and within each round no two receives
 // overlap and, unless the round is a Snapshot round, no send overlaps a
-// receive. Ranges of zero elements overlap nothing. Validate does not check
+// receive; a Joined transfer follows one with the same peer in its list,
+// neither of them empty. Ranges of zero elements overlap nothing. Validate does not check
 // that the schedules of different ranks match each other; the tests here do
 // that by running them.
 func (s Schedule) Validate(rank, size, bufLen int) error {
@@ -31,6 +32,13 @@ func (s Schedule) Validate(rank, size, bufLen int) error {
 				return fmt.Errorf("algo: rank %d round %d: %s [%d:%d] outside the buffer of %d elements", rank, i, kind, x.Off, x.Off+x.Len, bufLen)
 			}
 			return nil
+		}
+		for k, xs := range [][]Xfer{r.Sends, r.Recvs} {
+			for j, x := range xs {
+				if x.Joined && (j == 0 || xs[j-1].Peer != x.Peer || x.Len == 0 || xs[j-1].Len == 0) {
+					return fmt.Errorf("algo: rank %d round %d: %s [%d:%d] with peer %d is Joined but does not follow a non-empty transfer with that peer", rank, i, [2]string{"send", "recv"}[k], x.Off, x.Off+x.Len, x.Peer)
+				}
+			}
 		}
 		for _, x := range r.Sends {
 			if err := check("send", x); err != nil {

@@ -186,8 +186,7 @@ func halvingDoubling(rank, size, count int, nearFirst bool) Schedule {
 // Why pairs where they exist: each connection of the Bruck style carries
 // messages one way, so over TCP the receiving kernel acknowledges most of
 // them with a packet of its own, where a pair's acknowledgements ride on
-// the messages coming back (see DisseminationBarrier); and a run that
-// wraps past the end of the buffer goes as two transfers. On hosts of
+// the messages coming back (see DisseminationBarrier). On hosts of
 // consecutive ranks the pairs' first rounds also stay inside a host.
 //
 // Layout: the buffer is the whole output, chunk r of counts[r] elements at
@@ -197,7 +196,8 @@ func halvingDoubling(rank, size, count int, nearFirst bool) Schedule {
 // n = min(d, size-d) chunks starting with its own in each round, so with
 // equal counts it sends (size-1)/size of the output, the minimum; with
 // uneven counts the volume varies by rank. A run of chunks that wraps past
-// the end of the buffer goes as two transfers; adjacent chunks go as one.
+// the end of the buffer goes as two transfers joined in one message
+// (Xfer.Joined); adjacent chunks go as one.
 func RecursiveDoublingAllGather(rank, size int, counts []int) Schedule {
 	checkGroup("RecursiveDoublingAllGather", rank, size)
 	offs := checkCounts("RecursiveDoublingAllGather", size, counts)
@@ -214,6 +214,7 @@ func RecursiveDoublingAllGather(rank, size int, counts []int) Schedule {
 			for _, r := range chunkRanges(offs, size, peer&^(d-1), d) {
 				b.recv(peer, r[0], r[1], false)
 			}
+			b.joinRound()
 			b.end()
 		}
 		return b.s
@@ -226,6 +227,7 @@ func RecursiveDoublingAllGather(rank, size int, counts []int) Schedule {
 		for _, r := range chunkRanges(offs, size, rank+d, n) {
 			b.recv(mod(rank+d, size), r[0], r[1], false)
 		}
+		b.joinRound()
 		b.end()
 	}
 	return b.s

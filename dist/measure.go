@@ -18,20 +18,20 @@ import (
 //
 // Every rank must choose the same algorithm for a call, so every rank
 // must hold the same model: rank 0 measures, and publishes the model in
-// the store, where the others read it. Rank 0 measures the network
-// against the first rank of the second host, while the other ranks of the
-// two hosts, and those of every other pair of hosts, do the same in pairs
-// (measureModel), and then shared memory
-// against another rank of its own host (when it has one): small round
-// trips, measureRounds after measureWarmRounds untimed, give the latency
-// (their median, halved), then measureBulk bytes
-// sent and acknowledged, measureBulkRounds times after measureWarmBulk
-// untimed, give the bandwidth (the median, each less the small round
-// trip just before it): sustained, not what a link's burst allowance or
-// a first touch of memory shows. It times its
-// own reduction of 8 MiB for the reduce rate, and counts the CPUs it may
-// run on (runtime.NumCPU: its affinity mask) against its host's ranks. At 1 Gbit/s
-// the network's part takes about 80 ms.
+// the store, where the others read it. Rank 0 measures shared memory's
+// latency against another rank of its own host (when it has one), then
+// the network against the first rank of the second host, while the other
+// ranks of the two hosts, and those of every other pair of hosts, do the
+// same in pairs (measureModel): small round trips, measureRounds after
+// measureWarmRounds untimed, give the latency (their median, halved),
+// then measureBulk bytes sent and acknowledged, measureBulkRounds times
+// after measureWarmBulk untimed, give the network's bandwidth (the
+// median, each less the small round trip just before it): sustained, not
+// what a link's burst allowance or a first touch of memory shows. It
+// times its own copy and reduction of 8 MiB for shared memory's bandwidth
+// and the reduce rate, and counts the CPUs it may run on
+// (runtime.NumCPU: its affinity mask) against its host's ranks. At 1
+// Gbit/s the network's part takes about 80 ms.
 
 const (
 	measureWarmRounds = 32 // untimed small round trips: a new job's first calls fault in fresh memory
@@ -96,6 +96,20 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 	if h0 := topo.Hosts[0]; len(h0) > 1 {
 		local = h0[1]
 	}
+	// Shared memory first, before the network's bulks (probeLatency).
+	var localLat time.Duration
+	switch {
+	case local < 0:
+	case w.rank == 0:
+		var err error
+		if localLat, err = w.probeLatency(ctx, local); err != nil {
+			return fmt.Errorf("measuring shared memory against rank %d: %w", local, err)
+		}
+	case w.rank == local:
+		if err := w.answerProbe(ctx, 0); err != nil {
+			return fmt.Errorf("answering rank 0's measurement of shared memory: %w", err)
+		}
+	}
 	var probers, answerers []int
 	for h := 0; h+1 < len(topo.Hosts); h += 2 {
 		a, b := topo.Hosts[h], topo.Hosts[h+1]
@@ -132,16 +146,12 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		m.Network = net
 		m.Network.Bandwidth *= float64(pairs)
 		if local >= 0 {
-			var err error
-			if m.Local, _, err = w.probeLink(ctx, local, nil, false); err != nil {
-				return fmt.Errorf("measuring shared memory against rank %d: %w", local, err)
-			}
 			// A payload through shared memory is copied in by its sender
 			// and out by its receiver. Timed as round trips between two
 			// ranks, it was 0.17 GB/s in one run and 1.1 in the next on
 			// the namespace hosts (two ranks to a CPU, their turns on it
 			// deciding), and the algorithm across hosts flipped with it.
-			m.Local.Bandwidth = copyRate() / 2
+			m.Local = algo.Link{Latency: localLat, Bandwidth: copyRate() / 2}
 		}
 		m.Reduce = reduceRate()
 		// Fewer CPUs here than ranks on this host: their messages queue.
@@ -155,10 +165,6 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 		}
 		w.model = m
 		return nil
-	case local:
-		if err := w.answerProbe(ctx, 0); err != nil {
-			return fmt.Errorf("answering rank 0's measurement of shared memory: %w", err)
-		}
 	}
 	b, err := w.store.Get(ctx, modelKey)
 	if err != nil {
@@ -202,24 +208,15 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 		return time.Since(t0).Seconds(), err
 	}
 	defer w.probeExchange(ctx, peer, &tag, probeDone, false)
-	for range measureWarmRounds {
-		if _, err := roundTrip(0, false); err != nil {
-			return algo.Link{}, 0, err
-		}
+	var beforeSmall func() error
+	if beforeBulk != nil {
+		// The pairs' small round trips too start together, as a small
+		// collective's messages do.
+		beforeSmall = func() error { _, err := beforeBulk(1); return err }
 	}
-	rtts := make([]float64, measureRounds)
-	for i := range rtts {
-		if beforeBulk != nil {
-			// The pairs' small round trips too start together, as a
-			// small collective's messages do.
-			if _, err := beforeBulk(1); err != nil {
-				return algo.Link{}, 0, err
-			}
-		}
-		var err error
-		if rtts[i], err = roundTrip(0, false); err != nil {
-			return algo.Link{}, 0, err
-		}
+	rtt, err := w.smallRoundTrips(ctx, peer, &tag, beforeSmall)
+	if err != nil {
+		return algo.Link{}, 0, err
 	}
 	// bulks times bulk round trips of n bytes (both ways at once with
 	// duplex): measureWarmBulk untimed, then rounds timed, each less the
@@ -283,8 +280,6 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 	if err != nil {
 		return algo.Link{}, 0, err
 	}
-	slices.Sort(rtts)
-	rtt := rtts[len(rtts)/2]
 	link := algo.Link{Latency: time.Duration(rtt / 2 * 1e9), Bandwidth: float64(n) / bulkTime(ds, n)}
 	if !duplex {
 		return link, 0, nil
@@ -294,6 +289,47 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 		return algo.Link{}, 0, err
 	}
 	return link, float64(n) / bulkTime(ds, n), nil
+}
+
+// smallRoundTrips makes probeLink's small round trips with peer
+// (measureWarmRounds untimed, then measureRounds timed, before() ahead of
+// each timed one when not nil) and returns their median in seconds.
+func (w *world) smallRoundTrips(ctx context.Context, peer int, tag *uint32, before func() error) (float64, error) {
+	for range measureWarmRounds {
+		if err := w.probeExchange(ctx, peer, tag, 0, false); err != nil {
+			return 0, err
+		}
+	}
+	rtts := make([]float64, measureRounds)
+	for i := range rtts {
+		if before != nil {
+			if err := before(); err != nil {
+				return 0, err
+			}
+		}
+		t0 := time.Now()
+		if err := w.probeExchange(ctx, peer, tag, 0, false); err != nil {
+			return 0, err
+		}
+		rtts[i] = time.Since(t0).Seconds()
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2], nil
+}
+
+// probeLatency is probeLink's latency alone, for shared memory (whose
+// bandwidth is copyRate's): made before the network's bulks, which keep
+// a host's CPUs busy for milliseconds at a time where they bound the
+// traffic. Its ranks' pollers then take their yields as lost to a hog
+// and sleep for a while (cpuyield.Hold), and small round trips made
+// after the bulks paid a wake-up each: on 2 hosts of 2 ranks and one CPU
+// at 10 Gbit/s, shared memory measured 17-40 µs where it takes 6-8 µs
+// at 1 Gbit/s, and the model then overpredicted every small call there.
+func (w *world) probeLatency(ctx context.Context, peer int) (time.Duration, error) {
+	var tag uint32
+	defer w.probeExchange(ctx, peer, &tag, probeDone, false)
+	rtt, err := w.smallRoundTrips(ctx, peer, &tag, nil)
+	return time.Duration(rtt / 2 * 1e9), err
 }
 
 // bulkTime is the median of a bulk of n bytes' times ds, at least what

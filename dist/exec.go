@@ -49,7 +49,8 @@ func (p parts) at(off, n int) []byte {
 // executor.
 func (g *Group) execute(ctx context.Context, seq uint64, c call, sched algo.Schedule, buf space, es int, red, final reducer) error {
 	t := getExecTables(len(g.ranks))
-	x := executor{g: g, ctx: ctx, seq: seq, fp: c.fingerprint(), sched: sched, buf: buf, red: red, final: final,
+	x := &t.x
+	*x = executor{g: g, ctx: ctx, seq: seq, fp: c.fingerprint(), sched: sched, buf: buf, red: red, final: final,
 		sent: t.sent, recvd: t.recvd, pending: t.pending[:0], free: t.free[:0]}
 	defer func() {
 		x.release()
@@ -269,6 +270,7 @@ type execTables struct {
 	sent, recvd []uint32
 	pending     []inflight
 	free        [][]byte
+	x           executor // the call's executor: on the heap, it would be one allocation a call
 }
 
 var execTablesPool sync.Pool
@@ -300,6 +302,7 @@ func (t *execTables) put(pending []inflight, free [][]byte) {
 	clear(t.pending[:cap(t.pending)])
 	clear(t.free[:cap(t.free)])
 	t.pending, t.free = t.pending[:0], t.free[:0]
+	t.x = executor{}
 	execTablesPool.Put(t)
 }
 
@@ -309,7 +312,12 @@ func (x *executor) completeFront() error {
 	if err := x.g.await(x.ctx, p.r, x.g.ranks[p.xs[0].Peer], x.seq); err != nil {
 		return err
 	}
-	x.pending = x.pending[1:]
+	// Shift rather than reslice: a slice advanced past its front loses
+	// that capacity, and the next insert would allocate (a barrier's
+	// every call did).
+	copy(x.pending, x.pending[1:])
+	x.pending[len(x.pending)-1] = inflight{}
+	x.pending = x.pending[:len(x.pending)-1]
 	if p.tmp != nil {
 		src := p.tmp
 		for _, t := range p.xs {

@@ -13,8 +13,10 @@
 //
 // Step s all-reduces (rank+1)·(s+1) from every rank, so that the result of
 // an uninterrupted run is Σ_s (s+1)·W(W+1)/2, which rank 0 prints as
-// "RESULT <n> WORLD_SIZE <w>". With --log it says which peers it does
-// not share memory with, and why (on other hosts, say).
+// "RESULT <n> WORLD_SIZE <w>". With --count it also all-reduces a vector
+// (with --gather, all-gathers and reduce-scatters one too) and checks
+// every element. With --log it says which peers it does not share
+// memory with, and why (on other hosts, say).
 package main
 
 import (
@@ -46,6 +48,7 @@ func main() {
 	sleep := flag.Duration("step-sleep", 0, "sleep this long in every step")
 	progress := flag.Bool("progress", false, "print STEP <s> WORLD_SIZE <w> after each step (every rank)")
 	count := flag.Int("count", 0, "also all-reduce a float32 vector of `n` elements each step, check every element, and (rank 0) print the group's hosts and the algorithm chosen for it")
+	gather := flag.Bool("gather", false, "with --count, also all-gather n elements (n/world a rank) and reduce-scatter them back each step, check every element, and (rank 0) print the algorithms chosen for them")
 	logFallbacks := flag.Bool("log", false, "log to stderr what dist falls back from (shared memory not used with some peers, and why: on other hosts, say)")
 	flag.Parse()
 
@@ -85,6 +88,12 @@ func main() {
 	if rank == 0 && *count > 0 {
 		c, _ := g.Choice("all_reduce", *count, tensor.Float32)
 		fmt.Printf("HOSTS %v ALGO %s PREDICTED %v MODEL %v\n", g.Topology().Hosts, c.Algo, c.Predicted, g.Model())
+		if *gather {
+			n := max(1, *count/world) * world
+			ag, _ := g.Choice("all_gather", n, tensor.Float32)
+			rs, _ := g.Choice("reduce_scatter", n, tensor.Float32)
+			fmt.Printf("GATHER %s SCATTER %s\n", ag.Algo, rs.Algo)
+		}
 	}
 	for s := start; s < *steps; s++ {
 		if rank == *killRank && s == *killAt && first {
@@ -102,7 +111,11 @@ func main() {
 		}
 		acc += int64(t.Item())
 		if *count > 0 {
-			if err := checkVector(ctx, g, *count, s); err != nil {
+			err := checkVector(ctx, g, *count, s)
+			if err == nil && *gather {
+				err = checkGather(ctx, g, *count, s)
+			}
+			if err != nil {
 				dist.RecordError(err)
 				fmt.Fprintf(os.Stderr, "launcher-allreduce: rank %d step %d: %v\n", rank, s, err)
 				os.Exit(1)
@@ -143,6 +156,38 @@ func checkVector(ctx context.Context, g *dist.Group, n, s int) error {
 	for i, v := range t.Float32s() {
 		if want := float32((s+1)*w*(w+1)/2 + w*(i%7)); v != want {
 			return fmt.Errorf("all-reduce of %d elements: element %d is %v, want %v", n, i, v, want)
+		}
+	}
+	return nil
+}
+
+// checkGather all-gathers max(1, n/W) elements a rank, element i of rank
+// r's being r·(n/W) + i + s (so that the output's element j is j + s),
+// reduce-scatters the output back (rank r's chunk then holds W times its
+// input), and checks both.
+func checkGather(ctx context.Context, g *dist.Group, n, s int) error {
+	w, r := g.Size(), g.Rank()
+	per := max(1, n/w)
+	x := make([]float32, per)
+	for i := range x {
+		x[i] = float32(r*per + i + s)
+	}
+	out := tensor.New(tensor.Float32, per*w)
+	if err := g.AllGatherIntoTensor(ctx, out, tensor.FromFloat32(x, per)); err != nil {
+		return err
+	}
+	for j, v := range out.Float32s() {
+		if want := float32(j + s); v != want {
+			return fmt.Errorf("all-gather of %d elements a rank: element %d is %v, want %v", per, j, v, want)
+		}
+	}
+	back := tensor.New(tensor.Float32, per)
+	if err := g.ReduceScatterTensor(ctx, back, out, dist.Sum); err != nil {
+		return err
+	}
+	for i, v := range back.Float32s() {
+		if want := float32(w * (r*per + i + s)); v != want {
+			return fmt.Errorf("reduce-scatter of %d elements a rank: element %d is %v, want %v", per, i, v, want)
 		}
 	}
 	return nil

@@ -80,7 +80,8 @@ func jobEnv() []string {
 // TestGodistRunAcrossHosts runs a job of 2 hosts × 2 ranks: godist run on
 // each host (static rendezvous at node0's address, the same token in
 // both launchers' GODIST_TOKEN), examples/launcher-allreduce as the
-// worker. It all-reduces to the right sum; each rank reports the hostname
+// worker. It all-reduces to the right sum (and all-gathers and
+// reduce-scatters 1.2 MB, every element checked); each rank reports the hostname
 // and /dev/shm it saw (ranks 0 and 1 node0's, 2 and 3 node1's); and
 // godist itself tells the hosts apart: each rank shares memory with the
 // other rank on its host and says that the two on the other host are on
@@ -97,7 +98,7 @@ func TestGodistRunAcrossHosts(t *testing.T) {
 	godist, worker := buildBins(ctx, t)
 	env := jobEnv()
 	// Each rank says where it runs, then is the worker.
-	const script = `echo "HOST $(cat /proc/sys/kernel/hostname) SHM $(stat -c %d:%i /dev/shm)"; exec "$0" --steps 8 --count 300000 --log`
+	const script = `echo "HOST $(cat /proc/sys/kernel/hostname) SHM $(stat -c %d:%i /dev/shm)"; exec "$0" --steps 8 --count 300000 --gather --log`
 	type node struct {
 		cmd            *exec.Cmd
 		stdout, stderr bytes.Buffer
@@ -145,6 +146,14 @@ func TestGodistRunAcrossHosts(t *testing.T) {
 		if m[1] != "[[0 1] [2 3]]" || !strings.HasPrefix(m[2], "two-level") {
 			t.Errorf("hosts %s, algorithm %s: want [[0 1] [2 3]] and two-level", m[1], m[2])
 		}
+	}
+	// The all-gather and reduce-scatter of as much take the two-level
+	// schedules too, whose local steps send a host's chunks to a
+	// host-mate in one message (joined ranges), through shared memory.
+	if m := regexp.MustCompile(`GATHER (\S+) SCATTER (\S+)`).FindStringSubmatch(nodes[0].stdout.String()); m == nil {
+		t.Errorf("node 0's output lacks rank 0's GATHER line:\n%s", &nodes[0].stdout)
+	} else if !strings.HasPrefix(m[1], "two-level") || !strings.HasPrefix(m[2], "two-level") {
+		t.Errorf("all-gather %s, reduce-scatter %s of 300000 elements: want two-level", m[1], m[2])
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("stderr:\n%s", allErr)

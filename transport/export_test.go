@@ -1,5 +1,11 @@
 package transport
 
+import (
+	"time"
+
+	"github.com/godist/godist/internal/cpuyield"
+)
+
 // Crash closes every connection of e without the goodbye frame, as a
 // killed process's kernel would.
 func (e *Endpoint) Crash() {
@@ -52,6 +58,43 @@ func ParkedReaders(e *Endpoint) int {
 func ReaderParked(e *Endpoint, r int) bool {
 	w := e.wakers[r].Load()
 	return w != nil && w.state.Load() == readerParked
+}
+
+// HoldReaders holds the process's polling readers asleep (as after two
+// lost yields to a CPU hog, cpuyield.Hold) until the returned function
+// has ended the hold.
+func HoldReaders() (release func()) {
+	lose := func() {
+		readersHold.Lost(time.Now())
+		readersHold.Lost(time.Now())
+	}
+	lose()
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				lose()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		time.Sleep(cpuyield.HoldFor) // the last hold ends
+	}
+}
+
+// ReaderWakes is how many times a posted receive woke e's parked reader
+// of rank r.
+func ReaderWakes(e *Endpoint, r int) uint32 {
+	if w := e.wakers[r].Load(); w != nil {
+		return w.wakes.Load()
+	}
+	return 0
 }
 
 // StopHeartbeats ends e's heartbeats and watchdog, as if its process

@@ -66,7 +66,13 @@ func (s *spinReader) read(p []byte) (int, error) {
 			if start.IsZero() {
 				start = now
 				if hostBusy(now) {
-					return false // a reader lost its CPU polling lately: sleep at once
+					// A reader lost its CPU polling lately: sleep at
+					// once, parked (so that a receive posted for this
+					// peer wakes it, as any parked reader).
+					if s.w != nil {
+						s.w.park()
+					}
+					return false
 				}
 				if !s.yield {
 					startCPU = processCPU()

@@ -571,15 +571,19 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 				}
 			}
 			waitFor("rank 0's two readers parked with no receive posted", func() bool { return transport.ParkedReaders(e0) == 2 })
+			// Wakes are counted, not watched: a woken reader that finds
+			// the process's readers held (a busy machine's lost yields,
+			// TestHeldReadersPark) parks again at once.
+			w1, w2 := transport.ReaderWakes(e0, 1), transport.ReaderWakes(e0, 2)
 			k := transport.Key{Tag: 7}
 			r := e0.Post(1, transport.ExactMatch(1, k), 0, make([]byte, 5))
-			waitFor("rank 0's reader of rank 1 woken by a receive from it", func() bool { return !transport.ReaderParked(e0, 1) })
+			waitFor("rank 0's reader of rank 1 woken by a receive from it", func() bool { return transport.ReaderWakes(e0, 1) > w1 })
 			time.Sleep(20 * time.Millisecond)
-			if !transport.ReaderParked(e0, 2) {
+			if transport.ReaderWakes(e0, 2) != w2 {
 				t.Fatal("rank 0's reader of rank 2 woke for a receive from rank 1")
 			}
 			ra := e0.Post(transport.AnySource, transport.ExactMatch(transport.AnySource, transport.Key{Tag: 8}), 0, make([]byte, 1))
-			waitFor("rank 0's readers woken by a receive from any source", func() bool { return transport.ParkedReaders(e0) == 0 })
+			waitFor("rank 0's reader of rank 2 woken by a receive from any source", func() bool { return transport.ReaderWakes(e0, 2) > w2 })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := e1.Send(ctx, 0, k, 0, []byte("hello")); err != nil {
@@ -603,6 +607,49 @@ func TestYieldingReadersParkAndWake(t *testing.T) {
 			buf := make([]byte, 5)
 			if _, err := e0.Recv(ctx, 1, transport.ExactMatch(1, k), 0, buf); err != nil || string(buf) != "again" {
 				t.Fatalf("second receive: %q, %v", buf, err)
+			}
+		})
+	}
+}
+
+// TestHeldReadersPark: while the process's readers are held asleep (a
+// CPU hog took their yields, cpuyield.Hold), a yielding reader that
+// finds nothing sleeps at once, counted as parked, so that a receive
+// posted for its peer can wake it; frames are still read and
+// delivered, and afterwards every reader is parked again. (Before, a
+// held reader slept uncounted, and under a busy machine's -race run
+// TestYieldingReadersParkAndWake saw no reader parked for 5 s.)
+func TestHeldReadersPark(t *testing.T) {
+	for _, ring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
+			release := transport.HoldReaders()
+			defer release()
+			m := newTCPMeshRing(t, 3, transport.YieldSpin, ring, ring, true)
+			defer m.Close()
+			e0, e1 := m.Endpoints[0], m.Endpoints[1]
+			parked := func(what string) {
+				t.Helper()
+				deadline := time.Now().Add(5 * time.Second)
+				for transport.ParkedReaders(e0) != 2 {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: rank 0's readers not both parked after 5 s (%d)", what, transport.ParkedReaders(e0))
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			parked("held, no receive posted")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			k := transport.Key{Tag: 7}
+			for i := range 3 {
+				r := e0.Post(1, transport.ExactMatch(1, k), 0, make([]byte, 5))
+				if err := e1.Send(ctx, 0, k, 0, []byte("hello")); err != nil {
+					t.Fatal(err)
+				}
+				if src, err := r.Wait(ctx); err != nil || src != 1 {
+					t.Fatalf("receive %d while held: from %d, %v", i, src, err)
+				}
+				parked(fmt.Sprintf("held, after receive %d", i))
 			}
 		})
 	}

@@ -41,6 +41,7 @@ const (
 type waker struct {
 	conn  net.Conn
 	state atomic.Int32
+	wakes atomic.Uint32 // parked waits a poster ended
 }
 
 // park marks the reader as about to wait on the socket.
@@ -70,6 +71,7 @@ func (w *waker) wake() {
 	}
 	w.conn.SetReadDeadline(time.Unix(1, 0))
 	w.state.Store(readerWoken)
+	w.wakes.Add(1)
 }
 
 // receiveWaits reports whether the yielding reader of peer r should

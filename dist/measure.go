@@ -202,11 +202,6 @@ func (w *world) measureModel(ctx context.Context, given algo.Model) error {
 func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) (int, error), duplex bool) (algo.Link, float64, error) {
 	tag := uint32(0)
 	defer func() { w.probe = nil }()
-	roundTrip := func(n int, duplex bool) (float64, error) {
-		t0 := time.Now()
-		err := w.probeExchange(ctx, peer, &tag, n, duplex)
-		return time.Since(t0).Seconds(), err
-	}
 	defer w.probeExchange(ctx, peer, &tag, probeDone, false)
 	var beforeSmall func() error
 	if beforeBulk != nil {
@@ -254,12 +249,12 @@ func (w *world) probeLink(ctx context.Context, peer int, beforeBulk func(n int) 
 				return ds, n, nil
 			}
 			n = want
-			s, err := roundTrip(0, false)
+			s, err := w.timedExchange(ctx, peer, &tag, 0, false)
 			if err != nil {
 				return nil, 0, err
 			}
 			start := time.Now()
-			b, err := roundTrip(n, duplex)
+			b, err := w.timedExchange(ctx, peer, &tag, n, duplex)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -307,14 +302,20 @@ func (w *world) smallRoundTrips(ctx context.Context, peer int, tag *uint32, befo
 				return 0, err
 			}
 		}
-		t0 := time.Now()
-		if err := w.probeExchange(ctx, peer, tag, 0, false); err != nil {
+		var err error
+		if rtts[i], err = w.timedExchange(ctx, peer, tag, 0, false); err != nil {
 			return 0, err
 		}
-		rtts[i] = time.Since(t0).Seconds()
 	}
 	slices.Sort(rtts)
 	return rtts[len(rtts)/2], nil
+}
+
+// timedExchange is probeExchange, timed in seconds.
+func (w *world) timedExchange(ctx context.Context, peer int, tag *uint32, n int, duplex bool) (float64, error) {
+	t0 := time.Now()
+	err := w.probeExchange(ctx, peer, tag, n, duplex)
+	return time.Since(t0).Seconds(), err
 }
 
 // probeLatency is probeLink's latency alone, for shared memory (whose

@@ -379,6 +379,13 @@ func pinnedOr(choices []int, pinned, most, elems int) []int {
 	return choices
 }
 
+// chunkSegments is the segment counts the ring and two-level all-gather
+// and reduce-scatter over chunks of counts elements are tried in.
+func chunkSegments(counts []int, elemSize, pinned int) []int {
+	most := slices.Max(counts)
+	return pinnedOr(segmentChoices(most*elemSize, maxRingSegments), pinned, maxRingSegments, most)
+}
+
 // pinnedSegments is a pinned segment count as a schedule can take it: at
 // most most, and no more than the elements of a piece.
 func pinnedSegments(pinned, most, elems int) int {
@@ -498,7 +505,7 @@ func allGatherCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	cands := []Plan{{"recursive-doubling", 1, func(rank int) Schedule { return RecursiveDoublingAllGather(rank, size, counts) }, 0}}
-	segs := pinnedOr(segmentChoices(slices.Max(counts)*elemSize, maxRingSegments), pinned, maxRingSegments, slices.Max(counts))
+	segs := chunkSegments(counts, elemSize, pinned)
 	for _, seg := range segs {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingAllGather(rank, size, counts, seg) }, 0})
 	}
@@ -531,7 +538,7 @@ func reduceScatterCands(t Topology, counts []int, elemSize, pinned int) []Plan {
 	size := t.Size()
 	counts = append([]int(nil), counts...)
 	var cands []Plan
-	segs := pinnedOr(segmentChoices(slices.Max(counts)*elemSize, maxRingSegments), pinned, maxRingSegments, slices.Max(counts))
+	segs := chunkSegments(counts, elemSize, pinned)
 	for _, seg := range segs {
 		cands = append(cands, Plan{"ring", seg, func(rank int) Schedule { return RingReduceScatter(rank, size, counts, seg) }, 0})
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 					// A reader lost its CPU polling lately: sleep at
 					// once, parked (so that a receive posted for this
 					// peer wakes it, as any parked reader).
+					loadParks.Add(1)
 					if s.w != nil {
 						s.w.park()
 					}
@@ -81,8 +83,11 @@ func (s *spinReader) read(p []byte) (int, error) {
 				// Park until the poller says it is readable: the time is
 				// up, or the thread lost its CPU since the last poll
 				// (other work wants it; see readRing and hostBusy).
-				if !s.yield && now.Sub(last) > preempted && cpuStarved(start, startCPU, now) {
-					markBusy(now)
+				if !s.yield && now.Sub(last) > preempted {
+					loadParks.Add(1)
+					if cpuStarved(start, startCPU, now) {
+						markBusy(now)
+					}
 				}
 				if s.w != nil {
 					s.w.park()
@@ -105,6 +110,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 			} else {
 				runtime.Gosched()
 				if s.yield && cpuyield.YieldLost() {
+					loadParks.Add(1)
 					readersHold.Lost(time.Now())
 					if s.w != nil {
 						s.w.park()
@@ -143,6 +149,11 @@ func (s *spinReader) read(p []byte) (int, error) {
 // runs: all-reduce of 1 MiB 1.10 ms against 0.88). Those yields come
 // 150-250 ms apart in a quiet process, and never start a hold.
 var readersHold cpuyield.Hold
+
+// loadParks counts the socket readers' parks that the machine's load
+// caused, not the polling policy: a lost yield, a poll that lost its
+// CPU, a host held busy. Tests tell the two apart with it.
+var loadParks atomic.Uint64
 
 // socketReader returns what readLoop reads conn through: a spinReader when
 // spin is positive and conn is a socket, else conn itself.

@@ -43,10 +43,17 @@ type State struct {
 	Failed   string    `json:"failed,omitempty"`  // why the job gave up, when it has
 }
 
-// Heartbeat is what a node last published about itself.
+// Heartbeat is what a node last published about itself, as read at a
+// time.
 type Heartbeat struct {
 	At   time.Time // when; the zero time for a node never seen
 	Done bool      // the node's workers finished successfully
+	// Read is when the store was read for it (the zero time: at the
+	// View's Now). A node counts as gone only if its heartbeat was
+	// older than KeepAlive when read: on a loaded store a call that reads
+	// many heartbeats in turn ends seconds after its first read, and a
+	// node whose beat was fresh then may have beaten again since.
+	Read time.Time
 }
 
 // View is what a node observed: the state it read, its own identity, the
@@ -57,7 +64,8 @@ type View struct {
 	After int
 	Now   time.Time
 	// Beats holds the heartbeats of the nodes in State.Members and
-	// State.Waiting, by ID; a node missing here has never been seen.
+	// State.Waiting, by ID; a node missing here has never been seen (as
+	// of Now).
 	Beats map[string]Heartbeat
 }
 
@@ -309,8 +317,12 @@ func alive(cfg Config, ns []Node, beats map[string]Heartbeat, now time.Time, sel
 }
 
 func gone(cfg Config, n Node, beats map[string]Heartbeat, now time.Time) bool {
-	if cfg.KeepAlive <= 0 || beats[n.ID].Done {
+	b := beats[n.ID]
+	if cfg.KeepAlive <= 0 || b.Done {
 		return false
+	}
+	if !b.Read.IsZero() && b.Read.Before(now) {
+		now = b.Read // judged as of its read (Heartbeat.Read)
 	}
 	return now.Sub(lastBeat(n, beats)) > cfg.KeepAlive
 }

@@ -407,3 +407,37 @@ func TestAfterLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideJudgesBeatsAsRead: a node counts as gone only if its
+// heartbeat was older than KeepAlive when it was read (Heartbeat.Read),
+// not when a call that read many heartbeats in turn decides; a node whose
+// heartbeat was never read (Read at its join) is not gone yet; a
+// heartbeat without a read time is judged at Now.
+func TestDecideJudgesBeatsAsRead(t *testing.T) {
+	cfg := Config{MinNodes: 2, MaxNodes: 2, KeepAlive: 5 * time.Second}
+	now := t0.Add(time.Minute)
+	for _, c := range []struct {
+		name string
+		beat Heartbeat
+		gone bool
+	}{
+		{"fresh when read", Heartbeat{At: t0.Add(50 * time.Second), Read: t0.Add(52 * time.Second)}, false},
+		{"old when read", Heartbeat{At: t0.Add(50 * time.Second), Read: t0.Add(58 * time.Second)}, true},
+		{"judged at Now without a read time", Heartbeat{At: t0.Add(50 * time.Second)}, true},
+		{"not read since it joined", Heartbeat{Read: t0}, false},
+		{"read and missing", Heartbeat{Read: now}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var s State
+			step(cfg, &s, node("a", -1), -1, t0, nil)
+			d := step(cfg, &s, node("b", -1), -1, now, map[string]Heartbeat{"a": c.beat})
+			dropped := indexOf(s.Members, "a") < 0
+			if dropped != c.gone {
+				t.Fatalf("a dropped %v, want %v (decision %+v, state %+v)", dropped, c.gone, d, s)
+			}
+			if !c.gone && d.Action != Start {
+				t.Fatalf("a kept but the round did not start: %+v", d)
+			}
+		})
+	}
+}

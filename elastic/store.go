@@ -113,10 +113,16 @@ func (r *StoreRendezvous) read(ctx context.Context) (State, []byte, error) {
 // did not settle in five minutes through a TCP store), while heartbeats
 // change only every KeepAlive/4. So a node that is done stays done; a
 // heartbeat read (or a node that joined) less than maxAge ago is used as
-// it is; one that would count its node gone is always read again first;
-// and of the others, older than maxAge, at most beatBudget a call are read
-// again, the oldest first (all of them when maxAge is 0).
-func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Duration) (map[string]Heartbeat, error) {
+// it is; the others are read again, those that would count their node
+// gone first, then the oldest reads, at most budget a call (all of them
+// when budget is negative). A node is judged by its heartbeat as read
+// (Heartbeat.Read), so one not read yet is not counted gone. Unbounded,
+// the reads of nodes that would count gone came all at once KeepAlive
+// after hundreds of nodes joined (every cached heartbeat turning old
+// together), each call read hundreds in turn and judged them all at its
+// end; beside a CPU hog, 256 nodes through etcd then never settled: the
+// round's members fell from 243 to 160 as the nodes dropped each other.
+func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Duration, budget int) (map[string]Heartbeat, error) {
 	now := r.now()
 	have := make(map[string]seenBeat)
 	var suspect, stale []Node
@@ -144,14 +150,17 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 		}
 	}
 	r.seen.Unlock()
-	if maxAge > 0 && len(stale) > beatBudget {
-		slices.SortFunc(stale, func(a, b Node) int { return have[a.ID].read.Compare(have[b.ID].read) })
-		stale = stale[:beatBudget]
+	oldest := func(a, b Node) int { return have[a.ID].read.Compare(have[b.ID].read) }
+	slices.SortFunc(suspect, oldest)
+	slices.SortFunc(stale, oldest)
+	toRead := slices.Concat(suspect, stale)
+	if budget >= 0 && len(toRead) > budget {
+		toRead = toRead[:budget]
 	}
 	// The reads go to the store without the cache's lock held.
 	read := make(map[string]seenBeat)
-	for _, n := range slices.Concat(suspect, stale) {
-		c, err := r.readBeat(ctx, n.ID, now)
+	for _, n := range toRead {
+		c, err := r.readBeat(ctx, n.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -165,21 +174,30 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 	r.seen.Unlock()
 	out := make(map[string]Heartbeat, len(have))
 	for id, c := range have {
+		b := Heartbeat{Read: c.read}
 		if c.ok {
-			out[id] = c.beat
+			b.At, b.Done = c.beat.At, c.beat.Done
 		}
+		out[id] = b
 	}
 	return out, nil
 }
 
-// beatBudget is how many heartbeats that merely grew old beats reads a
-// call: at a poll of 100 ms and more, every heartbeat of 256 nodes is
-// read again within two seconds, well inside KeepAlive.
+// maxBackoff bounds the window a node that lost compare-and-sets in a
+// row draws its pause from.
+const maxBackoff = 4 * time.Second
+
+// beatBudget is how many heartbeats Next and Check read a call: at a poll of 100
+// ms and more, every heartbeat of 256 nodes is read again within two
+// seconds, well inside KeepAlive.
 const beatBudget = 16
 
-// readBeat reads one node's heartbeat from the store.
-func (r *StoreRendezvous) readBeat(ctx context.Context, id string, now time.Time) (seenBeat, error) {
+// readBeat reads one node's heartbeat from the store, stamped with the
+// time the read began: what it finds is at least as new as the
+// heartbeat was then.
+func (r *StoreRendezvous) readBeat(ctx context.Context, id string) (seenBeat, error) {
 	k := beatKey + id
+	now := r.now()
 	ok, err := r.Store.Check(ctx, k)
 	if err != nil || !ok {
 		return seenBeat{read: now}, err
@@ -277,7 +295,15 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 			return Round{}, r.timeout(ctx, lastRound, timeout, err)
 		}
 		lastRound = s.Round
-		beats, err := r.beats(ctx, s, r.beatAge())
+		// After a lost compare-and-set the heartbeats come from those
+		// read before: reading them between the state's read and the
+		// write widens the window in which another node's write makes
+		// this one lose (16 reads of a loaded store).
+		budget := beatBudget
+		if lost > 0 {
+			budget = 0
+		}
+		beats, err := r.beats(ctx, s, r.beatAge(), budget)
 		if err != nil {
 			return Round{}, r.timeout(ctx, lastRound, timeout, err)
 		}
@@ -287,6 +313,7 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 			if err != nil {
 				return Round{}, err
 			}
+			began := time.Now()
 			got, err := r.Store.CompareAndSet(ctx, stateKey, raw, next)
 			if err != nil {
 				return Round{}, r.timeout(ctx, lastRound, timeout, err)
@@ -294,11 +321,16 @@ func (r *StoreRendezvous) Next(ctx context.Context, after int) (Round, error) {
 			if !bytes.Equal(got, next) {
 				// Another node wrote first: decide again, after a pause
 				// drawn at random from a window that doubles with each
-				// loss up to a second (Ethernet's backoff), so that
-				// hundreds of nodes joining at once take turns instead
-				// of all rereading and losing again.
+				// loss (Ethernet's backoff), so that hundreds of nodes
+				// joining at once take turns instead of all rereading
+				// and losing again. Its slot is a read and a write of
+				// the state as long as this write took: on a loaded
+				// store (etcd beside a CPU hog, tens of ms a call) a
+				// fixed 1 ms slot kept the window below what a hundred
+				// nodes need, and they joined one every two seconds.
 				lost++
-				if err := sleep(ctx, rand.N(time.Millisecond<<min(lost, 10))); err != nil {
+				slot := max(time.Millisecond, 2*time.Since(began))
+				if err := sleep(ctx, rand.N(min(slot<<min(lost, 10), maxBackoff))); err != nil {
 					return Round{}, r.timeout(ctx, lastRound, timeout, err)
 				}
 				continue
@@ -379,7 +411,7 @@ func (r *StoreRendezvous) Check(ctx context.Context, round int) (bool, string, e
 	if err != nil {
 		return false, "", err
 	}
-	beats, err := r.beats(ctx, s, r.beatAge())
+	beats, err := r.beats(ctx, s, r.beatAge(), beatBudget)
 	if err != nil {
 		return false, "", err
 	}
@@ -424,7 +456,7 @@ func (r *StoreRendezvous) Finish(ctx context.Context, round int, wait bool) erro
 		if err != nil {
 			return err
 		}
-		beats, err := r.beats(ctx, s, 0) // who is done, now
+		beats, err := r.beats(ctx, s, 0, -1) // who is done, now
 		if err != nil {
 			return err
 		}

@@ -339,3 +339,59 @@ exit 3`
 		}
 	}
 }
+
+// countChecks counts a store's Check calls.
+type countChecks struct {
+	store.Store
+	n int
+}
+
+func (c *countChecks) Check(ctx context.Context, keys ...string) (bool, error) {
+	c.n++
+	return c.Store.Check(ctx, keys...)
+}
+
+// TestBeatsBudget: KeepAlive after 40 nodes joined at once, when every
+// node's heartbeat would count it gone unread, a call reads at most
+// beatBudget heartbeats, the nodes it did not read are not counted gone,
+// and the ones it read and found missing are; three calls read them all.
+func TestBeatsBudget(t *testing.T) {
+	st := &countChecks{Store: store.NewMem()}
+	cfg := Config{MinNodes: 41, MaxNodes: 41, KeepAlive: 10 * time.Second}
+	joined := t0
+	now := joined.Add(cfg.KeepAlive + time.Second)
+	r := newRdzv(st, "self", cfg, -1)
+	r.Now = func() time.Time { return now }
+	var s State
+	for i := range 40 {
+		n := node(fmt.Sprintf("n%02d", i), -1)
+		n.Joined = joined
+		s.Members = append(s.Members, n)
+	}
+	read := map[string]bool{}
+	for call := 1; call <= 3; call++ {
+		before := st.n
+		beats, err := r.beats(context.Background(), s, r.beatAge(), beatBudget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.n - before; got > beatBudget {
+			t.Fatalf("call %d read %d heartbeats, more than %d", call, got, beatBudget)
+		}
+		if len(beats) != len(s.Members) {
+			t.Fatalf("call %d: %d heartbeats for %d members", call, len(beats), len(s.Members))
+		}
+		for _, n := range s.Members {
+			b := beats[n.ID]
+			if b.Read.Equal(now) {
+				read[n.ID] = true
+			}
+			if g := gone(cfg, n, beats, now); g != read[n.ID] {
+				t.Fatalf("call %d: node %s gone %v, read %v (heartbeat %+v)", call, n.ID, g, read[n.ID], b)
+			}
+		}
+	}
+	if len(read) != len(s.Members) {
+		t.Fatalf("three calls read %d of %d heartbeats", len(read), len(s.Members))
+	}
+}

@@ -187,9 +187,9 @@ func (r *StoreRendezvous) beats(ctx context.Context, s State, maxAge time.Durati
 // row draws its pause from.
 const maxBackoff = 4 * time.Second
 
-// beatBudget is how many heartbeats Next and Check read a call: at a poll of 100
-// ms and more, every heartbeat of 256 nodes is read again within two
-// seconds, well inside KeepAlive.
+// beatBudget is how many heartbeats Next and Check read a call: at a
+// poll of 100 ms and more, every heartbeat of 256 nodes is read again
+// within two seconds, well inside KeepAlive.
 const beatBudget = 16
 
 // readBeat reads one node's heartbeat from the store, stamped with the

@@ -70,10 +70,7 @@ func (s *spinReader) read(p []byte) (int, error) {
 					// A reader lost its CPU polling lately: sleep at
 					// once, parked (so that a receive posted for this
 					// peer wakes it, as any parked reader).
-					loadParks.Add(1)
-					if s.w != nil {
-						s.w.park()
-					}
+					s.park(true)
 					return false
 				}
 				if !s.yield {
@@ -83,15 +80,11 @@ func (s *spinReader) read(p []byte) (int, error) {
 				// Park until the poller says it is readable: the time is
 				// up, or the thread lost its CPU since the last poll
 				// (other work wants it; see readRing and hostBusy).
-				if !s.yield && now.Sub(last) > preempted {
-					loadParks.Add(1)
-					if cpuStarved(start, startCPU, now) {
-						markBusy(now)
-					}
+				lost := !s.yield && now.Sub(last) > preempted
+				if lost && cpuStarved(start, startCPU, now) {
+					markBusy(now)
 				}
-				if s.w != nil {
-					s.w.park()
-				}
+				s.park(lost)
 				return false
 			} else if s.w != nil && now.Sub(start) > yieldGrace && !s.wanted() {
 				// A yielding reader with no receive to poll for parks,
@@ -110,11 +103,8 @@ func (s *spinReader) read(p []byte) (int, error) {
 			} else {
 				runtime.Gosched()
 				if s.yield && cpuyield.YieldLost() {
-					loadParks.Add(1)
 					readersHold.Lost(time.Now())
-					if s.w != nil {
-						s.w.park()
-					}
+					s.park(true)
 					return false
 				}
 			}
@@ -129,6 +119,18 @@ func (s *spinReader) read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// park marks the reader as about to wait on its socket (when a waker
+// wakes it), counting the park in loadParks when the machine's load
+// caused it.
+func (s *spinReader) park(byLoad bool) {
+	if byLoad {
+		loadParks.Add(1)
+	}
+	if s.w != nil {
+		s.w.park()
+	}
 }
 
 // A yielding socket reader (more ranks on the host than CPUs) that loses

@@ -39,8 +39,9 @@ func (e *Endpoint) readLoop(r int, conn net.Conn, spin time.Duration, yield bool
 	// receive's caller, which then runs at once rather than after the
 	// reader's next read of the socket (a failed read takes the socket's
 	// lock, which the sender's CPU may hold delivering). 2 namespace
-	// hosts of one rank each, 1 Gbit/s, barrier: 21-29 µs against 27-36
-	// (three alternating runs). A yielding reader does not: there the
+	// hosts of one rank each, 1 Gbit/s, barrier: 22.7-33.3 µs (median
+	// 26.0) against 26.8-34.1 (29.6), with cpuSampleAfter's later read (five
+	// alternating runs; BENCHMARKS). A yielding reader does not: there the
 	// caller runs at the yield that follows the read, and stepping aside
 	// first cost a 4-host barrier 30-60 µs more.
 	aside := spin > 0 && !yield

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist/algo"
+	"github.com/godist/godist/internal/cpuyield"
 	"github.com/godist/godist/internal/localaddr"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
@@ -258,6 +259,11 @@ func (j *joining) start(ctx context.Context, ep *transport.Endpoint) (*Group, er
 	if opt.LocalWorldSize <= runtime.NumCPU() {
 		settleHeap()
 	}
+	// The yields the pollers lost so far were to the job's own start
+	// (the links' measurement above, the ranks' collections), not to a
+	// hog; so may be those of the next initGrace, while the other ranks
+	// finish theirs.
+	cpuyield.Clear(time.Now().Add(initGrace))
 	return g, nil
 }
 
@@ -286,6 +292,12 @@ func (j *joining) watch(w *world) {
 		w.startStatus(opt.StatusInterval)
 	}
 }
+
+// initGrace is how long after its Init a rank's lost yields are taken as
+// the job's own start (cpuyield.Clear): the ranks end Init within
+// milliseconds of each other, and each ends with a collection
+// (settleHeap) that holds a shared CPU for a few.
+const initGrace = 50 * time.Millisecond
 
 // settleHeap collects Init's garbage (connection setup, the cost model's
 // probe buffers: up to tens of MiB) before the first call. Left alone,

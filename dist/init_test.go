@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/dist"
+	"github.com/godist/godist/internal/cpuyield"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
@@ -479,5 +480,51 @@ func TestInitPinnedAlgorithms(t *testing.T) {
 	_, err := dist.Init(context.Background(), dist.Options{Rank: 0, WorldSize: 1, Algorithms: map[string]string{"all_reduce": "chain"}})
 	if err == nil || !strings.Contains(err.Error(), "recursive-doubling") {
 		t.Errorf("an unknown algorithm: Init gave %v, want an error listing all_reduce's", err)
+	}
+}
+
+// TestInitEndsHolds: yields lost before Init returns (to the job's own
+// start: the links' measurement, the ranks' collections) leave no
+// pollers held asleep after it (cpuyield.Clear).
+func TestInitEndsHolds(t *testing.T) {
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	// The earlier tests' Inits take the yields lost up to 50 ms after
+	// them as their start's: begin after that.
+	time.Sleep(100 * time.Millisecond)
+	var h cpuyield.Hold
+	start := time.Now()
+	h.Lost(start)
+	h.Lost(start)
+	if !h.Held(time.Now()) {
+		t.Fatal("two lost yields did not hold")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	const world = 2
+	groups := make([]*dist.Group, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			groups[r], errs[r] = dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second, JobID: "holds", Token: []byte("secret")})
+		}()
+	}
+	wg.Wait()
+	for r, g := range groups {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		defer g.Destroy()
+	}
+	now := time.Now()
+	if now.Sub(start) > cpuyield.HoldFor/2 {
+		t.Skipf("Init took %v: a hold would have ended by itself (HoldFor %v)", now.Sub(start), cpuyield.HoldFor)
+	}
+	if h.Held(now) {
+		t.Errorf("a hold begun before Init still holds %v after it began", now.Sub(start))
 	}
 }

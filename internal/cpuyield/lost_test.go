@@ -40,3 +40,29 @@ func TestHold(t *testing.T) {
 		t.Error("a lost yield reported late shortened the hold")
 	}
 }
+
+// TestClear: Clear ends a hold at once, a yield lost before it confirms
+// none lost after it, and two lost after it hold again. (The times are
+// an hour ago: a clear only moves forward, and one in the future would
+// end the holds of the tests that follow.)
+func TestClear(t *testing.T) {
+	now := time.Now().Add(-time.Hour)
+	h := new(Hold)
+	h.Lost(now)
+	h.Lost(now.Add(time.Millisecond))
+	if !h.Held(now.Add(2 * time.Millisecond)) {
+		t.Fatal("two lost yields did not hold")
+	}
+	Clear(now.Add(3 * time.Millisecond))
+	if h.Held(now.Add(4 * time.Millisecond)) {
+		t.Error("held after Clear")
+	}
+	h.Lost(now.Add(5 * time.Millisecond))
+	if h.Held(now.Add(6 * time.Millisecond)) {
+		t.Error("a yield lost before Clear and one after held")
+	}
+	h.Lost(now.Add(7 * time.Millisecond))
+	if !h.Held(now.Add(8 * time.Millisecond)) {
+		t.Error("two yields lost after Clear did not hold")
+	}
+}

@@ -42,7 +42,7 @@ const LostYield = 2 * time.Millisecond
 // a slice or two in each. The zero Hold holds nothing; it is safe for
 // concurrent use.
 //
-// Clear ends every hold, and what lost yields before it were, at once.
+// Clear ends the holds, and forgets the yields lost, before a time.
 type Hold struct {
 	lastLost, until atomic.Int64 // UnixNano
 	confirmed       atomic.Int64 // UnixNano: the lost yield that last started or extended the hold

@@ -56,6 +56,17 @@ type call struct {
 
 const noRoot = 0x7ff
 
+// bulk reports whether the call moves at least bulkBytes a rank: work
+// that keeps ranks sharing a CPU busy for milliseconds at a time
+// (cpuyield.BulkBegan).
+func (c call) bulk() bool { return int64(c.count)*int64(c.dtype.Size()) >= bulkBytes }
+
+// bulkBytes is the size from which a call is bulk work: an all-reduce of
+// 1 MiB copies and reduces for about a millisecond on each rank of a
+// host, the time in which a lost yield (cpuyield.LostYield, 2 ms)
+// becomes possible.
+const bulkBytes = 1 << 20
+
 // fingerprint packs the call into 64 bits: op 5, dtype 4, reduce op 4,
 // root 11, count 40. It is decodable, so a desync error can say what the
 // other rank was doing.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/godist/godist/dist/algo"
 	"github.com/godist/godist/dist/internal/samehost"
+	"github.com/godist/godist/internal/cpuyield"
 	"github.com/godist/godist/store"
 	"github.com/godist/godist/transport"
 )
@@ -425,6 +426,12 @@ func (g *Group) runCall(ctx context.Context, t ticket, fn func(ctx context.Conte
 		stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
 		defer stop()
 		opctx = c
+	}
+	if t.c.bulk() {
+		// A hold of the pollers begun in it ends soon after it
+		// (cpuyield.BulkBegan).
+		cpuyield.BulkBegan()
+		defer func() { cpuyield.BulkEnded(time.Now()) }()
 	}
 	err := fn(opctx, t.seq)
 	if err == nil {

@@ -528,3 +528,69 @@ func TestInitEndsHolds(t *testing.T) {
 		t.Errorf("a hold begun before Init still holds %v after it began", now.Sub(start))
 	}
 }
+
+// TestBulkCallsEndTheirHolds: a hold that yields lost just after a call of
+// 1 MiB a rank confirmed ends cpuyield.BulkTail after that call; one
+// confirmed after a small call lasts (cpuyield.BulkBegan).
+func TestBulkCallsEndTheirHolds(t *testing.T) {
+	clearLauncherEnv(t)
+	t.Setenv("GODIST_TOKEN", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	const world = 2
+	groups := make([]*dist.Group, world)
+	errs := make([]error, world)
+	each := func(f func(g *dist.Group) error) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for r := range world {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = f(groups[r])
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			groups[r], errs[r] = dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second, JobID: "bulk-holds", Token: []byte("secret")})
+		}()
+	}
+	wg.Wait()
+	for r, g := range groups {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		defer g.Destroy()
+	}
+	time.Sleep(100 * time.Millisecond) // past Init's clear of the holds
+	each(func(g *dist.Group) error { return g.AllReduce(ctx, tensor.Full(tensor.Float32, 1, 2), dist.Sum) })
+	var small cpuyield.Hold
+	now := time.Now()
+	small.Lost(now)
+	small.Lost(now)
+	if !small.Held(now.Add(cpuyield.BulkTail + time.Millisecond)) {
+		t.Error("a hold confirmed after a small call ended within BulkTail")
+	}
+	each(func(g *dist.Group) error { return g.AllReduce(ctx, tensor.Full(tensor.Float32, 1, 1<<18), dist.Sum) })
+	var bulk cpuyield.Hold
+	now = time.Now()
+	bulk.Lost(now)
+	bulk.Lost(now)
+	if !bulk.Held(now) {
+		t.Fatal("two yields lost after a bulk call did not hold")
+	}
+	if bulk.Held(now.Add(cpuyield.BulkTail + time.Millisecond)) {
+		t.Error("a hold confirmed just after a call of 1 MiB a rank lasted past BulkTail")
+	}
+}

@@ -66,3 +66,35 @@ func TestClear(t *testing.T) {
 		t.Error("two yields lost after Clear did not hold")
 	}
 }
+
+// TestBulkHold: a hold that yields lost in a bulk call confirmed ends
+// BulkTail after the call, not HoldFor after its yields; one that yields
+// lost later confirmed lasts HoldFor. (Times an hour ago, as TestClear's,
+// and after its clear.)
+func TestBulkHold(t *testing.T) {
+	now := time.Now().Add(-time.Hour)
+	if c := time.Unix(0, cleared.Load()); !now.After(c) {
+		now = c.Add(time.Second)
+	}
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	h := new(Hold)
+	BulkBegan()
+	h.Lost(at(0))
+	h.Lost(at(time.Millisecond))
+	if !h.Held(at(2 * time.Millisecond)) {
+		t.Fatal("two yields lost in a bulk call did not hold")
+	}
+	BulkEnded(at(3 * time.Millisecond))
+	if !h.Held(at(3*time.Millisecond + BulkTail/2)) {
+		t.Error("a bulk call's hold ended within BulkTail of the call")
+	}
+	if h.Held(at(4*time.Millisecond + BulkTail)) {
+		t.Error("a bulk call's hold lasted past BulkTail after the call")
+	}
+	later := 3*time.Millisecond + 2*BulkTail
+	h.Lost(at(later))
+	h.Lost(at(later + time.Millisecond))
+	if !h.Held(at(later + HoldFor/2)) {
+		t.Error("a hold that yields lost after the bulk call confirmed did not last")
+	}
+}

@@ -483,6 +483,31 @@ func TestInitPinnedAlgorithms(t *testing.T) {
 	}
 }
 
+// initPair starts a world of two ranks as goroutines over loopback TCP
+// and destroys it when the test ends.
+func initPair(t *testing.T, ctx context.Context, job string) []*dist.Group {
+	t.Helper()
+	method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
+	groups := make([]*dist.Group, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			groups[r], errs[r] = dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: len(groups), Timeout: 10 * time.Second, JobID: job, Token: []byte("secret")})
+		}()
+	}
+	wg.Wait()
+	for r, g := range groups {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		t.Cleanup(func() { g.Destroy() })
+	}
+	return groups
+}
+
 // TestInitEndsHolds: yields lost before Init returns (to the job's own
 // start: the links' measurement, the ranks' collections) leave no
 // pollers held asleep after it (cpuyield.Clear).
@@ -501,25 +526,7 @@ func TestInitEndsHolds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-	const world = 2
-	groups := make([]*dist.Group, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			groups[r], errs[r] = dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second, JobID: "holds", Token: []byte("secret")})
-		}()
-	}
-	wg.Wait()
-	for r, g := range groups {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		defer g.Destroy()
-	}
+	initPair(t, ctx, "holds")
 	now := time.Now()
 	if now.Sub(start) > cpuyield.HoldFor/2 {
 		t.Skipf("Init took %v: a hold would have ended by itself (HoldFor %v)", now.Sub(start), cpuyield.HoldFor)
@@ -537,18 +544,16 @@ func TestBulkCallsEndTheirHolds(t *testing.T) {
 	t.Setenv("GODIST_TOKEN", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	method := fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t))
-	const world = 2
-	groups := make([]*dist.Group, world)
-	errs := make([]error, world)
+	groups := initPair(t, ctx, "bulk-holds")
 	each := func(f func(g *dist.Group) error) {
 		t.Helper()
+		errs := make([]error, len(groups))
 		var wg sync.WaitGroup
-		for r := range world {
+		for r, g := range groups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[r] = f(groups[r])
+				errs[r] = f(g)
 			}()
 		}
 		wg.Wait()
@@ -557,21 +562,6 @@ func TestBulkCallsEndTheirHolds(t *testing.T) {
 				t.Fatalf("rank %d: %v", r, err)
 			}
 		}
-	}
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			groups[r], errs[r] = dist.Init(ctx, dist.Options{InitMethod: method, Rank: r, WorldSize: world, Timeout: 10 * time.Second, JobID: "bulk-holds", Token: []byte("secret")})
-		}()
-	}
-	wg.Wait()
-	for r, g := range groups {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		defer g.Destroy()
 	}
 	time.Sleep(100 * time.Millisecond) // past Init's clear of the holds
 	each(func(g *dist.Group) error { return g.AllReduce(ctx, tensor.Full(tensor.Float32, 1, 2), dist.Sum) })

@@ -251,3 +251,42 @@ func TestPipeSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkPieces: the ring and two-level all-gather and reduce-scatter
+// across hosts send no piece longer than maxChunkPiece, in the policy's
+// choice and the closed forms' candidates, at both the link-bound and
+// the CPU-bound lab; chunks too long for the most segments to cut that
+// short go in the most; a pin may name any count.
+func TestChunkPieces(t *testing.T) {
+	cpu := lab
+	cpu.Network.Bandwidth, cpu.CPUs, cpu.Stack = 1.1e9, 1, 1.6e9
+	s := Shape{Hosts: 2, PerHost: 2}
+	topo := s.Topology()
+	for _, m := range []Model{lab, cpu} {
+		for _, chunk := range []int{1 << 20, 4 << 20, 16 << 20} {
+			count := chunk / 4
+			counts := uniform(4, count)
+			for _, p := range []Plan{ChooseAllGatherOn(topo, m, counts, 4), ChooseReduceScatterOn(topo, m, counts, 4)} {
+				if chunk/p.Segments > maxChunkPiece {
+					t.Errorf("%v, chunks of %d B: %s/%d, pieces of %d B (at most %d)", m, chunk, p.Name, p.Segments, chunk/p.Segments, maxChunkPiece)
+				}
+			}
+			for _, op := range []Op{OpAllGather, OpReduceScatter} {
+				for _, e := range m.Candidates(s, op, count, 4) {
+					if (e.Name == "ring" || e.Name == "two-level") && chunk/e.Segments > maxChunkPiece {
+						t.Errorf("closed forms' candidate %s/%d for chunks of %d B: pieces over %d B", e.Name, e.Segments, chunk, maxChunkPiece)
+					}
+				}
+			}
+		}
+	}
+	if got := chunkSegmentChoices(64 << 20); len(got) != 1 || got[0] != maxRingSegments {
+		t.Errorf("chunks of 64 MiB: segments %v, want only the most (%d)", got, maxRingSegments)
+	}
+	if got := chunkSegmentChoices(256 << 10); got[0] != 1 {
+		t.Errorf("chunks of 256 KiB: segments %v, want 1 among them", got)
+	}
+	if p, ok := PinAllGather(topo, cpu, "two-level/2", uniform(4, 4<<20), 4); !ok || p.Segments != 2 {
+		t.Errorf("two-level/2 pinned: %v %v", p, ok)
+	}
+}

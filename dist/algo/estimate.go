@@ -274,11 +274,11 @@ func (m Model) Candidates(s Shape, op Op, count, elemSize int) []Estimate {
 			add("ring", p.segmentsFor(count, elemSize, p.maxRingSegments))
 			break
 		}
-		for _, seg := range segmentChoices(bytes, maxRingSegments) {
+		for _, seg := range chunkSegmentChoices(bytes) {
 			add("ring", seg)
 		}
 		if s.PerHost > 1 {
-			for _, seg := range segmentChoices(bytes, maxRingSegments) {
+			for _, seg := range chunkSegmentChoices(bytes) {
 				add("two-level", seg)
 			}
 		}
@@ -288,11 +288,11 @@ func (m Model) Candidates(s Shape, op Op, count, elemSize int) []Estimate {
 			add("ring", p.segmentsFor(count, elemSize, p.maxRingSegments))
 			break
 		}
-		for _, seg := range segmentChoices(bytes, maxRingSegments) {
+		for _, seg := range chunkSegmentChoices(bytes) {
 			add("ring", seg)
 		}
 		if s.PerHost > 1 {
-			for _, seg := range segmentChoices(bytes, maxRingSegments) {
+			for _, seg := range chunkSegmentChoices(bytes) {
 				add("two-level", seg)
 			}
 		}

@@ -112,23 +112,21 @@ func TestMeasureModelPeerDies(t *testing.T) {
 	}
 }
 
-// TestStackRate: both ways at once at the one-way rate (within the
-// probes' spread) is a link's bound, no stack rate; both ways at half of
-// it is the CPUs': each moved as much out as in.
+// TestStackRate: each CPU moved the duplex rate out and as much in; not
+// measured, no bound.
 func TestStackRate(t *testing.T) {
 	for _, c := range []struct {
-		oneWay, duplex float64
-		cpus           int
-		want           float64
+		duplex float64
+		cpus   int
+		want   float64
 	}{
-		{0.12e9, 0.12e9, 1, 0},   // 1 Gbit/s, link-bound
-		{0.12e9, 0.11e9, 1, 0},   // within the spread
-		{1.2e9, 0.7e9, 1, 1.4e9}, // 10 Gbit/s, one CPU
-		{1.2e9, 0.7e9, 2, 0.7e9}, // two CPUs share the work
-		{1.2e9, 0, 1, 0},         // not measured
+		{0.12e9, 1, 0.24e9}, // 1 Gbit/s, link-bound: never above the link's time
+		{0.7e9, 1, 1.4e9},   // 10 Gbit/s, one CPU
+		{0.7e9, 2, 0.7e9},   // two CPUs share the work
+		{0, 1, 0},           // not measured
 	} {
-		if got := stackRate(c.oneWay, c.duplex, c.cpus); got != c.want {
-			t.Errorf("stackRate(%g, %g, %d) = %g, want %g", c.oneWay, c.duplex, c.cpus, got, c.want)
+		if got := stackRate(c.duplex, c.cpus); got != c.want {
+			t.Errorf("stackRate(%g, %d) = %g, want %g", c.duplex, c.cpus, got, c.want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -288,5 +289,46 @@ func TestChunkPieces(t *testing.T) {
 	}
 	if p, ok := PinAllGather(topo, cpu, "two-level/2", uniform(4, 4<<20), 4); !ok || p.Segments != 2 {
 		t.Errorf("two-level/2 pinned: %v %v", p, ok)
+	}
+}
+
+// TestLinkBoundStack: a stack rate measured where the link bounds the
+// traffic (both ways at once at the link's rate: 2·link over the CPUs)
+// changes no choice of the lab's shapes at 1 Gbit/s, and their
+// predictions by 12% at most: the host's bytes across hosts at that rate
+// take no longer than the link takes them, and only its copies and
+// reductions add to them (at this model's 3 GB/s; a few per cent at the
+// rates Init measures on the lab's machines, 5-16 GB/s).
+func TestLinkBoundStack(t *testing.T) {
+	for _, s := range []Shape{{2, 2}, {4, 1}} {
+		m := lab
+		if s.PerHost > 1 {
+			m.CPUs = 1
+		}
+		on := m
+		cpus := s.PerHost // the CPUs that moved the probes' bytes (dist's stackRate)
+		if m.CPUs > 0 {
+			cpus = min(cpus, m.CPUs)
+		}
+		on.Stack = 2 * m.Network.Bandwidth / float64(cpus)
+		topo, n := s.Topology(), s.Size()
+		for _, bytes := range []int{8, 64 << 10, 1 << 20, 16 << 20, 64 << 20} {
+			count := max(1, bytes/4)
+			per := max(1, count/n)
+			for _, c := range []struct {
+				op   string
+				a, b Plan
+			}{
+				{"all_reduce", ChooseAllReduceOn(topo, m, count, 4), ChooseAllReduceOn(topo, on, count, 4)},
+				{"broadcast", ChooseBroadcastOn(topo, m, 0, count, 4), ChooseBroadcastOn(topo, on, 0, count, 4)},
+				{"all_gather", ChooseAllGatherOn(topo, m, uniform(n, per), 4), ChooseAllGatherOn(topo, on, uniform(n, per), 4)},
+				{"reduce_scatter", ChooseReduceScatterOn(topo, m, uniform(n, per), 4), ChooseReduceScatterOn(topo, on, uniform(n, per), 4)},
+			} {
+				if c.a.Name != c.b.Name || c.a.Segments != c.b.Segments {
+					t.Errorf("%v, %s of %d B: %s/%d without a stack rate, %s/%d with the link's", s, c.op, bytes, c.a.Name, c.a.Segments, c.b.Name, c.b.Segments)
+				}
+				within(t, fmt.Sprintf("%v, %s of %d B with the link's stack rate", s, c.op, bytes), c.b.Predicted, c.a.Predicted, 0.12)
+			}
+		}
 	}
 }

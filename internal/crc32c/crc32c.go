@@ -4,8 +4,8 @@
 // registers, or on 256-bit ones where the CPU has VPCLMULQDQ and AVX2 but
 // no AVX-512) for large buffers on CPUs that support it.
 //
-// Short inputs, the tail of long inputs (< 64 bytes) and CPUs without
-// VPCLMULQDQ + SSE4.2 go through hash/crc32, which itself uses the SSE4.2
+// Short inputs (under minFold), the tail of long inputs (< 64 bytes) and
+// CPUs without VPCLMULQDQ + SSE4.2 go through hash/crc32, which itself uses the SSE4.2
 // CRC32 instruction where available.
 package crc32c
 

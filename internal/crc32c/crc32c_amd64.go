@@ -2,7 +2,10 @@
 
 package crc32c
 
-import "golang.org/x/sys/cpu"
+import (
+	"github.com/godist/godist/internal/cpuid"
+	"golang.org/x/sys/cpu"
+)
 
 // hasZ: the 512-bit kernel (AVX-512 with VPCLMULQDQ).
 var hasZ = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
@@ -25,15 +28,12 @@ var foldMin = func() int {
 }()
 
 func vpclmulqdq() bool {
-	if max, _, _, _ := cpuid(0, 0); max < 7 {
+	if max, _, _, _ := cpuid.CPUID(0, 0); max < 7 {
 		return false
 	}
-	_, _, ecx, _ := cpuid(7, 0)
+	_, _, ecx, _ := cpuid.CPUID(7, 0)
 	return ecx&(1<<10) != 0
 }
-
-//go:noescape
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 
 // foldAVX512 returns the CRC register (not inverted) after processing p,
 // starting from register crc. len(p) must be a multiple of 64 and >= 64.

@@ -2,12 +2,11 @@
 
 package gogemm
 
-import "os"
+import (
+	"os"
 
-//go:noescape
-func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv() (eax, edx uint32)
+	"github.com/godist/godist/internal/cpuid"
+)
 
 // asmKernel is the signature of the generated micro-kernels (see
 // gen_kernels.go). Strides and ldc are in bytes.
@@ -20,12 +19,12 @@ type cpuFeatures struct {
 
 func detectCPU() cpuFeatures {
 	var f cpuFeatures
-	maxID, _, _, _ := cpuid(0, 0)
+	maxID, _, _, _ := cpuid.CPUID(0, 0)
 	if maxID < 7 {
 		return f
 	}
-	_, _, ecx1, _ := cpuid(1, 0)
-	_, ebx7, _, _ := cpuid(7, 0)
+	_, _, ecx1, _ := cpuid.CPUID(1, 0)
+	_, ebx7, _, _ := cpuid.CPUID(7, 0)
 	const (
 		fma     = 1 << 12
 		osxsave = 1 << 27
@@ -34,7 +33,7 @@ func detectCPU() cpuFeatures {
 	if ecx1&osxsave == 0 || ecx1&avx == 0 || ecx1&fma == 0 {
 		return f
 	}
-	xcr0, _ := xgetbv()
+	xcr0, _ := cpuid.XGETBV()
 	if xcr0&0x6 != 0x6 { // SSE and AVX state
 		return f
 	}

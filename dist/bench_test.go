@@ -14,13 +14,13 @@ import (
 )
 
 // tcpGroups connects world ranks over loopback TCP inside this process.
-func tcpGroups(b *testing.B, world int) []*dist.Group {
+func tcpGroups(b testing.TB, world int) []*dist.Group {
 	return tcpGroupsWith(b, world, transport.TCPOptions{})
 }
 
 // tcpGroupsWith is tcpGroups with the transport's options (rank, size and
 // store are filled in).
-func tcpGroupsWith(b *testing.B, world int, o transport.TCPOptions) []*dist.Group {
+func tcpGroupsWith(b testing.TB, world int, o transport.TCPOptions) []*dist.Group {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, world)
 	var wg sync.WaitGroup
@@ -174,5 +174,41 @@ func BenchmarkSmallCollectives(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// BenchmarkBarrierTCP measures barriers and 8-byte all-reduces of
+// goroutine ranks over loopback TCP without shared memory, the path of
+// ranks on different hosts; allocs/op is the cost per call summed over
+// the ranks.
+func BenchmarkBarrierTCP(b *testing.B) {
+	for _, world := range []int{2, 4} {
+		gs := tcpGroupsWith(b, world, transport.TCPOptions{Spin: 50 * time.Microsecond})
+		for _, op := range []string{"barrier", "all_reduce_8B"} {
+			b.Run(fmt.Sprintf("world%d/%s", world, op), func(b *testing.B) {
+				b.ReportAllocs()
+				var wg sync.WaitGroup
+				for r := range world {
+					x := tensor.Zeros(2)
+					wg.Go(func() {
+						for range b.N {
+							var err error
+							if op == "barrier" {
+								err = gs[r].Barrier(context.Background())
+							} else {
+								err = gs[r].AllReduce(context.Background(), x, dist.Sum)
+							}
+							if err != nil {
+								panic(err)
+							}
+						}
+					})
+				}
+				wg.Wait()
+			})
+		}
+		for _, g := range gs {
+			g.Destroy()
+		}
 	}
 }

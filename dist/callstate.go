@@ -44,12 +44,16 @@ type callState struct {
 	seq       uint64              // the last collective's sequence number
 	next      callID              // the last handle given out
 	calls     map[callID]*callRec // calls in flight
-	byseq     map[uint64]callID   // collectives in flight by sequence number
-	recent    [recentCalls]struct{ seq, fp uint64 }
-	early     map[uint64]early  // frames of collectives this member has not reached, by sequence number
-	sent      map[p2pKey]uint64 // the next message number of each stream this member sends
-	rcvd      map[p2pKey]uint64 // and of each stream it receives
-	armed     time.Time         // when the driver's timer will call tick (zero: not armed)
+	// spare is the record of the last call to end, for the next to
+	// begin (nothing keeps a record past its end; status copies it):
+	// one allocation less a call.
+	spare  *callRec
+	byseq  map[uint64]callID // collectives in flight by sequence number
+	recent [recentCalls]struct{ seq, fp uint64 }
+	early  map[uint64]early  // frames of collectives this member has not reached, by sequence number
+	sent   map[p2pKey]uint64 // the next message number of each stream this member sends
+	rcvd   map[p2pKey]uint64 // and of each stream it receives
+	armed  time.Time         // when the driver's timer will call tick (zero: not armed)
 
 	// flight keeps the last calls for the flight recorder (flight.go);
 	// nil keeps none. lastEnd is when the last call ended.
@@ -197,7 +201,13 @@ func (s *callState) failed() error {
 }
 
 // begin enters a call in flight with its deadline.
-func (s *callState) begin(r *callRec, now time.Time) (callID, output) {
+func (s *callState) begin(rec callRec, now time.Time) (callID, output) {
+	r := s.spare
+	if r == nil {
+		r = new(callRec)
+	}
+	s.spare = nil
+	*r = rec
 	s.next++
 	id := s.next
 	r.waitPeer = -1
@@ -217,7 +227,7 @@ func (s *callState) beginCollective(c call, now time.Time) (callID, uint64, outp
 		return 0, 0, output{}, err
 	}
 	s.seq++
-	id, out := s.begin(&callRec{kind: kindCollective, c: c, seq: s.seq}, now)
+	id, out := s.begin(callRec{kind: kindCollective, c: c, seq: s.seq}, now)
 	s.byseq[s.seq] = id
 	if e, ok := s.early[s.seq]; ok {
 		delete(s.early, s.seq)
@@ -238,7 +248,7 @@ func (s *callState) beginSend(c call, peer int, tag uint32, now time.Time) (call
 	k := p2pKey{peer, tag}
 	n := s.sent[k]
 	s.sent[k]++
-	id, out := s.begin(&callRec{kind: kindSend, c: c, seq: n, peer: peer, tag: tag}, now)
+	id, out := s.begin(callRec{kind: kindSend, c: c, seq: n, peer: peer, tag: tag}, now)
 	return id, n, out, nil
 }
 
@@ -248,7 +258,7 @@ func (s *callState) beginRecv(c call, peer int, tag uint32, now time.Time) (call
 	if err := s.failed(); err != nil {
 		return 0, output{}, err
 	}
-	id, out := s.begin(&callRec{kind: kindRecv, c: c, peer: peer, tag: tag}, now)
+	id, out := s.begin(callRec{kind: kindRecv, c: c, peer: peer, tag: tag}, now)
 	return id, out, nil
 }
 
@@ -285,6 +295,8 @@ func (s *callState) endAt(id callID, now time.Time, err error) {
 		delete(s.byseq, r.seq)
 		s.recent[r.seq%recentCalls] = struct{ seq, fp uint64 }{r.seq, r.c.fingerprint()}
 	}
+	*r = callRec{}
+	s.spare = r
 }
 
 // wait records that call id is blocked on a receive from global rank

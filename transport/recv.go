@@ -124,7 +124,6 @@ func (e *Endpoint) post(r *Receive) *Receive {
 			}
 		}
 	}
-	p.done = make(chan struct{})
 	e.mu.Lock()
 	if e.mu.closed {
 		e.mu.Unlock()
@@ -151,6 +150,9 @@ func (e *Endpoint) post(r *Receive) *Receive {
 		r.now, r.src, r.err = true, -1, err
 		return r
 	}
+	// Only a receive that waits needs its channel (one that found its
+	// frame, above, completes now without one).
+	p.done = make(chan struct{})
 	e.mu.posted = append(e.mu.posted, p)
 	e.wantLocked(peer, 1)
 	e.mu.Unlock()

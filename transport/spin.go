@@ -32,6 +32,14 @@ type spinReader struct {
 	// reader polls only while wanted (wake.go).
 	w      *waker
 	wanted func() bool
+	// poll is s.pollOnce as a value, made once: a closure made at each
+	// read escaped to the runtime's RawConn and cost an allocation a read
+	// (two to four a collective). p is the buffer of the read under way,
+	// n and err its results; only the connection's one reader reads.
+	poll func(fd uintptr) bool
+	p    []byte
+	n    int
+	err  error
 }
 
 func (s *spinReader) Read(p []byte) (int, error) {
@@ -48,74 +56,10 @@ func (s *spinReader) Read(p []byte) (int, error) {
 }
 
 func (s *spinReader) read(p []byte) (int, error) {
-	var n int
-	var err error
-	rerr := s.rc.Read(func(fd uintptr) bool {
-		var start, last time.Time
-		// The process's CPU time (processCPU) at cpuAt, early in the
-		// spell, for judging a poll that lost its CPU (cpuStarved). It is
-		// read only once the spell has lasted cpuSampleAfter: it is a
-		// system call that sums the process's threads, and a spell of
-		// a collective's gap ends sooner (see cpuSampleAfter).
-		var cpuAt time.Time
-		var startCPU time.Duration
-		for {
-			n, err = syscall.Read(int(fd), p)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err != syscall.EAGAIN:
-				return true
-			case s.spin <= 0:
-				return false
-			}
-			now := time.Now()
-			if start.IsZero() {
-				start = now
-				if hostBusy(now) {
-					// A reader lost its CPU polling lately: sleep at
-					// once, parked (so that a receive posted for this
-					// peer wakes it, as any parked reader).
-					s.park(true)
-					return false
-				}
-			} else if now.Sub(start) > s.spin || !s.yield && now.Sub(last) > preempted {
-				// Park until the poller says it is readable: the time is
-				// up, or the thread lost its CPU since the last poll
-				// (other work wants it; see readRing and hostBusy).
-				lost := !s.yield && now.Sub(last) > preempted
-				if lost && !cpuAt.IsZero() && cpuStarved(cpuAt, startCPU, now) {
-					markBusy(now)
-				}
-				s.park(lost)
-				return false
-			} else if s.w != nil && now.Sub(start) > yieldGrace && !s.wanted() {
-				// A yielding reader with no receive to poll for parks,
-				// unless one was posted as it parked.
-				s.w.park()
-				if !s.wanted() || !s.w.state.CompareAndSwap(readerParked, readerRunning) {
-					return false
-				}
-				start = now
-			}
-			last = now
-			if !s.yield && cpuAt.IsZero() && now.Sub(start) >= cpuSampleAfter {
-				startCPU, cpuAt = processCPU(), now
-			}
-			if cgobusy.Saturated() {
-				// The rank's CPU is in a C kernel, and this goroutine
-				// would poll on a second thread beside it.
-				cgobusy.Wait()
-			} else {
-				runtime.Gosched()
-				if s.yield && cpuyield.YieldLost() {
-					readersHold.Lost(time.Now())
-					s.park(true)
-					return false
-				}
-			}
-		}
-	})
+	s.p = p
+	rerr := s.rc.Read(s.poll)
+	n, err := s.n, s.err
+	s.p, s.err = nil, nil
 	switch {
 	case rerr != nil:
 		return 0, rerr
@@ -125,6 +69,76 @@ func (s *spinReader) read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// pollOnce reads s.p from fd, polling while nothing is there until the
+// spell ends (RawConn.Read's callback: true when done, false to wait for
+// the socket to be readable and be called again).
+func (s *spinReader) pollOnce(fd uintptr) bool {
+	var start, last time.Time
+	// The process's CPU time (processCPU) at cpuAt, early in the
+	// spell, for judging a poll that lost its CPU (cpuStarved). It is
+	// read only once the spell has lasted cpuSampleAfter: it is a
+	// system call that sums the process's threads, and a spell of
+	// a collective's gap ends sooner (see cpuSampleAfter).
+	var cpuAt time.Time
+	var startCPU time.Duration
+	for {
+		s.n, s.err = syscall.Read(int(fd), s.p)
+		switch {
+		case s.err == syscall.EINTR:
+			continue
+		case s.err != syscall.EAGAIN:
+			return true
+		case s.spin <= 0:
+			return false
+		}
+		now := time.Now()
+		if start.IsZero() {
+			start = now
+			if hostBusy(now) {
+				// A reader lost its CPU polling lately: sleep at
+				// once, parked (so that a receive posted for this
+				// peer wakes it, as any parked reader).
+				s.park(true)
+				return false
+			}
+		} else if now.Sub(start) > s.spin || !s.yield && now.Sub(last) > preempted {
+			// Park until the poller says it is readable: the time is
+			// up, or the thread lost its CPU since the last poll
+			// (other work wants it; see readRing and hostBusy).
+			lost := !s.yield && now.Sub(last) > preempted
+			if lost && !cpuAt.IsZero() && cpuStarved(cpuAt, startCPU, now) {
+				markBusy(now)
+			}
+			s.park(lost)
+			return false
+		} else if s.w != nil && now.Sub(start) > yieldGrace && !s.wanted() {
+			// A yielding reader with no receive to poll for parks,
+			// unless one was posted as it parked.
+			s.w.park()
+			if !s.wanted() || !s.w.state.CompareAndSwap(readerParked, readerRunning) {
+				return false
+			}
+			start = now
+		}
+		last = now
+		if !s.yield && cpuAt.IsZero() && now.Sub(start) >= cpuSampleAfter {
+			startCPU, cpuAt = processCPU(), now
+		}
+		if cgobusy.Saturated() {
+			// The rank's CPU is in a C kernel, and this goroutine
+			// would poll on a second thread beside it.
+			cgobusy.Wait()
+		} else {
+			runtime.Gosched()
+			if s.yield && cpuyield.YieldLost() {
+				readersHold.Lost(time.Now())
+				s.park(true)
+				return false
+			}
+		}
+	}
 }
 
 // cpuSampleAfter is how long a reader that polls without yielding polls
@@ -182,7 +196,9 @@ func socketReader(conn net.Conn, spin time.Duration, yield bool, w *waker, wante
 	if err != nil {
 		return conn
 	}
-	return &spinReader{rc: rc, spin: spin, yield: yield, w: w, wanted: wanted}
+	s := &spinReader{rc: rc, spin: spin, yield: yield, w: w, wanted: wanted}
+	s.poll = s.pollOnce
+	return s
 }
 
 // DefaultSpin is how long a reader polls its socket before parking, for a

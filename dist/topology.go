@@ -172,6 +172,12 @@ type Choice struct {
 	// member's start to the last one's end; 0 for the same-host engine
 	// (control block, shared tensors), which the model does not cover.
 	Predicted time.Duration
+	// AfterBarrier is the model's time for the call on its slowest
+	// member when each member calls as it leaves a barrier made just
+	// before: they leave it apart (a host's leader before the members it
+	// releases), and a benchmark that times "barrier; t0; call; t1" on
+	// every member measures this, not Predicted. 0 where Predicted is.
+	AfterBarrier time.Duration
 }
 
 // Choice returns what a call of op ("all_reduce", "broadcast" from
@@ -218,7 +224,28 @@ func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok b
 	if plan.Predicted == 0 {
 		plan = plan.WithPrediction(g.topo(), g.world.model, pes)
 	}
-	return Choice{plan.String(), plan.Predicted}, true
+	c = Choice{Algo: plan.String(), Predicted: plan.Predicted, AfterBarrier: plan.Predicted}
+	if g.route(0, nil) != byBlock {
+		c.AfterBarrier = g.afterBarrier(plan, pes)
+	}
+	return c, true
+}
+
+// afterBarrier is the model's time for plan's call (elements of es bytes)
+// on its slowest member, each member calling as it leaves a barrier
+// (g's) that all began together (Choice.AfterBarrier).
+func (g *Group) afterBarrier(plan algo.Plan, es int) time.Duration {
+	t, m, n := g.topo(), g.world.model, g.Size()
+	left := m.PredictFrom(t, g.planBarrier().Schedules(n), 1, nil)
+	start := make([]float64, n)
+	for r, d := range left {
+		start[r] = d.Seconds()
+	}
+	var most time.Duration
+	for _, d := range m.PredictFrom(t, plan.Schedules(n), es, start) {
+		most = max(most, d)
+	}
+	return most
 }
 
 // allToAllAlgo is the all-to-all of equal blocks of b bytes: the pinned

@@ -139,7 +139,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 	per, nbytes := elemCount(op, size, es, n)
 	var fn func() error
 	var plan string
-	var pred time.Duration // the cost model's time (Group.Choice)
+	var pred prediction // the cost model's times (Group.Choice)
 	// input returns a tensor of numel ones: with --shared, made by
 	// NewSharedTensor (and plan says so when the op goes through shared
 	// memory), released when the cell ends (its calls have ended by then).
@@ -161,7 +161,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		release = append(release, st)
 		st.Copy(t)
 		if dist.SharedAllReduceApplies(g, st) {
-			plan, pred = "shared memory", 0
+			plan, pred = "shared memory", prediction{}
 		}
 		return st, nil
 	}
@@ -249,7 +249,7 @@ func benchCell(ctx context.Context, g *dist.Group, cfg benchConfig, dt tensor.DT
 		r.CommonIters, r.CommonUsMedian, r.CommonLateUsMedian = len(spans), median(spans)*1e6, median(late)*1e6
 	}
 	r.DType, r.Algo = dt.String(), plan
-	r.PredUs = pred.Seconds() * 1e6
+	r.PredUs, r.PredAfterBarrierUs = pred.common.Seconds()*1e6, pred.afterBarrier.Seconds()*1e6
 	if len(g.Topology().Hosts) > 1 {
 		r.Model = g.Model().String()
 	}
@@ -298,12 +298,16 @@ func leaveTogether(ctx context.Context, rank, world int) error {
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // choice is the algorithm g runs op with (Group.Choice), and its predicted
-// time in *pred.
-func choice(g *dist.Group, op string, count int, dt tensor.DType, pred *time.Duration) string {
+// times in *pred.
+func choice(g *dist.Group, op string, count int, dt tensor.DType, pred *prediction) string {
 	c, ok := g.Choice(op, count, dt)
 	if !ok {
 		return ""
 	}
-	*pred = c.Predicted
+	*pred = prediction{c.Predicted, c.AfterBarrier}
 	return c.Algo
 }
+
+// prediction is the cost model's time for a call from a common start,
+// and from each rank's exit of a barrier just before it (dist.Choice).
+type prediction struct{ common, afterBarrier time.Duration }

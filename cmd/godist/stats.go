@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -228,25 +229,29 @@ func iterCount(est, target float64, minIters, maxIters int) int {
 // result is one cell of the benchmark: one op at one size. The JSON keys
 // are bench_gloo.py's, so both outputs can be read by one program.
 type result struct {
-	Backend     string  `json:"backend"`
-	World       int     `json:"world"`
-	Op          string  `json:"op"`
-	Size        int     `json:"size"`
-	Bytes       int     `json:"bytes"`
-	DType       string  `json:"dtype"`
-	Algo        string  `json:"algo,omitempty"`
-	PredUs      float64 `json:"pred_us,omitempty"` // the cost model's prediction (dist.Group.Choice)
-	Model       string  `json:"model,omitempty"`   // the cost model, for a group across hosts (dist.Group.Model)
-	Supported   bool    `json:"supported"`
-	Iters       int     `json:"iters"`
-	LatUsMin    float64 `json:"lat_us_min"`
-	LatUsP10    float64 `json:"lat_us_p10"`
-	LatUsMedian float64 `json:"lat_us_median"`
-	LatUsP90    float64 `json:"lat_us_p90"`
-	LatUsMax    float64 `json:"lat_us_max"`
-	AlgbwGBps   float64 `json:"algbw_GBps,omitempty"`
-	BusbwGBps   float64 `json:"busbw_GBps,omitempty"`
-	CallsPerS   float64 `json:"calls_per_s,omitempty"`
+	Backend string  `json:"backend"`
+	World   int     `json:"world"`
+	Op      string  `json:"op"`
+	Size    int     `json:"size"`
+	Bytes   int     `json:"bytes"`
+	DType   string  `json:"dtype"`
+	Algo    string  `json:"algo,omitempty"`
+	PredUs  float64 `json:"pred_us,omitempty"` // the cost model's prediction from a common start (dist.Choice.Predicted)
+	// PredAfterBarrierUs is its prediction of what the cell measures:
+	// each rank's time from its own exit of the barrier before the call
+	// (dist.Choice.AfterBarrier).
+	PredAfterBarrierUs float64 `json:"pred_after_barrier_us,omitempty"`
+	Model              string  `json:"model,omitempty"` // the cost model, for a group across hosts (dist.Group.Model)
+	Supported          bool    `json:"supported"`
+	Iters              int     `json:"iters"`
+	LatUsMin           float64 `json:"lat_us_min"`
+	LatUsP10           float64 `json:"lat_us_p10"`
+	LatUsMedian        float64 `json:"lat_us_median"`
+	LatUsP90           float64 `json:"lat_us_p90"`
+	LatUsMax           float64 `json:"lat_us_max"`
+	AlgbwGBps          float64 `json:"algbw_GBps,omitempty"`
+	BusbwGBps          float64 `json:"busbw_GBps,omitempty"`
+	CallsPerS          float64 `json:"calls_per_s,omitempty"`
 	// The common start (--common-start): the median over its iterations
 	// of the time from the instant to the last rank's return, and of the
 	// last rank's start after the instant.
@@ -291,9 +296,9 @@ func tableRow(r result) string {
 	if algo == "" {
 		algo = "-"
 	}
-	pred := "-" // the cost model's time (dist.Group.Choice), where it has one
-	if r.PredUs > 0 {
-		pred = fmt.Sprintf("%.1f", r.PredUs)
+	pred := "-" // the cost model's time for what the cell measures, where it has one
+	if p := cmp.Or(r.PredAfterBarrierUs, r.PredUs); p > 0 {
+		pred = fmt.Sprintf("%.1f", p)
 	}
 	return fmt.Sprintf("| %s | %s | %.1f | %.1f..%.1f | %.1f..%.0f | %s | %s | %d | %s | %s |\n",
 		r.Op, size, r.LatUsMedian, r.LatUsP10, r.LatUsP90, r.LatUsMin, r.LatUsMax, alg, bus, r.Iters, algo, pred)

@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -112,9 +113,50 @@ func (m Model) Check() error {
 // Predict panics if the schedules do not match (a receive that no send
 // meets), as Validate would report.
 func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duration {
-	n := len(scheds)
-	if n <= 1 {
+	if len(scheds) <= 1 {
 		return m.Call
+	}
+	ends := m.simulate(t, scheds, elemSize, nil)
+	return m.Call + time.Duration(slices.Max(ends)*1e9)
+}
+
+// PredictFrom is Predict for ranks that do not start together: start[r]
+// is when rank r calls, in seconds after some instant (nil: all at 0).
+// It returns each rank's time in the call, from its own start to its
+// return. A benchmark that times "barrier; t0; op; t1" on every rank
+// measures the slowest of these with the ranks starting as they leave
+// the barrier, which they do apart (a host's leader before the ranks it
+// releases): a broadcast's receiver that leaves late finds its data
+// nearer, an all-reduce's rank that leaves early waits longer.
+func (m Model) PredictFrom(t Topology, scheds []Schedule, elemSize int, start []float64) []time.Duration {
+	out := make([]time.Duration, len(scheds))
+	if len(scheds) <= 1 {
+		for r := range out {
+			out[r] = m.Call
+		}
+		return out
+	}
+	ends := m.simulate(t, scheds, elemSize, start)
+	for r, e := range ends {
+		s := 0.0
+		if start != nil {
+			s = start[r]
+		}
+		out[r] = m.Call + time.Duration((e-s)*1e9)
+	}
+	return out
+}
+
+// simulate runs Predict's simulation with rank r starting at start[r]
+// (nil: 0) and returns when each rank's call ends, less m.Call. Data that
+// reaches a rank before it calls is taken (and reduced) when it calls.
+func (m Model) simulate(t Topology, scheds []Schedule, elemSize int, start []float64) []float64 {
+	n := len(scheds)
+	at0 := func(r int) float64 {
+		if start == nil {
+			return 0
+		}
+		return start[r]
 	}
 	hostOf := make([]int, n)
 	for h, ranks := range t.Hosts {
@@ -166,13 +208,17 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 	next := make([]int, n)     // each rank's first round whose receives are not all in
 	issued := make([]int, n)   // each rank's rounds whose sends are out
 	free := make([]float64, n) // when each rank's last send has gone
+	ends := make([]float64, n) // when each rank's call ends
+	for r := range n {
+		free[r] = at0(r)
+		ends[r] = free[r]
+	}
 	left := n
 	for _, s := range scheds {
 		if len(s) == 0 {
 			left--
 		}
 	}
-	finish := 0.0
 	for left > 0 {
 		progress := false
 		for r := range n {
@@ -217,16 +263,19 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					taken[r][y.Peer]++
 					end := a.end
 					if y.Reduce {
+						// Data in before the rank calls is reduced when
+						// it calls.
+						end = max(end, at0(r))
 						red := float64(y.Len*elemSize) / m.Reduce
 						red *= float64(cpuShare(hostOf[r], k))
 						if rd.Snapshot {
 							end += red
 						} else {
-							end = max(end, a.start+red)
+							end = max(end, max(a.start, at0(r))+red)
 						}
 					}
 					written[r].wrote(y, end)
-					finish = max(finish, end)
+					ends[r] = max(ends[r], end)
 				}
 				next[r]++
 				progress = true
@@ -234,18 +283,27 @@ func (m Model) Predict(t Topology, scheds []Schedule, elemSize int) time.Duratio
 					left--
 				}
 			}
-			finish = max(finish, free[r])
+			ends[r] = max(ends[r], free[r])
 		}
 		if !progress {
 			panic("algo: Predict: the schedules do not match (a receive that no send meets)")
 		}
 	}
 	if m.Stack > 0 {
+		// No rank of a host ends before the host's CPUs have done its
+		// work, begun when the first of them called.
 		for _, ranks := range t.Hosts {
-			finish = max(finish, m.hostWork(func(r int) int { return hostOf[r] }, ranks, func(r int) Schedule { return scheds[r] }, elemSize))
+			w := m.hostWork(func(r int) int { return hostOf[r] }, ranks, func(r int) Schedule { return scheds[r] }, elemSize)
+			first := math.Inf(1)
+			for _, r := range ranks {
+				first = min(first, at0(r))
+			}
+			for _, r := range ranks {
+				ends[r] = max(ends[r], first+w)
+			}
 		}
 	}
-	return m.Call + time.Duration(finish*1e9)
+	return ends
 }
 
 // hostWork is the CPU time the host of ranks spends on a call with these

@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -330,5 +331,79 @@ func TestLinkBoundStack(t *testing.T) {
 				within(t, fmt.Sprintf("%v, %s of %d B with the link's stack rate", s, c.op, bytes), c.b.Predicted, c.a.Predicted, 0.12)
 			}
 		}
+	}
+}
+
+// TestPredictFrom: ranks that call apart. Together, the slowest rank's
+// time is Predict's. A receiver of a broadcast that calls after its data
+// arrived takes only the call; one that calls before waits for it. Every
+// start moved by the same amount changes nothing. After the two-level
+// barrier (a host's leader leaves before the rank it releases), the
+// leaders' broadcast takes one network latency less the skew for the
+// released rank, and an 8 B all-reduce takes longer for the leader that
+// left first than from a common start (recursive doubling, whose first
+// round pairs it with the rank it released), and the two-level one,
+// whose slowest rank is the one released, no shorter.
+func TestPredictFrom(t *testing.T) {
+	topo := NewTopology([]int{0, 0, 1, 1})
+	n := topo.Size()
+	scheds := func(f func(r int) Schedule) []Schedule {
+		out := make([]Schedule, n)
+		for r := range out {
+			out[r] = f(r)
+		}
+		return out
+	}
+	bcast := scheds(func(r int) Schedule { return LeaderBroadcast(r, topo, 0, 2) })
+	if got, want := slices.Max(lab.PredictFrom(topo, bcast, 4, nil)), lab.Predict(topo, bcast, 4); got != want {
+		t.Errorf("together: slowest %v, Predict %v", got, want)
+	}
+	// Rank 2 (host 1's leader) calls 1 ms late, after its data came.
+	late := []float64{0, 0, 1e-3, 0}
+	got := lab.PredictFrom(topo, bcast, 4, late)
+	if got[2] > lab.Call+time.Microsecond {
+		t.Errorf("a receiver that calls after its data came: %v, want about the call's %v", got[2], lab.Call)
+	}
+	// Rank 3, which rank 2 forwards to, waits for rank 2's start.
+	if got[3] < time.Millisecond {
+		t.Errorf("rank 3, whose data leaves rank 2 after rank 2 calls 1 ms late: %v", got[3])
+	}
+	shifted := []float64{5e-3, 5e-3, 6e-3, 5e-3}
+	if again := lab.PredictFrom(topo, bcast, 4, shifted); !slices.Equal(again, got) {
+		t.Errorf("every start 5 ms later: %v, want %v", again, got)
+	}
+
+	// A vector that came before its rank called is reduced after.
+	pair := NewTopology([]int{0, 1})
+	const count = 1 << 20
+	reduceInto1 := []Schedule{
+		{{Sends: []Xfer{{Peer: 1, Len: count}}}},
+		{{Recvs: []Xfer{{Peer: 0, Len: count, Reduce: true}}}},
+	}
+	red := time.Duration(1e9 * 4 * count / lab.Reduce)
+	if got := lab.PredictFrom(pair, reduceInto1, 4, []float64{0, 1})[1]; got < lab.Call+red {
+		t.Errorf("a rank that calls after its peer's 4 MiB came: %v, want at least the call and the reduction, %v", got, lab.Call+red)
+	}
+
+	barrier := scheds(func(r int) Schedule { return TwoLevelBarrier(r, topo) })
+	left := lab.PredictFrom(topo, barrier, 1, nil)
+	start := make([]float64, n)
+	for r, d := range left {
+		start[r] = d.Seconds()
+	}
+	skew := left[1] - left[0]
+	if skew <= 0 || left[3]-left[2] != skew {
+		t.Fatalf("two-level barrier: ranks leave at %v; want each host's leader (0, 2) first, its other rank a hop later", left)
+	}
+	after := slices.Max(lab.PredictFrom(topo, bcast, 4, start))
+	together := lab.Predict(topo, bcast, 4)
+	within(t, "leaders' broadcast after the barrier", after, together-skew, 0.05)
+	rd := scheds(func(r int) Schedule { return RecursiveDoublingAllReduce(r, n, 2) })
+	if a, c := slices.Max(lab.PredictFrom(topo, rd, 4, start)), lab.Predict(topo, rd, 4); a <= c {
+		t.Errorf("8 B recursive-doubling all-reduce: %v after the barrier, %v together; want longer after it", a, c)
+	}
+	two := scheds(func(r int) Schedule { return TwoLevelAllReduce(r, topo, 2, 1) })
+	if a, c := slices.Max(lab.PredictFrom(topo, two, 4, start)), lab.Predict(topo, two, 4); a < c {
+		t.Errorf("8 B two-level all-reduce: %v after the barrier, %v together; want no shorter", a, c)
 	}
 }

@@ -241,9 +241,11 @@ func main() {
 		"the link rate (tbf counts whole frames; 1448 B of TCP payload per 1514 B frame); godist's share of it is its\n"+
 		"algorithm bandwidth over the bound (tbf lets 1 ms of traffic through at once after idle time, so a run of small\n"+
 		"transfers can pass it a little). godist algo is the algorithm godist's group chose (its JSON's algo), each round's\n"+
-		"in turn when they differ; pred/measured, when its results carry pred_us, is its cost model's predicted latency over the\n"+
-		"measured one; common start is godist's median time from an instant at which every rank calls (--common-start: the\n"+
-		"machine's one clock) to the last return, what its model predicts, and pred/common the prediction over it.\n",
+		"in turn when they differ. A latency is the slowest rank's time from its own exit of a barrier to its return, and\n"+
+		"ranks leave a barrier apart: pred/measured is godist's cost model's time for that (each rank starting as the model\n"+
+		"has it leave the barrier: pred_after_barrier_us, or pred_us in older results) over the measured one; common start\n"+
+		"is godist's median time from an instant at which every rank calls (--common-start: the machine's one clock) to the\n"+
+		"last return, and pred/common the model's time for that (pred_us) over it.\n",
 		payloadShare*100)
 
 	if len(run) == 0 {

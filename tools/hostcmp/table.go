@@ -13,18 +13,23 @@ import (
 
 // cell is the part of one (op, size) result that the tables need. godist
 // bench's JSON lines, bench_gloo.py and bench_mpi.py share these keys;
-// pred_us (a cost model's prediction of the latency) is godist's alone,
-// when it has one.
+// pred_us and pred_after_barrier_us (a cost model's predictions) are
+// godist's alone, when it has them.
 type cell struct {
-	Op          string   `json:"op"`
-	Size        int      `json:"size"`
-	Bytes       int      `json:"bytes"`
-	Supported   *bool    `json:"supported"`
-	Error       string   `json:"error"`
-	LatUsMedian float64  `json:"lat_us_median"`
-	Algo        string   `json:"algo"`
-	PredUs      *float64 `json:"pred_us"`
-	Model       string   `json:"model"` // godist's cost model, across hosts
+	Op          string  `json:"op"`
+	Size        int     `json:"size"`
+	Bytes       int     `json:"bytes"`
+	Supported   *bool   `json:"supported"`
+	Error       string  `json:"error"`
+	LatUsMedian float64 `json:"lat_us_median"`
+	Algo        string  `json:"algo"`
+	// PredUs is godist's cost model's time from a common start (what the
+	// common start measures); PredAfterBarrierUs its time for what the
+	// latency measures, each rank from its own exit of the barrier
+	// before the call (absent in results of before 2026-11-30).
+	PredUs             *float64 `json:"pred_us"`
+	PredAfterBarrierUs *float64 `json:"pred_after_barrier_us"`
+	Model              string   `json:"model"` // godist's cost model, across hosts
 	// CommonUsMedian is godist's time from a common start (godist bench
 	// --common-start), the quantity its cost model predicts.
 	CommonUsMedian float64 `json:"common_us_median"`
@@ -160,12 +165,23 @@ func (s series) status(op string, size int) string {
 	return "-"
 }
 
-// predicted is the median over rounds of godist's pred_us for op at size.
-func (s series) predicted(op string, size int) (float64, bool) {
+// predicted is the median over rounds of godist's prediction for op at
+// size: of the latency the table shows (pred_after_barrier_us, or pred_us
+// where a result has no other), or with common of the common start's
+// (pred_us).
+func (s series) predicted(op string, size int, common bool) (float64, bool) {
 	var v []float64
 	for _, cells := range s.Rounds {
-		if c, ok := find(cells, op, size); ok && c.PredUs != nil && *c.PredUs > 0 {
-			v = append(v, *c.PredUs)
+		c, ok := find(cells, op, size)
+		if !ok {
+			continue
+		}
+		p := c.PredUs
+		if !common && c.PredAfterBarrierUs != nil {
+			p = c.PredAfterBarrierUs
+		}
+		if p != nil && *p > 0 {
+			v = append(v, *p)
 		}
 	}
 	return spreadOf(v).Median, len(v) > 0
@@ -351,7 +367,7 @@ func tableRow(t tables, op string, size int, pred, common bool) []string {
 		row = append(row, ratio)
 	}
 	if pred {
-		pu, pok := t.Godist.predicted(op, size)
+		pu, pok := t.Godist.predicted(op, size, false)
 		v := "-"
 		if pok && gok {
 			v = fmt.Sprintf("%.2f", pu/g.Median)
@@ -359,11 +375,12 @@ func tableRow(t tables, op string, size int, pred, common bool) []string {
 		row = append(row, v)
 		if common {
 			c, cok := t.Godist.common(op, size)
+			pc, pcok := t.Godist.predicted(op, size, true)
 			cv, v := "-", "-"
 			if cok {
 				cv = formatLatency(c)
-				if pok {
-					v = fmt.Sprintf("%.2f", pu/c)
+				if pcok {
+					v = fmt.Sprintf("%.2f", pc/c)
 				}
 			}
 			row = append(row, cv, v)

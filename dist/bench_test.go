@@ -21,6 +21,12 @@ func tcpGroups(b testing.TB, world int) []*dist.Group {
 // tcpGroupsWith is tcpGroups with the transport's options (rank, size and
 // store are filled in).
 func tcpGroupsWith(b testing.TB, world int, o transport.TCPOptions) []*dist.Group {
+	return tcpGroupsTimeout(b, world, o, 0)
+}
+
+// tcpGroupsTimeout is tcpGroupsWith for groups whose calls fail after
+// timeout (0: never).
+func tcpGroupsTimeout(b testing.TB, world int, o transport.TCPOptions, timeout time.Duration) []*dist.Group {
 	st := store.NewMem()
 	eps := make([]*transport.Endpoint, world)
 	var wg sync.WaitGroup
@@ -40,7 +46,7 @@ func tcpGroupsWith(b testing.TB, world int, o transport.TCPOptions) []*dist.Grou
 	wg.Wait()
 	gs := make([]*dist.Group, world)
 	for r := range world {
-		gs[r] = dist.FromEndpoint(eps[r], st, "tcp", 0)
+		gs[r] = dist.FromEndpoint(eps[r], st, "tcp", timeout)
 	}
 	return gs
 }

@@ -3,12 +3,9 @@ package dist_test
 import (
 	"context"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/godist/godist/dist"
-	"github.com/godist/godist/tensor"
 	"github.com/godist/godist/transport"
 )
 
@@ -38,28 +35,8 @@ func TestSmallCallAllocs(t *testing.T) {
 		most float64 // allocations a rank and call
 	}{{"barrier", 4}, {"all_reduce_8B", 5.5}} {
 		run := func(n int) {
-			var wg sync.WaitGroup
-			errs := make([]error, world)
-			for r := range world {
-				x := tensor.Zeros(2)
-				wg.Go(func() {
-					for range n {
-						if c.op == "barrier" {
-							errs[r] = gs[r].Barrier(ctx)
-						} else {
-							errs[r] = gs[r].AllReduce(ctx, x, dist.Sum)
-						}
-						if errs[r] != nil {
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("%s on rank %d: %v", c.op, r, err)
-				}
+			if err := smallCalls(ctx, gs, c.op, n); err != nil {
+				t.Fatal(err)
 			}
 		}
 		run(50) // warm: the first calls grow maps and buffers

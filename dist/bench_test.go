@@ -2,6 +2,7 @@ package dist_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -158,29 +159,40 @@ func BenchmarkSmallCollectives(b *testing.B) {
 	for _, op := range []string{"barrier", "all_reduce_8B", "broadcast_8B"} {
 		b.Run(op, func(b *testing.B) {
 			b.ReportAllocs()
-			var wg sync.WaitGroup
-			for r := range world {
-				x := tensor.Zeros(2)
-				wg.Go(func() {
-					for range b.N {
-						var err error
-						switch op {
-						case "barrier":
-							err = gs[r].Barrier(context.Background())
-						case "all_reduce_8B":
-							err = gs[r].AllReduce(context.Background(), x, dist.Sum)
-						default:
-							err = gs[r].Broadcast(context.Background(), x, 0)
-						}
-						if err != nil {
-							panic(err)
-						}
-					}
-				})
+			if err := smallCalls(context.Background(), gs, op, b.N); err != nil {
+				b.Fatal(err)
 			}
-			wg.Wait()
 		})
 	}
+}
+
+// smallCalls makes n calls of op ("barrier", "all_reduce_8B" or
+// "broadcast_8B" from rank 0) on every rank of gs at once, and returns the
+// first rank's error.
+func smallCalls(ctx context.Context, gs []*dist.Group, op string, n int) error {
+	errs := make([]error, len(gs))
+	var wg sync.WaitGroup
+	for r, g := range gs {
+		x := tensor.Zeros(2)
+		wg.Go(func() {
+			for range n {
+				switch op {
+				case "barrier":
+					errs[r] = g.Barrier(ctx)
+				case "all_reduce_8B":
+					errs[r] = g.AllReduce(ctx, x, dist.Sum)
+				default:
+					errs[r] = g.Broadcast(ctx, x, 0)
+				}
+				if errs[r] != nil {
+					errs[r] = fmt.Errorf("%s on rank %d: %w", op, r, errs[r])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // BenchmarkBarrierTCP measures barriers and 8-byte all-reduces of
@@ -193,24 +205,9 @@ func BenchmarkBarrierTCP(b *testing.B) {
 		for _, op := range []string{"barrier", "all_reduce_8B"} {
 			b.Run(fmt.Sprintf("world%d/%s", world, op), func(b *testing.B) {
 				b.ReportAllocs()
-				var wg sync.WaitGroup
-				for r := range world {
-					x := tensor.Zeros(2)
-					wg.Go(func() {
-						for range b.N {
-							var err error
-							if op == "barrier" {
-								err = gs[r].Barrier(context.Background())
-							} else {
-								err = gs[r].AllReduce(context.Background(), x, dist.Sum)
-							}
-							if err != nil {
-								panic(err)
-							}
-						}
-					})
+				if err := smallCalls(context.Background(), gs, op, b.N); err != nil {
+					b.Fatal(err)
 				}
-				wg.Wait()
 			})
 		}
 		for _, g := range gs {

@@ -172,12 +172,25 @@ type Choice struct {
 	// member's start to the last one's end; 0 for the same-host engine
 	// (control block, shared tensors), which the model does not cover.
 	Predicted time.Duration
-	// AfterBarrier is the model's time for the call on its slowest
-	// member when each member calls as it leaves a barrier made just
-	// before: they leave it apart (a host's leader before the members it
-	// releases), and a benchmark that times "barrier; t0; call; t1" on
-	// every member measures this, not Predicted. 0 where Predicted is.
-	AfterBarrier time.Duration
+
+	// The plan and its element size, for AfterBarrier (g nil: no plan).
+	g    *Group
+	plan algo.Plan
+	pes  int
+}
+
+// AfterBarrier is the model's time for the call on its slowest member
+// when each member calls as it leaves a barrier made just before: they
+// leave it apart (a host's leader before the members it releases), and a
+// benchmark that times "barrier; t0; call; t1" on every member measures
+// this, not Predicted. It is Predicted where the group's barrier goes
+// through the same-host engine, 0 where Predicted is. It simulates the
+// barrier and the call, so Choice leaves it to be asked for.
+func (c Choice) AfterBarrier() time.Duration {
+	if c.g == nil || c.g.route(0, nil) == byBlock {
+		return c.Predicted
+	}
+	return c.g.afterBarrier(c.plan, c.pes)
 }
 
 // Choice returns what a call of op ("all_reduce", "broadcast" from
@@ -224,11 +237,7 @@ func (g *Group) Choice(op string, count int, dtype tensor.DType) (c Choice, ok b
 	if plan.Predicted == 0 {
 		plan = plan.WithPrediction(g.topo(), g.world.model, pes)
 	}
-	c = Choice{Algo: plan.String(), Predicted: plan.Predicted, AfterBarrier: plan.Predicted}
-	if g.route(0, nil) != byBlock {
-		c.AfterBarrier = g.afterBarrier(plan, pes)
-	}
-	return c, true
+	return Choice{Algo: plan.String(), Predicted: plan.Predicted, g: g, plan: plan, pes: pes}, true
 }
 
 // afterBarrier is the model's time for plan's call (elements of es bytes)

@@ -256,15 +256,15 @@ func TestChoiceAfterBarrier(t *testing.T) {
 		t.Fatalf("barrier: %s, want two-level", c.Algo)
 	}
 	b, _ := gs[0].Choice("broadcast", 2, tensor.Float32)
-	if b.AfterBarrier <= 0 || b.AfterBarrier >= b.Predicted {
-		t.Errorf("broadcast of 8 B (%s): %v after a barrier, %v from a common start; want shorter after it", b.Algo, b.AfterBarrier, b.Predicted)
+	if b.AfterBarrier() <= 0 || b.AfterBarrier() >= b.Predicted {
+		t.Errorf("broadcast of 8 B (%s): %v after a barrier, %v from a common start; want shorter after it", b.Algo, b.AfterBarrier(), b.Predicted)
 	}
 	a, _ := gs[0].Choice("all_reduce", 2, tensor.Float32)
-	if a.AfterBarrier < a.Predicted {
-		t.Errorf("all_reduce of 8 B (%s): %v after a barrier, %v from a common start; want no shorter", a.Algo, a.AfterBarrier, a.Predicted)
+	if a.AfterBarrier() < a.Predicted {
+		t.Errorf("all_reduce of 8 B (%s): %v after a barrier, %v from a common start; want no shorter", a.Algo, a.AfterBarrier(), a.Predicted)
 	}
 	one := hostGroups(t, []string{"a", "a"})
-	if c, _ := one[0].Choice("all_reduce", 1<<20, tensor.Float32); c.AfterBarrier != c.Predicted {
-		t.Errorf("one host, all_reduce of 4 MiB (%s): %v after a barrier, %v from a common start; want one time", c.Algo, c.AfterBarrier, c.Predicted)
+	if c, _ := one[0].Choice("all_reduce", 1<<20, tensor.Float32); c.AfterBarrier() != c.Predicted {
+		t.Errorf("one host, all_reduce of 4 MiB (%s): %v after a barrier, %v from a common start; want one time", c.Algo, c.AfterBarrier(), c.Predicted)
 	}
 }

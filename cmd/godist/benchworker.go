@@ -304,7 +304,7 @@ func choice(g *dist.Group, op string, count int, dt tensor.DType, pred *predicti
 	if !ok {
 		return ""
 	}
-	*pred = prediction{c.Predicted, c.AfterBarrier}
+	*pred = prediction{c.Predicted, c.AfterBarrier()}
 	return c.Algo
 }
 
